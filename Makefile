@@ -1,0 +1,28 @@
+# The two set-up commands: `make train` (the main job) and `make test` (the test suite).
+# Each creates .venv on first use and installs the project into it.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: train test test-slow test-all ui clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+train: $(STAMP)  ## the main job; pass Hydra overrides as ARGS="scorer=dot model.heads=2"
+	$(PY) train.py $(ARGS)
+
+test: $(STAMP)  ## the default suite (fast; slow tests deselected)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-slow: $(STAMP)  ## only the tests marked slow
+	$(PY) -m pytest -m slow $(PYTEST_ARGS)
+
+test-all: $(STAMP)
+	$(PY) -m pytest -m "slow or not slow" $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) outputs multirun mlruns mlartifacts mlflow.db .pytest_cache

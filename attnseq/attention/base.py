@@ -1,0 +1,131 @@
+"""The call signature every attention mechanism shares.
+
+``context, weights = attention(query, keys, valid_mask)``
+
+- ``query``: ``(B, d_q)`` for one decoder step, or ``(B, T_dec, d_q)`` for all steps at once;
+- ``keys``: ``(B, T_enc, d_k)``; in classic attention the keys are also the values;
+- ``valid_mask``: ``(B, T_enc)`` bool, True at real tokens;
+- returns ``context`` ``(B, d_k)`` / ``(B, T_dec, d_k)`` and ``weights`` ``(B, H, T_enc)`` /
+  ``(B, H, T_dec, T_enc)``, H the head count.
+
+With H heads the key size is split into H groups of ``d_k / H``; each head scores and averages
+its own slice, and the per-head contexts are concatenated back to ``d_k``.
+
+Keys are projected once per batch: a decoder calls ``project_keys(keys)`` before its loop and
+passes the result as ``projected_keys`` at every step. Nothing is kept on the module between
+calls.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from attnseq.attention.masking import masked_softmax
+from attnseq.errors import ConfigError, ShapeError
+
+
+class Attention(nn.Module):
+    """Base class: shape checks, masking, multi-head split and the weighted average of values.
+
+    Subclasses implement ``project_keys`` (once per batch) and ``score``.
+    """
+
+    name: str = "attention"
+
+    def __init__(self, query_dim: int, key_dim: int, heads: int = 1) -> None:
+        super().__init__()
+        for label, value in (("query_dim", query_dim), ("key_dim", key_dim), ("heads", heads)):
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(
+                    f"{self.name} attention: {label}={value!r} must be a positive integer.",
+                    f"set {label} to a whole number ≥ 1.",
+                )
+        if key_dim % heads != 0:
+            divisors = [h for h in range(1, key_dim + 1) if key_dim % h == 0][:8]
+            raise ConfigError(
+                f"{self.name} attention: keys (B, T_enc, d_k={key_dim}) cannot be split into "
+                f"heads={heads} equal groups ({key_dim} % {heads} = {key_dim % heads}).",
+                f"use a head count that divides {key_dim}, e.g. one of {divisors}, "
+                "or change the key size.",
+            )
+        self.query_dim = query_dim
+        self.key_dim = key_dim
+        self.heads = heads
+        self.head_dim = key_dim // heads
+
+    # -- what a scorer defines ------------------------------------------------------------
+    def project_keys(self, keys: Tensor) -> Tensor:
+        """Keys in the scorer's comparison space, split by head: ``(B, H, T_enc, d_p)``."""
+        raise NotImplementedError
+
+    def score(self, query: Tensor, projected_keys: Tensor) -> Tensor:
+        """Scores ``(B, H, T_dec, T_enc)`` of query ``(B, T_dec, d_q)`` against every key."""
+        raise NotImplementedError
+
+    # -- shared ---------------------------------------------------------------------------
+    def split_heads(self, keys: Tensor) -> Tensor:
+        """``(B, T, d_k)`` → ``(B, H, T, d_k / H)``: head h owns the h-th slice of the keys."""
+        batch, length, _ = keys.shape
+        return keys.view(batch, length, self.heads, self.head_dim).transpose(1, 2)  # (B, H, T, d_h)
+
+    def forward(
+        self,
+        query: Tensor,
+        keys: Tensor,
+        valid_mask: Tensor,
+        projected_keys: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        self._check_shapes(query, keys, valid_mask)
+        one_step = query.dim() == 2
+        if one_step:
+            query = query.unsqueeze(1)  # (B, 1, d_q)
+        if projected_keys is None:
+            projected_keys = self.project_keys(keys)  # (B, H, T_enc, d_p)
+        scores = self.score(query, projected_keys)  # (B, H, T_dec, T_enc)
+        weights = masked_softmax(scores, valid_mask[:, None, None, :])  # (B, H, T_dec, T_enc)
+        values = self.split_heads(keys)  # (B, H, T_enc, d_h)
+        context = weights @ values  # (B, H, T_dec, d_h)
+        batch, _, steps, _ = context.shape
+        context = context.transpose(1, 2).reshape(batch, steps, self.key_dim)  # (B, T_dec, d_k)
+        if one_step:
+            return context.squeeze(1), weights.squeeze(2)  # (B, d_k), (B, H, T_enc)
+        return context, weights
+
+    def _check_shapes(self, query: Tensor, keys: Tensor, valid_mask: Tensor) -> None:
+        d_q, d_k, name = self.query_dim, self.key_dim, self.name
+        if keys.dim() != 3 or keys.shape[-1] != d_k:
+            raise ShapeError(
+                "keys",
+                keys.shape,
+                f"(B, T_enc, d_k={d_k})",
+                f"pass the encoder states batch-first; this {name} attention was built with "
+                f"key_dim={d_k}.",
+            )
+        batch, t_enc, _ = keys.shape
+        if query.dim() not in (2, 3) or query.shape[0] != batch or query.shape[-1] != d_q:
+            raise ShapeError(
+                "query",
+                query.shape,
+                f"(B={batch}, d_q={d_q}) for one step or (B={batch}, T_dec, d_q={d_q}) for all steps",
+                f"pass the decoder state batch-first; this {name} attention was built with "
+                f"query_dim={d_q}.",
+            )
+        if valid_mask.shape != (batch, t_enc):
+            raise ShapeError(
+                "valid_mask",
+                valid_mask.shape,
+                f"(B={batch}, T_enc={t_enc}), matching keys {tuple(keys.shape)}",
+                "build it from the source lengths with lengths_to_valid_mask(src_lengths, T_enc).",
+            )
+        if valid_mask.dtype != torch.bool:
+            raise ShapeError(
+                "valid_mask",
+                valid_mask.shape,
+                f"a bool tensor (True at real tokens), not {valid_mask.dtype}",
+                "pass valid_mask.bool(); True marks real tokens, False padding.",
+            )
+
+    def extra_repr(self) -> str:
+        return f"query_dim={self.query_dim}, key_dim={self.key_dim}, heads={self.heads}"
+

@@ -1,0 +1,152 @@
+"""The classic attention scores (see SCIENCE.md, "Scores and their shapes").
+
+| scorer     | score e_{t,i}                  | parameters                                   |
+|------------|--------------------------------|----------------------------------------------|
+| additive   | v_aᵀ tanh(W_a s + U_a h_i)     | W_a (d_attn, d_q), U_a (d_attn, d_k/H), v_a (d_attn,) |
+| dot        | sᵀ h_i                         | — (d_q == d_k)                               |
+| scaled_dot | sᵀ h_i / √d_h                  | — (d_q == d_k)                               |
+| general    | sᵀ W h_i                       | W (d_q, d_k)                                 |
+| concat     | v_aᵀ tanh(W_a [s; h_i])        | W_a (d_attn, d_q + d_k/H), v_a (d_attn,)     |
+
+Multi-head (H heads, d_h = d_k / H): head h scores the h-th slice of the keys.
+- dot / scaled_dot split the query the same way (d_q == d_k);
+- general gives head h the column block W[:, h·d_h:(h+1)·d_h], so the H per-head scores sum to
+  the single-head score and H = 1 is exactly Luong's general;
+- additive / concat give head h the row block h of W_a, U_a and v_a (d_attn / H rows each):
+  each head projects the full query and its own key slice into its own d_attn / H subspace.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from attnseq.attention.base import Attention
+from attnseq.errors import ConfigError
+
+
+def _uniform_(tensor: Tensor, fan_in: int) -> Tensor:
+    """The default initialisation of ``nn.Linear``: U(-1/√fan_in, 1/√fan_in)."""
+    bound = 1.0 / math.sqrt(fan_in)
+    return nn.init.uniform_(tensor, -bound, bound)
+
+
+class DotAttention(Attention):
+    """Luong dot: e = sᵀh. Needs the query and key sizes to match."""
+
+    name = "dot"
+
+    def __init__(self, query_dim: int, key_dim: int, heads: int = 1) -> None:
+        super().__init__(query_dim, key_dim, heads)
+        if query_dim != key_dim:
+            raise ConfigError(
+                f"{self.name} attention scores query (B, d_q={query_dim}) against keys "
+                f"(B, T_enc, d_k={key_dim}) with a plain dot product, which needs d_q == d_k.",
+                f"use scorer 'general' (learns W of shape ({query_dim}, {key_dim})), 'additive' "
+                f"or 'concat', or make the sizes equal.",
+            )
+
+    def project_keys(self, keys: Tensor) -> Tensor:
+        return self.split_heads(keys)  # (B, H, T_enc, d_h)
+
+    def score(self, query: Tensor, projected_keys: Tensor) -> Tensor:
+        queries = self.split_heads(query)  # (B, H, T_dec, d_h)
+        return queries @ projected_keys.transpose(-1, -2)  # (B, H, T_dec, T_enc)
+
+
+class ScaledDotAttention(DotAttention):
+    """Scaled dot product: e = sᵀh / √d_h, the transformer's score (d_h = d_k with one head)."""
+
+    name = "scaled_dot"
+
+    def score(self, query: Tensor, projected_keys: Tensor) -> Tensor:
+        return super().score(query, projected_keys) / math.sqrt(self.head_dim)  # (B, H, T_dec, T_enc)
+
+
+class GeneralAttention(Attention):
+    """Luong general: e = sᵀ W h with W of shape (d_q, d_k)."""
+
+    name = "general"
+
+    def __init__(self, query_dim: int, key_dim: int, heads: int = 1) -> None:
+        super().__init__(query_dim, key_dim, heads)
+        self.W = nn.Parameter(_uniform_(torch.empty(query_dim, key_dim), key_dim))
+
+    def project_keys(self, keys: Tensor) -> Tensor:
+        blocks = self.W.view(self.query_dim, self.heads, self.head_dim)  # (d_q, H, d_h)
+        # W_h k_h for every head: the keys brought into query space, once per batch.
+        return torch.einsum("bhtd,qhd->bhtq", self.split_heads(keys), blocks)  # (B, H, T_enc, d_q)
+
+    def score(self, query: Tensor, projected_keys: Tensor) -> Tensor:
+        return query.unsqueeze(1) @ projected_keys.transpose(-1, -2)  # (B, H, T_dec, T_enc)
+
+
+class AdditiveAttention(Attention):
+    """Bahdanau additive: e = v_aᵀ tanh(W_a s + U_a h)."""
+
+    name = "additive"
+
+    def __init__(self, query_dim: int, key_dim: int, attn_dim: int | None = None, heads: int = 1) -> None:
+        super().__init__(query_dim, key_dim, heads)
+        attn_dim = key_dim if attn_dim is None else attn_dim
+        if not isinstance(attn_dim, int) or attn_dim < 1 or attn_dim % heads != 0:
+            raise ConfigError(
+                f"{self.name} attention: attn_dim={attn_dim!r} must be a positive integer that "
+                f"heads={heads} divides (each head gets attn_dim / heads rows of W_a and U_a).",
+                f"set attn_dim to a multiple of {heads}, e.g. {heads * max(1, key_dim // heads)}.",
+            )
+        self.attn_dim = attn_dim
+        self.head_attn_dim = attn_dim // heads
+        self._init_parameters()
+
+    def _init_parameters(self) -> None:
+        self.W_a = nn.Parameter(_uniform_(torch.empty(self.attn_dim, self.query_dim), self.query_dim))
+        self.U_a = nn.Parameter(_uniform_(torch.empty(self.attn_dim, self.head_dim), self.head_dim))
+        self.v_a = nn.Parameter(_uniform_(torch.empty(self.attn_dim), self.attn_dim))
+
+    def query_weight(self) -> Tensor:
+        """The matrix applied to the query: ``(d_attn, d_q)``."""
+        return self.W_a
+
+    def key_weight(self) -> Tensor:
+        """The matrix applied to each head's key slice: ``(d_attn, d_k / H)``."""
+        return self.U_a
+
+    def project_keys(self, keys: Tensor) -> Tensor:
+        blocks = self.key_weight().view(self.heads, self.head_attn_dim, self.head_dim)  # (H, a, d_h)
+        return torch.einsum("bhtd,had->bhta", self.split_heads(keys), blocks)  # (B, H, T_enc, a)
+
+    def score(self, query: Tensor, projected_keys: Tensor) -> Tensor:
+        batch, steps, _ = query.shape
+        projected_query = query @ self.query_weight().T  # (B, T_dec, d_attn)
+        projected_query = projected_query.view(batch, steps, self.heads, self.head_attn_dim)  # (B, T_dec, H, a)
+        projected_query = projected_query.transpose(1, 2)  # (B, H, T_dec, a)
+        hidden = torch.tanh(projected_query.unsqueeze(3) + projected_keys.unsqueeze(2))  # (B, H, T_dec, T_enc, a)
+        v_a = self.v_a.view(self.heads, self.head_attn_dim)  # (H, a)
+        return torch.einsum("bhsta,ha->bhst", hidden, v_a)  # (B, H, T_dec, T_enc)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, attn_dim={self.attn_dim}"
+
+
+class ConcatAttention(AdditiveAttention):
+    """Luong concat: e = v_aᵀ tanh(W_a [s; h]), one matrix over the concatenated pair.
+
+    W_a's first d_q columns act on the query, the rest on the key slice, so the maths is the
+    additive score with W_a = [W_s | W_h]; keys are still projected once per batch.
+    """
+
+    name = "concat"
+
+    def _init_parameters(self) -> None:
+        fan_in = self.query_dim + self.head_dim
+        self.W_a = nn.Parameter(_uniform_(torch.empty(self.attn_dim, fan_in), fan_in))
+        self.v_a = nn.Parameter(_uniform_(torch.empty(self.attn_dim), self.attn_dim))
+
+    def query_weight(self) -> Tensor:
+        return self.W_a[:, : self.query_dim]  # (d_attn, d_q)
+
+    def key_weight(self) -> Tensor:
+        return self.W_a[:, self.query_dim :]  # (d_attn, d_h)

@@ -1,0 +1,23 @@
+"""Encoders, decoders and the Seq2Seq model."""
+
+from attnseq.model.config import ModelConfig
+from attnseq.model.decoders import BahdanauDecoder, Decoder, LuongDecoder, PlainDecoder
+from attnseq.model.decoding import Decoded, greedy_decode
+from attnseq.model.encoder import RNNEncoder
+from attnseq.model.seq2seq import Seq2Seq, build_seq2seq
+from attnseq.model.state import DecoderState, Memory
+
+__all__ = [
+    "BahdanauDecoder",
+    "Decoded",
+    "Decoder",
+    "DecoderState",
+    "LuongDecoder",
+    "Memory",
+    "ModelConfig",
+    "PlainDecoder",
+    "RNNEncoder",
+    "Seq2Seq",
+    "build_seq2seq",
+    "greedy_decode",
+]

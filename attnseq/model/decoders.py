@@ -1,0 +1,208 @@
+"""Decoders, named by *when* they query the encoder — separately from *how* they score.
+
+- ``bahdanau``: query = s_{t-1}, the state before the step; the context enters the RNN input
+  with the previous token's embedding; the readout sees [s_t; c_t; E y_{t-1}].
+- ``luong``: query = s_t, the state after the step; attentional state h̃_t = tanh(W_c [c_t; s_t]);
+  optional input feeding passes h̃_{t-1} into the next step's input. Without input feeding,
+  teacher forcing runs the RNN over the whole target and attends over all steps in one call.
+- ``PlainDecoder`` (scorer ``none``): no attention; the decoder sees only the encoder's final
+  state — the fixed-vector baseline.
+
+Every decoder offers ``step`` (one token, used by greedy/beam decoding) and ``forward`` (teacher
+forcing over a whole target, optionally scheduled: each step feeds the gold token with
+probability ``teacher_forcing``, else the model's own previous argmax).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from attnseq.attention import Attention
+from attnseq.model.encoder import RNN_CLASSES
+from attnseq.model.state import DecoderState, Memory, RNNState, top_layer
+
+StepOutput = tuple[Tensor, Tensor | None, DecoderState]
+"""logits ``(B, V)``, attention weights ``(B, H, T_enc)`` (None without attention), new state."""
+
+
+class Decoder(nn.Module):
+    """Shared machinery: embedding, RNN, the teacher-forced loop and scheduled sampling."""
+
+    attention: Attention | None
+    parallel_teacher_forcing: bool = False
+    """True where the maths lets teacher forcing run the RNN over all steps in one call."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        embedding_dim: int,
+        hidden_size: int,
+        rnn_input_size: int,
+        cell: str,
+        layers: int,
+        dropout: float,
+        padding_idx: int = 0,
+    ) -> None:
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.embedding = nn.Embedding(vocab_size, embedding_dim, padding_idx=padding_idx)
+        self.dropout = nn.Dropout(dropout)
+        self.rnn = RNN_CLASSES[cell](
+            rnn_input_size,
+            hidden_size,
+            num_layers=layers,
+            batch_first=True,
+            dropout=dropout if layers > 1 else 0.0,
+        )
+
+    def init_state(self, encoder_final: RNNState) -> DecoderState:
+        return DecoderState(encoder_final)
+
+    def step(self, prev_tokens: Tensor, state: DecoderState, memory: Memory) -> StepOutput:
+        raise NotImplementedError
+
+    def forward_parallel(self, tgt_in: Tensor, state: DecoderState, memory: Memory) -> tuple[Tensor, Tensor | None]:
+        raise NotImplementedError
+
+    def forward(
+        self,
+        tgt_in: Tensor,
+        state: DecoderState,
+        memory: Memory,
+        teacher_forcing: float = 1.0,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Decode a whole target ``(B, T_dec)`` → logits ``(B, T_dec, V)`` and weights
+        ``(B, H, T_dec, T_enc)`` (None without attention)."""
+        if teacher_forcing >= 1.0 and self.parallel_teacher_forcing:
+            return self.forward_parallel(tgt_in, state, memory)
+        step_logits: list[Tensor] = []
+        step_weights: list[Tensor] = []
+        tokens = tgt_in[:, 0]  # (B,)
+        for t in range(tgt_in.shape[1]):
+            if t > 0:
+                tokens = tgt_in[:, t]  # (B,)
+                if teacher_forcing < 1.0:
+                    use_gold = torch.rand(tokens.shape, device=tokens.device) < teacher_forcing
+                    tokens = torch.where(use_gold, tokens, step_logits[-1].argmax(-1))  # (B,)
+            logits, weights, state = self.step(tokens, state, memory)
+            step_logits.append(logits)
+            if weights is not None:
+                step_weights.append(weights)
+        logits = torch.stack(step_logits, dim=1)  # (B, T_dec, V)
+        weights = torch.stack(step_weights, dim=2) if step_weights else None  # (B, H, T_dec, T_enc)
+        return logits, weights
+
+    def _rnn_step(self, rnn_input: Tensor, rnn_state: RNNState) -> tuple[Tensor, RNNState]:
+        output, rnn_state = self.rnn(rnn_input.unsqueeze(1), rnn_state)  # (B, 1, d_s)
+        return output.squeeze(1), rnn_state  # (B, d_s)
+
+
+class BahdanauDecoder(Decoder):
+    """Query with s_{t-1}; feed [E y_{t-1}; c_t] to the RNN; read out from [s_t; c_t; E y_{t-1}]."""
+
+    def __init__(
+        self,
+        attention: Attention,
+        vocab_size: int,
+        embedding_dim: int,
+        hidden_size: int,
+        cell: str = "gru",
+        layers: int = 1,
+        dropout: float = 0.0,
+    ) -> None:
+        key_dim = attention.key_dim
+        super().__init__(vocab_size, embedding_dim, hidden_size, embedding_dim + key_dim, cell, layers, dropout)
+        self.attention = attention
+        self.readout = nn.Linear(hidden_size + key_dim + embedding_dim, vocab_size)
+
+    def step(self, prev_tokens: Tensor, state: DecoderState, memory: Memory) -> StepOutput:
+        query = top_layer(state.rnn)  # (B, d_s): s_{t-1}, before the step
+        context, weights = self.attention(
+            query, memory.keys, memory.valid_mask, projected_keys=memory.projected_keys
+        )  # (B, d_k), (B, H, T_enc)
+        embedded = self.dropout(self.embedding(prev_tokens))  # (B, E)
+        output, rnn_state = self._rnn_step(torch.cat([embedded, context], dim=-1), state.rnn)  # (B, d_s)
+        features = torch.cat([output, context, embedded], dim=-1)  # (B, d_s + d_k + E)
+        logits = self.readout(self.dropout(features))  # (B, V)
+        return logits, weights, DecoderState(rnn_state)
+
+
+class LuongDecoder(Decoder):
+    """Step the RNN first, then query with s_t; h̃_t = tanh(W_c [c_t; s_t]); logits = W_s h̃_t."""
+
+    def __init__(
+        self,
+        attention: Attention,
+        vocab_size: int,
+        embedding_dim: int,
+        hidden_size: int,
+        cell: str = "gru",
+        layers: int = 1,
+        dropout: float = 0.0,
+        input_feeding: bool = True,
+    ) -> None:
+        rnn_input_size = embedding_dim + (hidden_size if input_feeding else 0)
+        super().__init__(vocab_size, embedding_dim, hidden_size, rnn_input_size, cell, layers, dropout)
+        self.attention = attention
+        self.input_feeding = input_feeding
+        self.parallel_teacher_forcing = not input_feeding
+        self.W_c = nn.Linear(attention.key_dim + hidden_size, hidden_size, bias=False)
+        self.W_s = nn.Linear(hidden_size, vocab_size)
+
+    def init_state(self, encoder_final: RNNState) -> DecoderState:
+        if not self.input_feeding:
+            return DecoderState(encoder_final)
+        top = top_layer(encoder_final)  # (B, d_s)
+        return DecoderState(encoder_final, torch.zeros_like(top))  # h̃_0 = 0
+
+    def _attentional(self, output: Tensor, memory: Memory) -> tuple[Tensor, Tensor, Tensor]:
+        """s_t ``(B, [T_dec,] d_s)`` → logits, weights and h̃_t, for one step or all at once."""
+        context, weights = self.attention(
+            output, memory.keys, memory.valid_mask, projected_keys=memory.projected_keys
+        )  # (B, [T_dec,] d_k), (B, H, [T_dec,] T_enc)
+        attentional = torch.tanh(self.W_c(torch.cat([context, output], dim=-1)))  # (B, [T_dec,] d_s)
+        logits = self.W_s(self.dropout(attentional))  # (B, [T_dec,] V)
+        return logits, weights, attentional
+
+    def step(self, prev_tokens: Tensor, state: DecoderState, memory: Memory) -> StepOutput:
+        embedded = self.dropout(self.embedding(prev_tokens))  # (B, E)
+        rnn_input = torch.cat([embedded, state.feed], dim=-1) if self.input_feeding else embedded  # (B, E [+ d_s])
+        output, rnn_state = self._rnn_step(rnn_input, state.rnn)  # (B, d_s): s_t, after the step
+        logits, weights, attentional = self._attentional(output, memory)
+        return logits, weights, DecoderState(rnn_state, attentional if self.input_feeding else None)
+
+    def forward_parallel(self, tgt_in: Tensor, state: DecoderState, memory: Memory) -> tuple[Tensor, Tensor]:
+        embedded = self.dropout(self.embedding(tgt_in))  # (B, T_dec, E)
+        outputs, _ = self.rnn(embedded, state.rnn)  # (B, T_dec, d_s): s_1..s_T in one call
+        logits, weights, _ = self._attentional(outputs, memory)  # (B, T_dec, V), (B, H, T_dec, T_enc)
+        return logits, weights
+
+
+class PlainDecoder(Decoder):
+    """No attention: the encoder's final state is all the decoder ever sees of the source."""
+
+    attention = None
+    parallel_teacher_forcing = True
+
+    def __init__(
+        self,
+        vocab_size: int,
+        embedding_dim: int,
+        hidden_size: int,
+        cell: str = "gru",
+        layers: int = 1,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__(vocab_size, embedding_dim, hidden_size, embedding_dim, cell, layers, dropout)
+        self.output = nn.Linear(hidden_size, vocab_size)
+
+    def step(self, prev_tokens: Tensor, state: DecoderState, memory: Memory) -> StepOutput:
+        embedded = self.dropout(self.embedding(prev_tokens))  # (B, E)
+        output, rnn_state = self._rnn_step(embedded, state.rnn)  # (B, d_s)
+        return self.output(self.dropout(output)), None, DecoderState(rnn_state)  # (B, V)
+
+    def forward_parallel(self, tgt_in: Tensor, state: DecoderState, memory: Memory) -> tuple[Tensor, None]:
+        embedded = self.dropout(self.embedding(tgt_in))  # (B, T_dec, E)
+        outputs, _ = self.rnn(embedded, state.rnn)  # (B, T_dec, d_s)
+        return self.output(self.dropout(outputs)), None  # (B, T_dec, V)

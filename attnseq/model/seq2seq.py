@@ -1,0 +1,77 @@
+"""The encoder–decoder model, and the one function that builds it from a ``ModelConfig``."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from attnseq.attention import build_attention, lengths_to_valid_mask
+from attnseq.model.config import ModelConfig
+from attnseq.model.decoders import BahdanauDecoder, Decoder, LuongDecoder, PlainDecoder
+from attnseq.model.encoder import RNNEncoder
+from attnseq.model.state import DecoderState, Memory
+
+
+class Seq2Seq(nn.Module):
+    """``RNNEncoder`` + a ``Decoder``.
+
+    ``forward(src, src_lengths, tgt_in)`` → logits ``(B, T_dec, V)`` and attention
+    ``(B, H, T_dec, T_enc)`` (None for the no-attention baseline).
+    """
+
+    def __init__(self, encoder: RNNEncoder, decoder: Decoder, config: ModelConfig | None = None) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.decoder = decoder
+        self.config = config
+
+    @property
+    def attention(self):
+        return self.decoder.attention
+
+    def encode(self, src: Tensor, src_lengths: Tensor) -> tuple[Memory, DecoderState]:
+        keys, final = self.encoder(src, src_lengths)  # (B, T_enc, d_k)
+        valid_mask = lengths_to_valid_mask(src_lengths, src.shape[1])  # (B, T_enc)
+        attention = self.decoder.attention
+        projected = attention.project_keys(keys) if attention is not None else None  # (B, H, T_enc, d_p)
+        return Memory(keys, valid_mask, projected), self.decoder.init_state(final)
+
+    def forward(
+        self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, teacher_forcing: float = 1.0
+    ) -> tuple[Tensor, Tensor | None]:
+        memory, state = self.encode(src, src_lengths)
+        return self.decoder(tgt_in, state, memory, teacher_forcing=teacher_forcing)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+def build_seq2seq(config: ModelConfig) -> Seq2Seq:
+    """Validate the configuration, then build the model it describes."""
+    config.validate()
+    encoder = RNNEncoder(
+        config.src_vocab_size,
+        config.embedding_dim,
+        config.hidden_size,
+        cell=config.cell,
+        bidirectional=config.bidirectional,
+        layers=config.layers,
+        dropout=config.dropout,
+    )
+    shared = dict(
+        vocab_size=config.tgt_vocab_size,
+        embedding_dim=config.embedding_dim,
+        hidden_size=config.hidden_size,
+        cell=config.cell,
+        layers=config.layers,
+        dropout=config.dropout,
+    )
+    if not config.uses_attention:
+        return Seq2Seq(encoder, PlainDecoder(**shared), config)
+    attention = build_attention(
+        config.scorer, config.query_dim, encoder.key_dim, attn_dim=config.attn_dim, heads=config.heads
+    )
+    if config.decoder == "bahdanau":
+        decoder: Decoder = BahdanauDecoder(attention, **shared)
+    else:
+        decoder = LuongDecoder(attention, input_feeding=config.input_feeding, **shared)
+    return Seq2Seq(encoder, decoder, config)

@@ -1,0 +1,264 @@
+"""Every scorer against an independent NumPy computation, masking, multi-head, shape errors."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from attnseq.attention import SCORERS, build_attention, lengths_to_valid_mask, masked_softmax
+from attnseq.errors import ConfigError, ShapeError
+
+SCORER_NAMES = sorted(SCORERS)
+
+
+def reference_scores(scorer: str, params: dict, heads: int, q: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Plain loops over heads and key positions, straight from the formulas in SCIENCE.md.
+
+    q: (d_q,), keys: (T_enc, d_k) → scores (H, T_enc).
+    """
+    d_k = keys.shape[1]
+    d_h = d_k // heads
+    out = np.zeros((heads, keys.shape[0]))
+    for h in range(heads):
+        cols = slice(h * d_h, (h + 1) * d_h)
+        for i, key in enumerate(keys):
+            k = key[cols]
+            if scorer == "dot":
+                out[h, i] = q[cols] @ k
+            elif scorer == "scaled_dot":
+                out[h, i] = q[cols] @ k / math.sqrt(d_h)
+            elif scorer == "general":
+                out[h, i] = q @ (params["W"][:, cols] @ k)
+            elif scorer in ("additive", "concat"):
+                a = params["v_a"].shape[0] // heads
+                rows = slice(h * a, (h + 1) * a)
+                if scorer == "additive":
+                    pre = params["W_a"][rows] @ q + params["U_a"][rows] @ k
+                else:
+                    pre = params["W_a"][rows] @ np.concatenate([q, k])
+                out[h, i] = params["v_a"][rows] @ np.tanh(pre)
+    return out
+
+
+def reference_attention(scorer, params, heads, q, keys, valid):
+    """One query (d_q,) → context (d_k,), weights (H, T_enc); softmax over valid positions only."""
+    scores = reference_scores(scorer, params, heads, q, keys)
+    weights = np.zeros_like(scores)
+    d_h = keys.shape[1] // heads
+    context = np.zeros(keys.shape[1])
+    idx = np.flatnonzero(valid)
+    for h in range(heads):
+        if len(idx):
+            e = np.exp(scores[h, idx] - scores[h, idx].max())
+            weights[h, idx] = e / e.sum()
+        context[h * d_h : (h + 1) * d_h] = weights[h] @ keys[:, h * d_h : (h + 1) * d_h]
+    return context, weights
+
+
+def make_inputs(batch, t_dec, t_enc, d, seed):
+    gen = torch.Generator().manual_seed(seed)
+    query = torch.randn(batch, t_dec, d, generator=gen, dtype=torch.float64)
+    keys = torch.randn(batch, t_enc, d, generator=gen, dtype=torch.float64)
+    lengths = torch.randint(1, t_enc + 1, (batch,), generator=gen)
+    lengths[0] = t_enc  # at least one full row
+    return query, keys, lengths_to_valid_mask(lengths, t_enc)
+
+
+@pytest.mark.parametrize("scorer", SCORER_NAMES)
+@pytest.mark.parametrize("heads", [1, 2, 4])
+@pytest.mark.parametrize("batch,t_dec,t_enc,d", [(1, 1, 1, 8), (3, 4, 7, 8), (2, 5, 3, 16)])
+def test_scorer_matches_independent_computation(scorer, heads, batch, t_dec, t_enc, d):
+    torch.manual_seed(0)
+    attention = build_attention(scorer, d, d, attn_dim=2 * d if scorer in ("additive", "concat") else None, heads=heads).double()
+    query, keys, valid = make_inputs(batch, t_dec, t_enc, d, seed=batch * 100 + t_enc)
+    params = {name: p.detach().numpy() for name, p in attention.named_parameters()}
+
+    context, weights = attention(query, keys, valid)  # all steps at once
+    assert context.shape == (batch, t_dec, d)
+    assert weights.shape == (batch, heads, t_dec, t_enc)
+    for b in range(batch):
+        for t in range(t_dec):
+            ref_context, ref_weights = reference_attention(
+                scorer, params, heads, query[b, t].numpy(), keys[b].numpy(), valid[b].numpy()
+            )
+            np.testing.assert_allclose(weights[b, :, t].detach().numpy(), ref_weights, atol=1e-10)
+            np.testing.assert_allclose(context[b, t].detach().numpy(), ref_context, atol=1e-10)
+
+    # one decoder step: (B, d_q) → (B, d_k), (B, H, T_enc), the same numbers as step 0 above
+    step_context, step_weights = attention(query[:, 0], keys, valid)
+    assert step_context.shape == (batch, d) and step_weights.shape == (batch, heads, t_enc)
+    torch.testing.assert_close(step_context, context[:, 0])
+    torch.testing.assert_close(step_weights, weights[:, :, 0])
+
+
+@pytest.mark.parametrize("scorer", ["additive", "general", "concat"])
+def test_query_and_key_sizes_may_differ_where_the_maths_allows(scorer):
+    attention = build_attention(scorer, query_dim=6, key_dim=10, attn_dim=4, heads=2).double()
+    query, keys, valid = make_inputs(2, 3, 5, 10, seed=1)
+    query = query[..., :6].contiguous()
+    params = {name: p.detach().numpy() for name, p in attention.named_parameters()}
+    context, weights = attention(query, keys, valid)
+    ref_context, ref_weights = reference_attention(scorer, params, 2, query[1, 2].numpy(), keys[1].numpy(), valid[1].numpy())
+    np.testing.assert_allclose(weights[1, :, 2].detach().numpy(), ref_weights, atol=1e-10)
+    np.testing.assert_allclose(context[1, 2].detach().numpy(), ref_context, atol=1e-10)
+
+
+@pytest.mark.parametrize("scorer", SCORER_NAMES)
+@pytest.mark.parametrize("heads", [2, 4])
+def test_multi_head_equals_single_heads_on_slices(scorer, heads):
+    """Each head is a single-head mechanism on its slice of the keys, with its own parameters."""
+    d, a = 16, 8
+    attn_dim = a * heads if scorer in ("additive", "concat") else None
+    multi = build_attention(scorer, d, d, attn_dim=attn_dim, heads=heads).double()
+    query, keys, valid = make_inputs(3, 4, 6, d, seed=heads)
+    context, weights = multi(query, keys, valid)
+    d_h = d // heads
+    for h in range(heads):
+        cols = slice(h * d_h, (h + 1) * d_h)
+        key_slice = keys[..., cols]
+        if scorer in ("dot", "scaled_dot"):
+            single = build_attention(scorer, d_h, d_h).double()
+            head_query = query[..., cols]
+        elif scorer == "general":
+            single = build_attention(scorer, d, d_h).double()
+            single.W.data.copy_(multi.W.data[:, cols])
+            head_query = query
+        else:
+            single = build_attention(scorer, d, d_h, attn_dim=a).double()
+            rows = slice(h * a, (h + 1) * a)
+            single.W_a.data.copy_(multi.W_a.data[rows])
+            single.v_a.data.copy_(multi.v_a.data[rows])
+            if scorer == "additive":
+                single.U_a.data.copy_(multi.U_a.data[rows])
+            head_query = query
+        head_context, head_weights = single(head_query, key_slice, valid)
+        torch.testing.assert_close(weights[:, h : h + 1], head_weights)
+        torch.testing.assert_close(context[..., cols], head_context)
+
+
+@pytest.mark.parametrize("scorer", ["general", "additive"])
+def test_one_head_is_exactly_the_single_head_formula(scorer):
+    """heads=1 uses the full-size parameters of SCIENCE.md: W (d_q, d_k), U_a (d_attn, d_k)."""
+    attention = build_attention(scorer, 5, 7, attn_dim=3, heads=1).double()
+    if scorer == "general":
+        assert attention.W.shape == (5, 7)
+    else:
+        assert (attention.W_a.shape, attention.U_a.shape, attention.v_a.shape) == ((3, 5), (3, 7), (3,))
+    query, keys, valid = make_inputs(2, 1, 4, 7, seed=3)
+    query = query[..., :5].contiguous()
+    scores = attention.score(query, attention.project_keys(keys))  # (B, 1, 1, T_enc)
+    W = {n: p.detach() for n, p in attention.named_parameters()}
+    for b in range(2):
+        for i in range(4):
+            s, h = query[b, 0], keys[b, i]
+            expected = s @ W["W"] @ h if scorer == "general" else W["v_a"] @ torch.tanh(W["W_a"] @ s + W["U_a"] @ h)
+            torch.testing.assert_close(scores[b, 0, 0, i], expected)
+
+
+@pytest.mark.parametrize("scorer", SCORER_NAMES)
+@pytest.mark.parametrize("heads", [1, 2])
+def test_weights_sum_to_one_and_padding_gets_exactly_zero(scorer, heads):
+    attention = build_attention(scorer, 8, 8, heads=heads)
+    query, keys, _ = make_inputs(4, 3, 9, 8, seed=7)
+    lengths = torch.tensor([9, 5, 1, 0])
+    valid = lengths_to_valid_mask(lengths, 9)
+    context, weights = attention(query.float(), keys.float(), valid)
+    sums = weights.sum(-1)  # (B, H, T_dec)
+    torch.testing.assert_close(sums[:3], torch.ones_like(sums[:3]))
+    assert torch.all(weights[1, ..., 5:] == 0)
+    assert torch.all(weights[2, ..., 1:] == 0)
+    # a row with no valid position: zeros, never NaN
+    assert torch.all(weights[3] == 0) and torch.all(context[3] == 0)
+    assert torch.isfinite(weights).all() and torch.isfinite(context).all()
+
+
+def test_padding_content_does_not_change_the_result():
+    attention = build_attention("additive", 8, 8, heads=2)
+    query, keys, _ = make_inputs(2, 3, 6, 8, seed=11)
+    query, keys = query.float(), keys.float()
+    valid = lengths_to_valid_mask(torch.tensor([6, 2]), 6)
+    context, weights = attention(query, keys, valid)
+    noisy = keys.clone()
+    noisy[1, 2:] = 1e4  # garbage in the padded positions
+    context2, weights2 = attention(query, noisy, valid)
+    torch.testing.assert_close(context, context2)
+    torch.testing.assert_close(weights, weights2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_masked_softmax_is_safe_in_half_precision(dtype):
+    scores = torch.tensor([[30000.0, -30000.0, 5.0], [1.0, 2.0, 3.0]], dtype=dtype)
+    valid = torch.tensor([[True, True, False], [False, False, False]])
+    weights = masked_softmax(scores, valid)
+    assert weights.dtype == dtype
+    assert torch.isfinite(weights).all()
+    assert weights[0, 2] == 0 and torch.all(weights[1] == 0)
+    assert weights[0].sum().item() == pytest.approx(1.0, abs=1e-2)
+
+
+@pytest.mark.parametrize("scorer", SCORER_NAMES)
+def test_gradients_reach_every_parameter(scorer):
+    attention = build_attention(scorer, 8, 8, heads=2)
+    query, keys, valid = make_inputs(2, 3, 5, 8, seed=5)
+    query, keys = query.float().requires_grad_(), keys.float().requires_grad_()
+    context, _ = attention(query, keys, valid)
+    context.square().sum().backward()
+    for name, p in attention.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, name
+    assert query.grad.abs().sum() > 0 and keys.grad.abs().sum() > 0
+
+
+# ---------------------------------------------------------------------------------- errors
+@pytest.mark.parametrize("scorer", ["dot", "scaled_dot"])
+def test_dot_with_different_sizes_fails_at_construction(scorer):
+    with pytest.raises(ConfigError) as err:
+        build_attention(scorer, query_dim=128, key_dim=256)
+    message = str(err.value)
+    assert "d_q=128" in message and "d_k=256" in message and "general" in message
+
+
+@pytest.mark.parametrize("scorer", SCORER_NAMES)
+def test_heads_that_do_not_divide_the_key_size_fail_at_construction(scorer):
+    with pytest.raises(ConfigError) as err:
+        build_attention(scorer, 12, 12, heads=5)
+    assert "heads=5" in str(err.value) and "d_k=12" in str(err.value) and "Fix:" in str(err.value)
+
+
+def test_additive_attn_dim_must_split_across_heads():
+    with pytest.raises(ConfigError, match="attn_dim=6"):
+        build_attention("additive", 8, 8, attn_dim=6, heads=4)
+
+
+def test_unknown_scorer_lists_the_valid_ones():
+    with pytest.raises(ConfigError) as err:
+        build_attention("dott", 8, 8)
+    assert "'dott'" in str(err.value) and "scaled_dot" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "tensor,query_shape,keys_shape,mask_shape,needed",
+    [
+        ("query", (2, 7), (2, 5, 8), (2, 5), "(B=2, d_q=8)"),
+        ("query", (3, 8), (2, 5, 8), (2, 5), "(B=2, d_q=8)"),
+        ("keys", (2, 8), (2, 5, 6), (2, 5), "(B, T_enc, d_k=8)"),
+        ("keys", (2, 8), (5, 8), (2, 5), "(B, T_enc, d_k=8)"),
+        ("valid_mask", (2, 8), (2, 5, 8), (2, 4), "(B=2, T_enc=5)"),
+        ("valid_mask", (2, 8), (2, 5, 8), (5, 2), "(B=2, T_enc=5)"),
+    ],
+)
+def test_wrong_shapes_raise_a_shape_error_naming_the_tensor(tensor, query_shape, keys_shape, mask_shape, needed):
+    attention = build_attention("general", 8, 8)
+    with pytest.raises(ShapeError) as err:
+        attention(torch.randn(query_shape), torch.randn(keys_shape), torch.ones(mask_shape, dtype=torch.bool))
+    assert err.value.tensor == tensor
+    assert str(tuple(err.value.shape)) in str(err.value)
+    assert needed in str(err.value) and "Fix:" in str(err.value)
+
+
+def test_a_float_mask_is_rejected_rather_than_misread():
+    attention = build_attention("dot", 4, 4)
+    with pytest.raises(ShapeError, match="bool"):
+        attention(torch.randn(2, 4), torch.randn(2, 3, 4), torch.ones(2, 3))
