@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: train test test-slow test-all ui clean
+.PHONY: train test test-slow test-gpu test-all ui clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,8 +21,11 @@ test: $(STAMP)  ## the default suite (fast; slow tests deselected)
 test-slow: $(STAMP)  ## only the tests marked slow
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
 
-test-all: $(STAMP)
-	$(PY) -m pytest -m "slow or not slow" $(PYTEST_ARGS)
+test-gpu: $(STAMP)  ## only the tests that need a CUDA device
+	$(PY) -m pytest -m gpu $(PYTEST_ARGS)
+
+test-all: $(STAMP)  ## everything but the GPU tests
+	$(PY) -m pytest -m "not gpu" $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) outputs multirun mlruns mlartifacts mlflow.db .pytest_cache

@@ -7,9 +7,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from attnseq.data.vocab import BOS, EOS, PAD
 from attnseq.model.seq2seq import Seq2Seq
-
-BOS, EOS, PAD = 1, 2, 0
 
 
 class Decoded(NamedTuple):

@@ -1,0 +1,237 @@
+"""``Seq2SeqDataModule``: the train/val/test data of one run, built from plain config values.
+
+Data and seeds:
+- Synthetic tasks generate train, val and test with seeds ``3*seed``, ``3*seed + 1`` and
+  ``3*seed + 2``: the three sets differ, and no run's validation set is another seed's training
+  set. Validation and test use ``eval_lengths`` (which may reach past ``train_lengths``), and
+  the validation set is the same every epoch. Vocabularies are the task's full token set, so
+  evaluation at any length never meets UNK.
+- ``tsv`` reads ``path``, splits the corpus with ``split_examples`` in the proportions
+  ``train_size : val_size : test_size`` (seed ``seed``), keeps each split's examples whose
+  source length lies in its range, and caps each at its size. Vocabularies come from the
+  training split only.
+
+``setup()`` must run before the vocabularies or examples are read (the model needs the vocab
+sizes); it builds everything once and does nothing on later calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader
+
+from attnseq.data.batch import collate
+from attnseq.data.errors import DataError
+from attnseq.data.example import EncodedExample, Example, encode_examples
+from attnseq.data.lengths import is_int, filter_by_source_length, validate_length_range
+from attnseq.data.sampler import LengthBucketBatchSampler
+from attnseq.data.splits import split_examples
+from attnseq.data.tasks import TASKS, generate, make_task
+from attnseq.data.tokenizers import check_tokenizer
+from attnseq.data.tsv import read_tsv
+from attnseq.data.vocab import Vocabulary
+
+DATA_TASKS = (*TASKS, "tsv")
+SYMBOL_TASKS = ("copy", "reverse", "sort")
+
+
+def _check_int_at_least(name: str, value: object, minimum: int = 1) -> int:
+    if not is_int(value) or value < minimum:
+        raise ValueError(
+            f"{name} must be an int >= {minimum}, got {value!r}; set {name} to a whole number >= {minimum}"
+        )
+    return value
+
+
+class Seq2SeqDataModule(L.LightningDataModule):
+    """Train/val/test dataloaders of ``Batch`` for a synthetic task or a TSV corpus.
+
+    Args:
+        task: copy | reverse | sort | translate | tsv.
+        train_lengths: inclusive [lo, hi] source-length range of the training set.
+        eval_lengths: inclusive [lo, hi] range of validation and test (may exceed training).
+        bucket_width: width of the length buckets the metrics report; stored, not used here.
+        train_size, val_size, test_size: examples per split (for tsv: proportions and caps).
+        batch_size: examples per batch.
+        seed: fixes the data (see the module docstring) and the training batch order.
+        num_symbols: alphabet size of copy/reverse/sort; ignored by translate and tsv.
+        path: the TSV file (tsv only).
+        tokenizer, lowercase: how TSV text is tokenised ("word" or "char").
+        num_workers: DataLoader worker processes.
+        length_bucketing: batch training examples of similar length (evaluation always is).
+    """
+
+    def __init__(
+        self,
+        task: str,
+        train_lengths: Sequence[int],
+        eval_lengths: Sequence[int],
+        bucket_width: int,
+        train_size: int,
+        val_size: int,
+        test_size: int,
+        batch_size: int,
+        seed: int,
+        num_symbols: int = 10,
+        path: str | None = None,
+        tokenizer: str = "word",
+        lowercase: bool = True,
+        num_workers: int = 0,
+        length_bucketing: bool = True,
+    ) -> None:
+        super().__init__()
+        if task not in DATA_TASKS:
+            raise ValueError(f"unknown task {task!r}; valid tasks: {', '.join(DATA_TASKS)}")
+        self.task = task
+        self.train_lengths = validate_length_range(train_lengths, "train_lengths")
+        self.eval_lengths = validate_length_range(eval_lengths, "eval_lengths")
+        self.bucket_width = _check_int_at_least("bucket_width", bucket_width)
+        self.train_size = _check_int_at_least("train_size", train_size)
+        self.val_size = _check_int_at_least("val_size", val_size)
+        self.test_size = _check_int_at_least("test_size", test_size)
+        self.batch_size = _check_int_at_least("batch_size", batch_size)
+        self.num_workers = _check_int_at_least("num_workers", num_workers, minimum=0)
+        if not is_int(seed):
+            raise ValueError(f"seed must be an int, got {seed!r}")
+        self.seed = seed
+        self.num_symbols = _check_int_at_least("num_symbols", num_symbols)
+        self.tokenizer = check_tokenizer(tokenizer)
+        self.lowercase = bool(lowercase)
+        self.length_bucketing = bool(length_bucketing)
+        if task == "tsv":
+            if path is None:
+                raise ValueError("task 'tsv' needs path=<file with one 'source<TAB>target' pair per line>")
+            if not Path(path).is_file():
+                raise DataError(
+                    path, "file not found", "check the path; prefer an absolute one (Hydra may change the working dir)"
+                )
+        elif path is not None:
+            raise ValueError(
+                f"path={path!r} is only read by task 'tsv', but task is {task!r}; remove path or set task=tsv"
+            )
+        self.path = None if path is None else str(path)
+
+        self._src_vocab: Vocabulary | None = None
+        self._tgt_vocab: Vocabulary | None = None
+        self._examples: dict[str, list[Example]] = {}
+        self._encoded: dict[str, list[EncodedExample]] = {}
+
+    # ---- building -------------------------------------------------------------------------
+
+    def setup(self, stage: str | None = None) -> None:
+        """Build vocabularies and all three splits (once; later calls return at once)."""
+        if self._examples:
+            return
+        if self.task == "tsv":
+            examples, src_vocab, tgt_vocab = self._build_tsv()
+        else:
+            examples, src_vocab, tgt_vocab = self._build_synthetic()
+        encoded = {split: encode_examples(exs, src_vocab, tgt_vocab) for split, exs in examples.items()}
+        self._src_vocab, self._tgt_vocab = src_vocab, tgt_vocab
+        self._examples, self._encoded = examples, encoded
+
+    def _build_synthetic(self) -> tuple[dict[str, list[Example]], Vocabulary, Vocabulary]:
+        options = {"num_symbols": self.num_symbols} if self.task in SYMBOL_TASKS else {}
+        spec = make_task(self.task, **options)
+        examples = {
+            "train": generate(self.task, self.train_size, self.train_lengths, 3 * self.seed, **options),
+            "val": generate(self.task, self.val_size, self.eval_lengths, 3 * self.seed + 1, **options),
+            "test": generate(self.task, self.test_size, self.eval_lengths, 3 * self.seed + 2, **options),
+        }
+        return examples, Vocabulary(spec.source_tokens()), Vocabulary(spec.target_tokens())
+
+    def _build_tsv(self) -> tuple[dict[str, list[Example]], Vocabulary, Vocabulary]:
+        corpus = read_tsv(self.path, tokenizer=self.tokenizer, lowercase=self.lowercase)
+        sizes = {"train": self.train_size, "val": self.val_size, "test": self.test_size}
+        total = sum(sizes.values())
+        splits = split_examples(corpus, [size / total for size in sizes.values()], seed=self.seed)
+        examples = {}
+        for (split, size), part in zip(sizes.items(), splits, strict=True):
+            lengths = self.train_lengths if split == "train" else self.eval_lengths
+            kept = filter_by_source_length(part, lengths)[:size]
+            if not kept:
+                raise DataError(
+                    self.path,
+                    f"the {split} split has no pair with source length in {list(lengths)} "
+                    f"(corpus of {len(corpus)} pairs, {len(part)} in this split before filtering)",
+                    f"widen {'train_lengths' if split == 'train' else 'eval_lengths'}, raise {split}_size, "
+                    "or use a bigger corpus",
+                )
+            examples[split] = kept
+        train = examples["train"]
+        return examples, Vocabulary.build(ex.src for ex in train), Vocabulary.build(ex.tgt for ex in train)
+
+    def _require_setup(self, name: str) -> None:
+        if not self._examples:
+            raise RuntimeError(f"Seq2SeqDataModule.{name} is built by setup(); call datamodule.setup() first")
+
+    # ---- what the rest of attnseq reads --------------------------------------------------
+
+    @property
+    def src_vocab(self) -> Vocabulary:
+        self._require_setup("src_vocab")
+        return self._src_vocab
+
+    @property
+    def tgt_vocab(self) -> Vocabulary:
+        self._require_setup("tgt_vocab")
+        return self._tgt_vocab
+
+    @property
+    def train_examples(self) -> list[Example]:
+        self._require_setup("train_examples")
+        return self._examples["train"]
+
+    @property
+    def val_examples(self) -> list[Example]:
+        self._require_setup("val_examples")
+        return self._examples["val"]
+
+    @property
+    def test_examples(self) -> list[Example]:
+        self._require_setup("test_examples")
+        return self._examples["test"]
+
+    @property
+    def max_eval_length(self) -> int:
+        """The longest source length evaluated (the upper end of ``eval_lengths``)."""
+        return self.eval_lengths[1]
+
+    def encode_examples(self, examples: Sequence[Example]) -> list[EncodedExample]:
+        """Examples mapped to ids with this module's vocabularies (unknown tokens -> UNK)."""
+        self._require_setup("encode_examples")
+        return encode_examples(examples, self._src_vocab, self._tgt_vocab)
+
+    # ---- dataloaders ------------------------------------------------------------------------
+
+    def _loader(self, items: list[EncodedExample], batch_size: int, shuffle: bool, bucketing: bool) -> DataLoader:
+        if bucketing:
+            sampler = LengthBucketBatchSampler([len(x.src) for x in items], batch_size, shuffle=shuffle, seed=self.seed)
+            return DataLoader(items, batch_sampler=sampler, collate_fn=collate, num_workers=self.num_workers)
+        generator = torch.Generator().manual_seed(self.seed)
+        return DataLoader(
+            items, batch_size=batch_size, shuffle=shuffle, generator=generator,
+            collate_fn=collate, num_workers=self.num_workers,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        self._require_setup("train_dataloader")
+        return self._loader(self._encoded["train"], self.batch_size, shuffle=True, bucketing=self.length_bucketing)
+
+    def val_dataloader(self) -> DataLoader:
+        """Always in one fixed order, sorted by source length (``length_bucketing`` is for training)."""
+        self._require_setup("val_dataloader")
+        return self._loader(self._encoded["val"], self.batch_size, shuffle=False, bucketing=True)
+
+    def test_dataloader(self) -> DataLoader:
+        self._require_setup("test_dataloader")
+        return self._loader(self._encoded["test"], self.batch_size, shuffle=False, bucketing=True)
+
+    def make_dataloader(self, examples: Sequence[Example], batch_size: int, shuffle: bool = False) -> DataLoader:
+        """A dataloader over extra examples (e.g. another length range), length-grouped."""
+        _check_int_at_least("batch_size", batch_size)
+        return self._loader(self.encode_examples(examples), batch_size, shuffle=shuffle, bucketing=True)

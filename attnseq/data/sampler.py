@@ -1,0 +1,112 @@
+"""Length-bucketed batching: batches of similar source length, so little of a batch is padding.
+
+With ``shuffle=True`` each epoch: permute all indices (seeded by ``seed`` and the epoch), cut the
+permutation into chunks of ``batch_size * chunk_batches`` indices, sort each chunk by length, cut
+it into batches, then shuffle the order of all batches. With ``shuffle=False``: sort all indices
+by length (ties by index) and cut in order, the same every time.
+
+On the copy task with lengths [1, 40] and batch 64 this keeps padding to a few percent of positions,
+where plain random batches are about half padding (see ``padding_fraction``).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+
+from torch.utils.data import Sampler
+
+from attnseq.data.batch import Batch
+from attnseq.data.lengths import is_int
+
+
+class EpochPermutationSampler(Sampler[int]):
+    """All indices ``0..n-1``, permuted by ``random.Random(f"{seed}:{epoch}")`` (or in order).
+
+    The epoch is set explicitly with ``set_epoch``; nothing changes between two iterations of
+    the same epoch. Lightning calls ``set_epoch`` on ``dataloader.batch_sampler.sampler`` at the
+    start of every training epoch, which is why the batch sampler keeps its order source here.
+    """
+
+    def __init__(self, n: int, shuffle: bool, seed: int) -> None:
+        self.n = n
+        self.shuffle = shuffle
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[int]:
+        order = list(range(self.n))
+        if self.shuffle:
+            random.Random(f"{self.seed}:{self.epoch}").shuffle(order)
+        return iter(order)
+
+
+class LengthBucketBatchSampler(Sampler[list[int]]):
+    """Yields lists of dataset indices; pass it to ``DataLoader(batch_sampler=...)``.
+
+    Args:
+        lengths: source length of each dataset item.
+        batch_size: indices per batch (the last batch may be smaller unless ``drop_last``).
+        shuffle: reshuffle every epoch (training) or keep one sorted order (evaluation).
+        seed: with the epoch, fixes the order exactly.
+        drop_last: drop the one incomplete batch, if any.
+        chunk_batches: how many batches' worth of indices are sorted together; larger means
+            less padding but batch contents that vary less from epoch to epoch.
+    """
+
+    def __init__(
+        self,
+        lengths: Sequence[int],
+        batch_size: int,
+        shuffle: bool,
+        seed: int,
+        drop_last: bool = False,
+        chunk_batches: int = 50,
+    ) -> None:
+        if not is_int(batch_size) or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        if not is_int(chunk_batches) or chunk_batches < 1:
+            raise ValueError(f"chunk_batches must be an int >= 1, got {chunk_batches!r}")
+        if not is_int(seed):
+            raise ValueError(f"seed must be an int, got {seed!r}")
+        self.lengths = [int(n) for n in lengths]
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.drop_last = drop_last
+        self.chunk_batches = chunk_batches
+        self.sampler = EpochPermutationSampler(len(self.lengths), shuffle, seed)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.sampler.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        n = len(self.lengths)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        order = list(self.sampler)
+        chunk = self.batch_size * self.chunk_batches if self.shuffle else max(len(order), 1)
+        batches: list[list[int]] = []
+        for start in range(0, len(order), chunk):
+            by_length = sorted(order[start : start + chunk], key=lambda i: self.lengths[i])  # stable
+            batches += [by_length[k : k + self.batch_size] for k in range(0, len(by_length), self.batch_size)]
+        # Chunks hold whole batches, so only the very last batch can be short.
+        if self.drop_last and batches and len(batches[-1]) < self.batch_size:
+            batches.pop()
+        if self.shuffle:
+            random.Random(f"{self.seed}:{self.sampler.epoch}:batches").shuffle(batches)
+        return iter(batches)
+
+
+def padding_fraction(batch: Batch) -> float:
+    """Fraction of the batch's source and target (``tgt_out``) positions that are padding."""
+    total = batch.src.numel() + batch.tgt_out.numel()
+    real = int(batch.src_lengths.sum()) + int(batch.tgt_lengths.sum())
+    return (total - real) / total

@@ -1,0 +1,94 @@
+"""Reading a tab-separated parallel corpus (``source<TAB>target`` per line) into Examples.
+
+The format is the Tatoeba / manythings.org Anki sentence-pair file, restricted to exactly two
+columns: every line must hold exactly one tab. Anki downloads carry a third attribution column;
+``read_tsv`` rejects it with the fix (``cut -f1,2``) rather than guessing which columns to keep.
+Lines end with ``\\n`` or ``\\r\\n``; a UTF-8 byte-order mark is ignored. Blank lines are errors
+too (a blank line is a line without a tab), which keeps line numbers meaningful.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from attnseq.data.errors import DataError
+from attnseq.data.example import Example
+from attnseq.data.tokenizers import check_tokenizer, tokenize
+
+_UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def _read_text(path: Path) -> str:
+    if not path.exists():
+        raise DataError(
+            path,
+            "file not found",
+            f"check the path; a relative path is resolved from the working directory {os.getcwd()} "
+            "(Hydra may change it), so prefer an absolute path",
+        )
+    if not path.is_file():
+        raise DataError(path, "not a regular file", "point to a tab-separated text file, not a directory")
+    data = path.read_bytes()
+    if data.startswith(_UTF8_BOM):
+        data = data[len(_UTF8_BOM) :]
+    if data.strip() == b"":
+        raise DataError(path, "file is empty", "fill it with one 'source<TAB>target' pair per line")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
+        raise DataError(
+            path,
+            f"not valid UTF-8: byte 0x{data[error.start]:02x} at byte {column} of the line",
+            "re-save the file as UTF-8, e.g. `iconv -f latin1 -t utf-8 in.tsv > out.tsv`",
+            line=line,
+        ) from None
+
+
+def read_tsv(path: str | Path, tokenizer: str = "word", lowercase: bool = True) -> list[Example]:
+    """All sentence pairs of ``path``, tokenised, in file order, with ``alignment=None``.
+
+    Raises:
+        DataError: the file is missing, empty or not UTF-8; a line has not exactly one tab; or
+            one side of a pair is empty. The message names the path, the line and the fix.
+        ValueError: ``tokenizer`` is not one of ``word``, ``char``.
+    """
+    check_tokenizer(tokenizer)
+    path = Path(path)
+    text = _read_text(path)
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the newline that ends the last line does not start a new one
+    examples = []
+    for number, line in enumerate(lines, start=1):
+        line = line.removesuffix("\r")
+        tabs = line.count("\t")
+        if line.strip() == "":
+            raise DataError(path, "blank line", "delete it: every line must be 'source<TAB>target'", line=number)
+        if tabs == 0:
+            raise DataError(
+                path,
+                "no tab on this line",
+                "separate source and target with one tab character (not spaces): 'source<TAB>target'",
+                line=number,
+            )
+        if tabs > 1:
+            raise DataError(
+                path,
+                f"{tabs} tabs on this line, expected exactly one (source<TAB>target)",
+                "keep only the first two columns, e.g. `cut -f1,2 in.tsv > out.tsv` for Anki files "
+                "with an attribution column, and remove tabs inside sentences",
+                line=number,
+            )
+        source, target = line.split("\t")
+        src = tokenize(source, tokenizer, lowercase)
+        tgt = tokenize(target, tokenizer, lowercase)
+        for side, tokens in (("source", src), ("target", tgt)):
+            if not tokens:
+                raise DataError(
+                    path, f"empty {side} side", "give both sides some text, or delete the line", line=number
+                )
+        examples.append(Example(src=src, tgt=tgt, alignment=None))
+    return examples
