@@ -27,5 +27,9 @@ test-gpu: $(STAMP)  ## only the tests that need a CUDA device
 test-all: $(STAMP)  ## everything but the GPU tests
 	$(PY) -m pytest -m "not gpu" $(PYTEST_ARGS)
 
+MLFLOW_URI ?= sqlite:///mlflow.db
+ui: $(STAMP)  ## the MLflow UI on the embedded store, at http://127.0.0.1:5000
+	$(VENV)/bin/mlflow ui --backend-store-uri $(MLFLOW_URI) --host 127.0.0.1 --port 5000
+
 clean:
 	rm -rf $(VENV) outputs multirun mlruns mlartifacts mlflow.db .pytest_cache

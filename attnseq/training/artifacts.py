@@ -1,0 +1,146 @@
+"""``RunArtifacts``: everything a run writes to MLflow besides scalar metrics.
+
+- at start: the resolved config (``config/resolved.yaml``), the vocabularies (``vocab/*.json``),
+  the model summary;
+- every validation epoch: attention heatmaps of a fixed set of validation samples (short,
+  medium, longer than training) as time-stepped images (``attention/<label>``, step = epoch, so
+  the UI shows a step slider) and the per-bucket table, appended (``tables/val_length_buckets.json``);
+- at the end: the accuracy-vs-length figure, the best and last checkpoints, and a portable
+  ``model/model.pt`` (config + weights, loadable with ``torch.load(weights_only=True)``).
+
+All of it happens on rank 0 only, and never inside a training step.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from mlflow.tracking import MlflowClient
+
+from attnseq.data import Example, collate
+from attnseq.data.vocab import EOS
+from attnseq.model import greedy_decode
+from attnseq.training.lit_module import Seq2SeqLitModule, decode_length_limit
+from attnseq.training.plots import accuracy_vs_length, attention_heatmap, figure_to_array
+
+BUCKET_TABLE = "tables/val_length_buckets.json"
+LENGTH_FIGURE = "figures/accuracy_vs_length.png"
+MODEL_FILE = "model/model.pt"
+
+
+def pick_heatmap_samples(
+    examples: list[Example], train_lengths: tuple[int, int], count: int = 3
+) -> dict[str, Example]:
+    """A fixed, deterministic choice: short, medium and the longest evaluated (beyond training
+    where the evaluation lengths reach past it)."""
+    lo, hi = train_lengths
+    longest = max(len(e.src) for e in examples)
+    targets = {"short": lo + (hi - lo) // 4, "medium": (lo + hi) // 2 + 1, "long": longest}
+    if longest <= hi:
+        targets["long"] = hi
+    # min() keeps the first of equally close examples, so the choice is stable across epochs
+    return {
+        label: min(examples, key=lambda e: abs(len(e.src) - target))
+        for label, target in list(targets.items())[:count]
+    }
+
+
+class RunArtifacts(Callback):
+    def __init__(
+        self,
+        client: MlflowClient,
+        run_id: str,
+        resolved_config: str,
+        best: ModelCheckpoint,
+        last: ModelCheckpoint,
+        heatmap_samples: int = 3,
+        heatmap_every_n_epochs: int = 1,
+    ) -> None:
+        self.client = client
+        self.run_id = run_id
+        self.resolved_config = resolved_config
+        self.best = best
+        self.last = last
+        self.heatmap_samples = heatmap_samples
+        self.heatmap_every_n_epochs = heatmap_every_n_epochs
+        self.samples: dict[str, Example] = {}
+
+    # -- start ---------------------------------------------------------------------------
+    def on_fit_start(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
+        if not trainer.is_global_zero:
+            return
+        data = trainer.datamodule
+        self.client.log_text(self.run_id, self.resolved_config, "config/resolved.yaml")
+        self.client.log_text(self.run_id, data.src_vocab.to_json(), "vocab/src.json")
+        self.client.log_text(self.run_id, data.tgt_vocab.to_json(), "vocab/tgt.json")
+        self.client.log_text(self.run_id, str(pl_module.model), "model/summary.txt")
+        self.client.log_param(self.run_id, "model.num_parameters", pl_module.model.num_parameters())
+        if self.heatmap_samples and pl_module.model.attention is not None:
+            self.samples = pick_heatmap_samples(data.val_examples, pl_module.train_lengths, self.heatmap_samples)
+
+    # -- every epoch ---------------------------------------------------------------------
+    def on_validation_end(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
+        if trainer.sanity_checking or not trainer.is_global_zero:
+            return
+        epoch = trainer.current_epoch
+        rows = pl_module.last_bucket_tables.get("val", [])
+        if rows:
+            table = {key: [row[key] for row in rows] for key in rows[0]}
+            table["epoch"] = [epoch] * len(rows)
+            self.client.log_table(self.run_id, table, BUCKET_TABLE)
+        if self.samples and epoch % self.heatmap_every_n_epochs == 0:
+            self.log_heatmaps(trainer, pl_module, epoch)
+
+    @torch.no_grad()
+    def log_heatmaps(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule, epoch: int) -> None:
+        data = trainer.datamodule
+        batch = collate(data.encode_examples(list(self.samples.values()))).to(pl_module.device)
+        was_training = pl_module.training
+        pl_module.eval()
+        limit = decode_length_limit(batch.src_lengths, pl_module.decode_ratio, pl_module.decode_extra)
+        decoded = greedy_decode(pl_module.model, batch.src, batch.src_lengths, max_length=limit)
+        pl_module.train(was_training)
+        for i, (label, example) in enumerate(self.samples.items()):
+            n_src, n_out = len(example.src), int(decoded.lengths[i])
+            out_ids = decoded.tokens[i, :n_out].tolist()
+            out_tokens = data.tgt_vocab.decode(out_ids)
+            weights = decoded.attention[i, :, :n_out, :n_src].float().cpu().numpy()  # (H, T_out, T_src)
+            correct = out_ids[:-1] == data.tgt_vocab.encode(example.tgt) and out_ids[-1:] == [EOS]
+            title = f"{label} sample (source length {n_src}), epoch {epoch}: {'correct' if correct else 'wrong'}"
+            figure = attention_heatmap(weights, example.src, out_tokens, title, gold=example.alignment)
+            self.client.log_image(self.run_id, figure_to_array(figure), key=f"attention/{label}", step=epoch)
+
+    # -- end -----------------------------------------------------------------------------
+    def on_fit_end(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
+        if not trainer.is_global_zero:
+            return
+        rows = pl_module.last_bucket_tables.get("val", [])
+        if rows:
+            figure = accuracy_vs_length(
+                {"token accuracy": rows, "exact match": [{**r, "acc": r["exact_match"]} for r in rows]},
+                pl_module.train_lengths,
+                f"validation accuracy vs source length, after {trainer.current_epoch} epochs",
+            )
+            self.client.log_image(self.run_id, figure_to_array(figure), artifact_file=LENGTH_FIGURE)
+        self.log_checkpoints(pl_module)
+
+    def log_checkpoints(self, pl_module: Seq2SeqLitModule) -> None:
+        for path in (self.best.best_model_path, self.last.best_model_path):
+            if path and Path(path).is_file():
+                self.client.log_artifact(self.run_id, path, "checkpoints")
+        best = self.best.best_model_path
+        state = (
+            torch.load(best, map_location="cpu", weights_only=True)["state_dict"]
+            if best and Path(best).is_file()
+            else pl_module.state_dict()
+        )
+        weights = {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "model.pt"
+            torch.save({"model_config": asdict(pl_module.model.config), "state_dict": weights}, path)
+            self.client.log_artifact(self.run_id, str(path), "model")

@@ -1,0 +1,136 @@
+"""The LightningModule around ``Seq2Seq``: loss, optimisation, and the validation metrics.
+
+Metrics are updated on tensors (no host syncs in the steps) and logged once per epoch:
+``val/loss``, ``val/acc``, ``val/exact_match``, ``val/acc_best``, every length bucket
+(``val/acc_len/01-05``, ``val/exact_len/01-05``, …), the same restricted to the training lengths
+(``val/acc_train_lengths``, ``val/exact_match_train_lengths``) and, for models with attention
+on tasks with a gold alignment, ``val/align_acc`` and ``val/attn_entropy``. ``test/…`` likewise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import lightning as L
+import torch
+from torch import Tensor
+from torch.nn import functional as F
+from torchmetrics import MaxMetric, MetricCollection
+
+from attnseq.data.batch import Batch
+from attnseq.data.vocab import PAD
+from attnseq.metrics import AttentionDiagnostics, LengthBucketedAccuracy
+from attnseq.model import Seq2Seq, greedy_decode
+
+OptimizerFactory = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
+SchedulerFactory = Callable[[torch.optim.Optimizer], object]
+
+
+def decode_length_limit(src_lengths: Tensor, ratio: float, extra: int) -> int:
+    """How many tokens greedy decoding may emit for a batch: ``ratio × longest source + extra``."""
+    return int(int(src_lengths.max()) * ratio) + extra
+
+
+class Seq2SeqLitModule(L.LightningModule):
+    def __init__(
+        self,
+        model: Seq2Seq,
+        optimizer: OptimizerFactory,
+        scheduler: SchedulerFactory | None = None,
+        *,
+        train_lengths: tuple[int, int],
+        max_eval_length: int,
+        bucket_width: int,
+        teacher_forcing: float = 1.0,
+        decode_ratio: float = 1.5,
+        decode_extra: int = 5,
+        scheduler_monitor: str = "val/loss",
+    ) -> None:
+        super().__init__()
+        self.model = model
+        self.optimizer_factory = optimizer
+        self.scheduler_factory = scheduler
+        self.scheduler_monitor = scheduler_monitor
+        self.train_lengths = tuple(train_lengths)
+        self.teacher_forcing = teacher_forcing
+        self.decode_ratio = decode_ratio
+        self.decode_extra = decode_extra
+        _, hi = self.train_lengths
+        self.val_metrics = MetricCollection(
+            {
+                "buckets": LengthBucketedAccuracy(max_eval_length, bucket_width),
+                "train_lengths": LengthBucketedAccuracy(hi, hi),  # one bucket: every seen length
+                "attention": AttentionDiagnostics(),
+            },
+            compute_groups=False,
+        )
+        self.test_metrics = self.val_metrics.clone()
+        self.val_acc_best = MaxMetric()
+        self.last_bucket_tables: dict[str, list[dict]] = {}
+        """The latest epoch's per-bucket rows, by stage: read by the tracking callbacks."""
+
+    # -- training ------------------------------------------------------------------------
+    def loss(self, logits: Tensor, target: Tensor) -> Tensor:
+        return F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=PAD)  # mean over real tokens
+
+    def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
+        logits, _ = self.model(batch.src, batch.src_lengths, batch.tgt_in, teacher_forcing=self.teacher_forcing)
+        loss = self.loss(logits, batch.tgt_out)
+        size = len(batch)
+        self.log("train/loss", loss, on_step=False, on_epoch=True, batch_size=size)
+        self.log("train/loss_step", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=size)
+        padding = 1.0 - (batch.src_lengths.sum() + batch.tgt_lengths.sum()) / (batch.src.numel() + batch.tgt_out.numel())
+        self.log("train/padding_fraction", padding, on_step=False, on_epoch=True, batch_size=size)
+        return loss
+
+    def configure_optimizers(self):
+        optimizer = self.optimizer_factory(self.model.parameters())
+        if self.scheduler_factory is None:
+            return optimizer
+        scheduler = self.scheduler_factory(optimizer)
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "monitor": self.scheduler_monitor, "interval": "epoch"},
+        }
+
+    # -- evaluation ----------------------------------------------------------------------
+    def _evaluate(self, batch: Batch, metrics: MetricCollection, stage: str) -> None:
+        logits, attention = self.model(batch.src, batch.src_lengths, batch.tgt_in)  # teacher forced
+        self.log(f"{stage}/loss", self.loss(logits, batch.tgt_out), on_epoch=True, batch_size=len(batch))
+        limit = decode_length_limit(batch.src_lengths, self.decode_ratio, self.decode_extra)
+        decoded = greedy_decode(self.model, batch.src, batch.src_lengths, max_length=limit)
+        metrics["buckets"].update(decoded.tokens, batch.tgt_out, batch.tgt_lengths, batch.src_lengths)
+        lo, hi = self.train_lengths
+        seen = (batch.src_lengths >= lo) & (batch.src_lengths <= hi)  # (B,)
+        metrics["train_lengths"].update(
+            decoded.tokens[seen], batch.tgt_out[seen], batch.tgt_lengths[seen], batch.src_lengths[seen]
+        )
+        if attention is not None:
+            metrics["attention"].update(attention, batch.alignment, batch.tgt_lengths)
+
+    def _log_epoch(self, metrics: MetricCollection, stage: str) -> dict[str, Tensor]:
+        values = {f"{stage}/{name}": value for name, value in metrics["buckets"].compute().items()}
+        seen = metrics["train_lengths"].compute()
+        if seen:
+            values[f"{stage}/acc_train_lengths"] = seen["acc"]
+            values[f"{stage}/exact_match_train_lengths"] = seen["exact_match"]
+        values.update({f"{stage}/{name}": value for name, value in metrics["attention"].compute().items()})
+        self.last_bucket_tables[stage] = metrics["buckets"].bucket_table()
+        self.log_dict(values, sync_dist=False)
+        metrics.reset()
+        return values
+
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        self._evaluate(batch, self.val_metrics, "val")
+
+    def on_validation_epoch_end(self) -> None:
+        values = self._log_epoch(self.val_metrics, "val")
+        if "val/acc" in values and not self.trainer.sanity_checking:
+            self.val_acc_best(values["val/acc"])
+            self.log("val/acc_best", self.val_acc_best.compute())
+
+    def test_step(self, batch: Batch, batch_idx: int) -> None:
+        self._evaluate(batch, self.test_metrics, "test")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_epoch(self.test_metrics, "test")

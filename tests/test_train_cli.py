@@ -1,0 +1,472 @@
+"""End to end through the real CLI (``python train.py …``): what one run, a sweep, a parallel
+sweep and a failing run leave in MLflow, and that printing the config creates nothing.
+
+Every test trains a tiny model in a subprocess whose working directory, MLflow store (SQLite +
+``mlruns/``) and Hydra output directories all lie under ``tmp_path``, then reads the store back
+with ``MlflowClient``. Expected values (bucket names, the running best, parameter counts, the
+sweep's grid) are computed here, independently of the code under test.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from mlflow.entities import ViewType
+from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+from attnseq.data import SPECIAL_TOKENS, Seq2SeqDataModule, Vocabulary
+from attnseq.model import ModelConfig, build_seq2seq
+
+REPO = Path(__file__).resolve().parents[1]
+TRAIN_PY = REPO / "train.py"
+EXPERIMENT = "attnseq"
+
+TRAIN_LENGTHS = (1, 6)
+EVAL_LENGTHS = (1, 12)  # reaches past training; the last bucket (11-12) is narrower than the width
+BUCKET_WIDTH = 5
+NUM_SYMBOLS = 10
+MAX_EPOCHS = 2
+HEATMAP_LABELS = ("short", "medium", "long")
+CLI_TIMEOUT_S = 300
+
+
+# -- helpers ---------------------------------------------------------------------------------
+def tiny(max_epochs: int = MAX_EPOCHS, heatmaps: bool = True) -> list[str]:
+    """Overrides that make a run take seconds on a shared CPU."""
+    overrides = [
+        "dataset.train_size=128",
+        "dataset.val_size=32",
+        "dataset.test_size=32",
+        f"dataset.train_lengths=[{TRAIN_LENGTHS[0]},{TRAIN_LENGTHS[1]}]",
+        f"dataset.eval_lengths=[{EVAL_LENGTHS[0]},{EVAL_LENGTHS[1]}]",
+        f"dataset.bucket_width={BUCKET_WIDTH}",
+        f"dataset.num_symbols={NUM_SYMBOLS}",
+        "model.hidden_size=16",
+        "model.embedding_dim=8",
+        f"trainer.max_epochs={max_epochs}",
+        "trainer.enable_progress_bar=false",
+        "trainer.enable_model_summary=false",
+    ]
+    if not heatmaps:
+        overrides.append("tracking.heatmap_samples=0")
+    return overrides
+
+
+def tracking_uri(root: Path) -> str:
+    return f"sqlite:///{root}/mlflow.db"
+
+
+def outputs_under(root: Path) -> list[str]:
+    """Send the MLflow store and Hydra's run and sweep directories under ``root``."""
+    return [f"mlflow.tracking_uri={tracking_uri(root)}", f"hydra.run.dir={root}/out", f"hydra.sweep.dir={root}/multi"]
+
+
+def clean_env() -> dict[str, str]:
+    """The test's environment without anything that would redirect MLflow or join a sweep."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "ATTNSEQ_"))} | {
+        "HYDRA_FULL_ERROR": "1"
+    }
+
+
+def run_cli(root: Path, *args: str, timeout: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(TRAIN_PY), *args],
+        cwd=root,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def explain(proc: subprocess.CompletedProcess) -> str:
+    return (
+        f"exit code {proc.returncode}\n--- stdout (tail) ---\n{proc.stdout[-3000:]}\n"
+        f"--- stderr (tail) ---\n{proc.stderr[-6000:]}"
+    )
+
+
+def all_runs(client: MlflowClient) -> list:
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    assert experiment is not None, f"no experiment {EXPERIMENT!r} in the store"
+    return client.search_runs([experiment.experiment_id], run_view_type=ViewType.ALL, max_results=1000)
+
+
+def artifact_paths(client: MlflowClient, run_id: str, path: str | None = None) -> set[str]:
+    paths: set[str] = set()
+    for info in client.list_artifacts(run_id, path):
+        paths |= artifact_paths(client, run_id, info.path) if info.is_dir else {info.path}
+    return paths
+
+
+def is_child(run) -> bool:
+    return MLFLOW_PARENT_RUN_ID in run.data.tags
+
+
+def flatten(tree: dict, prefix: str = "") -> dict:
+    """``{"a": {"b": 1}}`` → ``{"a.b": 1}``, written here rather than imported from the code under test."""
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat |= flatten(value, f"{prefix}{key}.")
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def bucket_of(length: int, width: int, max_length: int) -> str:
+    """The zero-padded inclusive bucket a source length falls in: 7 → ``06-10``; 12 → ``11-12``."""
+    digits = max(2, len(str(max_length)))
+    lo = (length - 1) // width * width + 1
+    hi = min(lo + width - 1, max_length)
+    return f"{lo:0{digits}d}-{hi:0{digits}d}"
+
+
+def git_head() -> str | None:
+    if not (REPO / ".git").exists() or shutil.which("git") is None:
+        return None
+    proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+# -- one run ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    """One default run (copy, GRU, additive, Bahdanau, 1 head), its store and its artifacts."""
+    root = tmp_path_factory.mktemp("single")
+    proc = run_cli(root, *tiny(), *outputs_under(root))
+    assert proc.returncode == 0, explain(proc)
+    client = MlflowClient(tracking_uri(root))
+    runs = all_runs(client)
+    assert len(runs) == 1, [r.info.run_name for r in runs]
+    run = runs[0]
+    local = root / "downloaded"
+    local.mkdir()
+    client.download_artifacts(run.info.run_id, "", str(local))
+    resolved = yaml.safe_load((local / "config" / "resolved.yaml").read_text())
+    data = Seq2SeqDataModule(**resolved["dataset"], seed=resolved["seed"])
+    data.setup()
+    return {"root": root, "client": client, "run": run, "local": local, "resolved": resolved, "data": data}
+
+
+def test_single_run_finishes(single):
+    run = single["run"]
+    assert run.info.status == "FINISHED"
+    assert run.info.end_time is not None
+    assert MLFLOW_PARENT_RUN_ID not in run.data.tags
+
+
+def test_single_run_name_and_tags(single):
+    run = single["run"]
+    name, tags = run.info.run_name, run.data.tags
+    for choice in ("copy", "gru", "additive", "bahdanau", "h1"):
+        assert choice in name, name
+    assert tags["attnseq.kind"] == "train"
+    assert "model.hidden_size=16" in tags["attnseq.overrides"]
+    head = git_head()
+    if head is not None:
+        assert tags["git_commit"] == head
+        assert tags["git_dirty"] in ("True", "False")
+
+
+def test_single_run_resolved_config_matches_overrides(single):
+    resolved, root = single["resolved"], single["root"]
+    assert resolved["dataset"]["train_size"] == 128
+    assert resolved["dataset"]["val_size"] == 32
+    assert resolved["dataset"]["train_lengths"] == list(TRAIN_LENGTHS)
+    assert resolved["dataset"]["eval_lengths"] == list(EVAL_LENGTHS)
+    assert resolved["model"]["hidden_size"] == 16
+    assert resolved["model"]["embedding_dim"] == 8
+    assert resolved["trainer"]["max_epochs"] == MAX_EPOCHS
+    assert resolved["trainer"]["enable_progress_bar"] is False
+    assert resolved["scorer"]["name"] == "additive"
+    assert resolved["mlflow"]["tracking_uri"] == tracking_uri(root)
+    assert resolved["paths"]["output_dir"] == str(root / "out")
+    assert "${" not in (single["local"] / "config" / "resolved.yaml").read_text()  # fully resolved
+
+
+def test_single_run_params_cover_the_resolved_config(single):
+    params, resolved = single["run"].data.params, single["resolved"]
+    missing = set(flatten(resolved)) - set(params)
+    assert not missing, sorted(missing)
+    assert params["model.heads"] == "1"
+    assert params["model.hidden_size"] == "16"
+    assert params["scorer.name"] == "additive"
+    assert params["encoder.cell"] == "gru"
+    assert params["decoder.convention"] == "bahdanau"
+    assert params["dataset.train_lengths"] == str(list(TRAIN_LENGTHS))
+    assert params["optimizer.lr"] == str(resolved["optimizer"]["lr"])
+    assert int(params["model.num_parameters"]) > 0
+
+
+def test_single_run_metrics_one_value_per_epoch(single):
+    client, run, data = single["client"], single["run"], single["data"]
+    buckets = {bucket_of(len(e.src), BUCKET_WIDTH, EVAL_LENGTHS[1]) for e in data.val_examples}
+    expected_buckets = {f"val/{kind}_len/{b}" for kind in ("acc", "exact") for b in buckets}
+    logged_buckets = {k for k in run.data.metrics if k.startswith(("val/acc_len/", "val/exact_len/"))}
+    assert logged_buckets == expected_buckets
+    for key in ("train/loss", "val/loss", "val/acc", "val/exact_match", "val/acc_best", *expected_buckets):
+        history = client.get_metric_history(run.info.run_id, key)
+        assert len(history) == MAX_EPOCHS, (key, [(m.step, m.value) for m in history])
+
+
+def test_single_run_acc_best_is_running_max_of_acc(single):
+    client, run_id = single["client"], single["run"].info.run_id
+    acc = [m.value for m in sorted(client.get_metric_history(run_id, "val/acc"), key=lambda m: m.step)]
+    best = [m.value for m in sorted(client.get_metric_history(run_id, "val/acc_best"), key=lambda m: m.step)]
+    assert best == pytest.approx([max(acc[: i + 1]) for i in range(len(acc))])
+
+
+def test_single_run_heatmaps_every_epoch(single):
+    paths = artifact_paths(single["client"], single["run"].info.run_id, "images")
+    steps: dict[str, list[int]] = {}
+    for path in paths:
+        match = re.fullmatch(r"images/attention~(\w+)\+step\+(\d+)\+.*\.png", path)
+        if match and not path.endswith("+compressed.png"):
+            steps.setdefault(match[1], []).append(int(match[2]))
+    assert {label: sorted(s) for label, s in steps.items()} == {
+        label: list(range(MAX_EPOCHS)) for label in HEATMAP_LABELS
+    }, sorted(paths)
+
+
+def test_single_run_artifacts(single):
+    paths = artifact_paths(single["client"], single["run"].info.run_id)
+    for expected in (
+        "config/resolved.yaml",
+        "vocab/src.json",
+        "vocab/tgt.json",
+        "model/model.pt",
+        "checkpoints/best.ckpt",
+        "checkpoints/last.ckpt",
+        "figures/accuracy_vs_length.png",
+        "tables/val_length_buckets.json",
+    ):
+        assert expected in paths, sorted(paths)
+    assert (single["local"] / "figures" / "accuracy_vs_length.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_single_run_bucket_table_counts_every_epoch(single):
+    table = json.loads((single["local"] / "tables" / "val_length_buckets.json").read_text())
+    rows = [dict(zip(table["columns"], row)) for row in table["data"]]
+    counts = Counter(bucket_of(len(e.src), BUCKET_WIDTH, EVAL_LENGTHS[1]) for e in single["data"].val_examples)
+    every_bucket = sorted({bucket_of(n, BUCKET_WIDTH, EVAL_LENGTHS[1]) for n in range(1, EVAL_LENGTHS[1] + 1)})
+    for epoch in range(MAX_EPOCHS):
+        logged = {r["bucket"]: r["sequences"] for r in rows if r["epoch"] == epoch}
+        assert logged == {b: counts.get(b, 0) for b in every_bucket}, (epoch, rows)
+
+
+def test_single_run_vocabularies_load(single):
+    local, data = single["local"], single["data"]
+    src = Vocabulary.from_json((local / "vocab" / "src.json").read_text())
+    tgt = Vocabulary.from_json((local / "vocab" / "tgt.json").read_text())
+    assert src == data.src_vocab and tgt == data.tgt_vocab
+    assert len(src) == len(SPECIAL_TOKENS) + NUM_SYMBOLS  # copy task: every symbol, both sides
+
+
+def test_single_run_model_file_rebuilds_the_model(single):
+    local, run = single["local"], single["run"]
+    saved = torch.load(local / "model" / "model.pt", map_location="cpu", weights_only=True)
+    config = ModelConfig(**saved["model_config"])
+    assert (config.hidden_size, config.embedding_dim, config.heads) == (16, 8, 1)
+    assert (config.cell, config.scorer, config.decoder, config.bidirectional) == ("gru", "additive", "bahdanau", False)
+    src = Vocabulary.from_json((local / "vocab" / "src.json").read_text())
+    tgt = Vocabulary.from_json((local / "vocab" / "tgt.json").read_text())
+    assert (config.src_vocab_size, config.tgt_vocab_size) == (len(src), len(tgt))
+    model = build_seq2seq(config)
+    model.load_state_dict(saved["state_dict"], strict=True)
+    assert sum(p.numel() for p in model.parameters()) == int(run.data.params["model.num_parameters"])
+    # model.pt holds the best checkpoint's weights
+    best = torch.load(local / "checkpoints" / "best.ckpt", map_location="cpu", weights_only=True)["state_dict"]
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(tensor, best[f"model.{name}"], rtol=0, atol=0)
+
+
+def test_single_run_last_checkpoint_is_the_last_epoch(single):
+    last = torch.load(single["local"] / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert last["epoch"] == MAX_EPOCHS - 1
+
+
+# -- a 2 × 2 sweep ---------------------------------------------------------------------------
+SCORERS = ("additive", "general")
+HEADS = (1, 2)
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sweep")
+    proc = run_cli(
+        root,
+        "-m",
+        f"scorer={','.join(SCORERS)}",
+        f"model.heads={','.join(map(str, HEADS))}",
+        *tiny(max_epochs=1, heatmaps=False),
+        *outputs_under(root),
+    )
+    assert proc.returncode == 0, explain(proc)
+    client = MlflowClient(tracking_uri(root))
+    runs = all_runs(client)
+    parents = [r for r in runs if not is_child(r)]
+    assert len(parents) == 1, [(r.info.run_name, r.data.tags.get("attnseq.kind")) for r in parents]
+    children = [r for r in runs if is_child(r)]
+    return {"root": root, "client": client, "parent": parents[0], "children": children}
+
+
+def test_sweep_parent(sweep):
+    parent, client = sweep["parent"], sweep["client"]
+    assert parent.data.tags["attnseq.kind"] == "sweep"
+    assert parent.info.status == "FINISHED"
+    assert set(parent.data.tags["attnseq.sweep_keys"].split(",")) == {"scorer", "model.heads"}
+    assert "sweep_summary.txt" in artifact_paths(client, parent.info.run_id)
+    summary = client.download_artifacts(parent.info.run_id, "sweep_summary.txt", str(sweep["root"]))
+    lines = Path(summary).read_text().splitlines()
+    assert len(lines) == len(SCORERS) * len(HEADS) and all(line.startswith("FINISHED") for line in lines), lines
+
+
+def test_sweep_has_one_child_per_grid_point(sweep):
+    children, parent_id = sweep["children"], sweep["parent"].info.run_id
+    assert len(children) == len(SCORERS) * len(HEADS)
+    assert {c.data.tags[MLFLOW_PARENT_RUN_ID] for c in children} == {parent_id}
+    grid = {(c.data.params["scorer.name"], int(c.data.params["model.heads"])) for c in children}
+    assert grid == set(itertools.product(SCORERS, HEADS))
+    assert len({c.info.run_name for c in children}) == len(children)  # distinct names
+
+
+@pytest.mark.parametrize(("scorer", "heads"), list(itertools.product(SCORERS, HEADS)))
+def test_sweep_child(sweep, scorer, heads):
+    [child] = [
+        c
+        for c in sweep["children"]
+        if (c.data.params["scorer.name"], int(c.data.params["model.heads"])) == (scorer, heads)
+    ]
+    assert child.info.status == "FINISHED"
+    assert f"scorer={scorer}" in child.info.run_name and f"model.heads={heads}" in child.info.run_name
+    assert child.data.tags["attnseq.sweep_id"] == sweep["parent"].info.run_id
+    assert "model/model.pt" in artifact_paths(sweep["client"], child.info.run_id, "model")
+
+
+# -- the same sweep in parallel (joblib) --------------------------------------------------------
+@pytest.mark.slow
+def test_joblib_sweep_children_share_one_parent(tmp_path):
+    proc = run_cli(
+        tmp_path,
+        "-m",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        f"scorer={','.join(SCORERS)}",
+        *tiny(max_epochs=1, heatmaps=False),
+        *outputs_under(tmp_path),
+    )
+    assert proc.returncode == 0, explain(proc)
+    runs = all_runs(MlflowClient(tracking_uri(tmp_path)))
+    parents = [r for r in runs if not is_child(r)]
+    children = [r for r in runs if is_child(r)]
+    assert len(parents) == 1 and len(children) == len(SCORERS), [(r.info.run_name, r.data.tags) for r in runs]
+    parent = parents[0]
+    assert parent.data.tags["attnseq.kind"] == "sweep" and parent.info.status == "FINISHED"
+    assert {c.data.tags[MLFLOW_PARENT_RUN_ID] for c in children} == {parent.info.run_id}
+    assert [c.info.status for c in children] == ["FINISHED"] * len(SCORERS)
+    assert sorted(c.data.params["scorer.name"] for c in children) == sorted(SCORERS)
+    assert sorted(c.data.tags["attnseq.job_num"] for c in children) == [str(i) for i in range(len(SCORERS))]
+    for child in children:
+        assert f"scorer={child.data.params['scorer.name']}" in child.info.run_name
+
+
+# -- failures ----------------------------------------------------------------------------------
+def test_failing_run_is_marked_failed(tmp_path):
+    # Adam rejects a negative learning rate when Lightning calls configure_optimizers inside
+    # fit, after the MLflow run exists.
+    proc = run_cli(tmp_path, "optimizer.lr=-1", *tiny(max_epochs=1, heatmaps=False), *outputs_under(tmp_path))
+    assert proc.returncode != 0, explain(proc)
+    assert "Invalid learning rate" in proc.stderr, explain(proc)
+    runs = all_runs(MlflowClient(tracking_uri(tmp_path)))
+    assert [(r.info.status, r.data.params.get("optimizer.lr")) for r in runs] == [("FAILED", "-1")]
+    assert runs[0].info.end_time is not None
+
+
+@pytest.mark.slow
+def test_sweep_with_a_failing_job_marks_the_parent_failed(tmp_path):
+    proc = run_cli(
+        tmp_path, "-m", "optimizer.lr=0.003,-1", *tiny(max_epochs=1, heatmaps=False), *outputs_under(tmp_path)
+    )
+    assert proc.returncode != 0, explain(proc)
+    runs = all_runs(MlflowClient(tracking_uri(tmp_path)))
+    [parent] = [r for r in runs if not is_child(r)]
+    status = {r.data.params["optimizer.lr"]: r.info.status for r in runs if is_child(r)}
+    assert status == {"0.003": "FINISHED", "-1": "FAILED"}
+    assert parent.info.status == "FAILED"
+
+
+@pytest.mark.slow
+def test_sigterm_mid_training_kills_the_run_and_exits_non_zero(tmp_path):
+    """A scheduler's SIGTERM during fit: the run is KILLED, and the CLI does not report success."""
+    log = (tmp_path / "cli.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, str(TRAIN_PY), *tiny(max_epochs=1000, heatmaps=False), *outputs_under(tmp_path)],
+        cwd=tmp_path, env=clean_env(), stdout=log, stderr=subprocess.STDOUT,
+    )
+    try:
+        client, deadline = MlflowClient(tracking_uri(tmp_path)), time.monotonic() + CLI_TIMEOUT_S
+        while time.monotonic() < deadline and proc.poll() is None:  # wait for an epoch's metrics
+            experiment = (tmp_path / "mlflow.db").exists() and client.get_experiment_by_name(EXPERIMENT)
+            runs = experiment and client.search_runs([experiment.experiment_id])
+            if runs and "val/loss" in runs[0].data.metrics:
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, (tmp_path / "cli.log").read_text()[-3000:]
+        proc.send_signal(signal.SIGTERM)
+        returncode = proc.wait(timeout=CLI_TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+    [run] = all_runs(client)
+    assert run.info.status == "KILLED"
+    assert returncode == 143, (tmp_path / "cli.log").read_text()[-3000:]
+
+
+# -- nothing before training -----------------------------------------------------------------
+def test_print_config_creates_nothing(tmp_path):
+    # the default tracking URI (sqlite:///mlflow.db) is relative to the working directory
+    proc = run_cli(tmp_path, "--cfg", "job", f"hydra.run.dir={tmp_path}/out", timeout=120)
+    assert proc.returncode == 0, explain(proc)
+    printed = yaml.safe_load(proc.stdout)
+    assert printed["scorer"]["name"] == "additive" and printed["model"]["heads"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+# -- an Optuna search --------------------------------------------------------------------------
+@pytest.mark.slow
+def test_optuna_search_runs_trials_under_one_parent_and_reports_the_best(tmp_path):
+    trials = 2
+    proc = run_cli(
+        tmp_path, "-m", "hparams_search=optuna", f"hydra.sweeper.n_trials={trials}",
+        # the documented search space as shipped: with 128 examples a trial takes seconds at any size
+        *tiny(max_epochs=1, heatmaps=False), *outputs_under(tmp_path),
+    )
+    assert proc.returncode == 0, explain(proc)
+    runs = all_runs(MlflowClient(tracking_uri(tmp_path)))
+    [parent] = [r for r in runs if not is_child(r)]
+    children = [r for r in runs if is_child(r)]
+    assert len(children) == trials and all(r.info.status == "FINISHED" for r in children)
+    assert {r.data.tags[MLFLOW_PARENT_RUN_ID] for r in children} == {parent.info.run_id}
+    assert "optimizer.lr" in parent.data.tags["attnseq.sweep_keys"]
+    # each child is named after the searched values it drew
+    assert all("optimizer.lr=" in r.info.run_name and "model.heads=" in r.info.run_name for r in children)
+    # the sweeper wrote its verdict: best value = the best child's val/acc_best
+    [optimization] = list((tmp_path / "multi").glob("optimization_results.yaml"))
+    best = yaml.safe_load(optimization.read_text())["best_value"]
+    assert best == pytest.approx(max(r.data.metrics["val/acc_best"] for r in children))
