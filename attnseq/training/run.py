@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 import lightning as L
+import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -90,6 +91,8 @@ def _run_identity(cfg: DictConfig) -> tuple[str, dict[str, str], str | None]:
 def train(cfg: DictConfig) -> float | None:
     """Train one configuration end to end; return ``cfg.optimized_metric`` for sweepers."""
     validate(cfg)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
     L.seed_everything(cfg.seed, workers=True)
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
