@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: train test test-slow test-gpu test-all ui clean
+.PHONY: train lint test test-slow test-gpu test-all ui bottleneck clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,7 +15,10 @@ $(STAMP): pyproject.toml
 train: $(STAMP)  ## the main job; pass Hydra overrides as ARGS="scorer=dot model.heads=2"
 	$(PY) train.py $(ARGS)
 
-test: $(STAMP)  ## the default suite (fast; slow tests deselected)
+lint: $(STAMP)
+	$(VENV)/bin/ruff check attnseq tests train.py evaluate.py
+
+test: $(STAMP) lint  ## lint, then the default suite (fast; slow and GPU tests deselected)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-slow: $(STAMP)  ## only the tests marked slow
@@ -26,6 +29,10 @@ test-gpu: $(STAMP)  ## only the tests that need a CUDA device
 
 test-all: $(STAMP)  ## everything but the GPU tests
 	$(PY) -m pytest -m "not gpu" $(PYTEST_ARGS)
+
+bottleneck: $(STAMP)  ## no attention vs every scorer: 6 trainings (2 at a time), evaluation to length 80, comparison
+	$(PY) train.py -m experiment=bottleneck
+	$(PY) evaluate.py parent_run_id=latest experiment_name=bottleneck eval.lengths=[1,80] eval.bucket_width=10
 
 MLFLOW_URI ?= sqlite:///mlflow.db
 ui: $(STAMP)  ## the MLflow UI on the embedded store, at http://127.0.0.1:5000

@@ -1,10 +1,25 @@
-"""Evaluate saved runs on longer inputs than they were trained on — not built yet.
+"""Evaluate saved runs past their training lengths, check their attention counterfactually, and
+compare them side by side. All the work is in ``attnseq.evaluation.evaluate``.
 
-It lands with the evaluation issue; until then this entry point says so and exits non-zero
-rather than printing anything that looks like a result.
+    python evaluate.py run_id=<id> eval.lengths=[1,80]
+    python evaluate.py parent_run_id=<sweep parent id> eval.beam_size=4
 """
 
-import sys
+from __future__ import annotations
+
+import os
+
+import hydra
+from omegaconf import DictConfig
+
+from attnseq.evaluation import evaluate
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
+def main(cfg: DictConfig) -> None:
+    evaluate(cfg)
+
 
 if __name__ == "__main__":
-    sys.exit("evaluate.py: not yet implemented (see the evaluation issue); nothing was evaluated.")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    main()

@@ -1,5 +1,6 @@
 """Encoders, decoders and the Seq2Seq model."""
 
+from attnseq.model.beam import BeamDecoded, beam_search, sequence_log_prob
 from attnseq.model.config import ModelConfig
 from attnseq.model.decoders import BahdanauDecoder, Decoder, LuongDecoder, PlainDecoder
 from attnseq.model.decoding import Decoded, greedy_decode
@@ -9,6 +10,7 @@ from attnseq.model.state import DecoderState, Memory
 
 __all__ = [
     "BahdanauDecoder",
+    "BeamDecoded",
     "Decoded",
     "Decoder",
     "DecoderState",
@@ -18,6 +20,8 @@ __all__ = [
     "PlainDecoder",
     "RNNEncoder",
     "Seq2Seq",
+    "beam_search",
     "build_seq2seq",
     "greedy_decode",
+    "sequence_log_prob",
 ]

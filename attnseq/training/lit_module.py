@@ -114,7 +114,8 @@ class Seq2SeqLitModule(L.LightningModule):
         if seen:
             values[f"{stage}/acc_train_lengths"] = seen["acc"]
             values[f"{stage}/exact_match_train_lengths"] = seen["exact_match"]
-        values.update({f"{stage}/{name}": value for name, value in metrics["attention"].compute().items()})
+        if self.model.attention is not None:
+            values.update({f"{stage}/{name}": value for name, value in metrics["attention"].compute().items()})
         self.last_bucket_tables[stage] = metrics["buckets"].bucket_table()
         self.log_dict(values, sync_dist=False)
         metrics.reset()

@@ -56,6 +56,7 @@ def accuracy_vs_length(
     train_lengths: tuple[int, int] | None,
     title: str,
     metric: str = "acc",
+    ylabel: str = "accuracy",
 ) -> Figure:
     """One line per run (``curves``: label → bucket rows with lo, hi and ``metric``), the
     training lengths shaded: the bottleneck curve."""
@@ -68,7 +69,7 @@ def accuracy_vs_length(
     if train_lengths is not None:
         ax.axvspan(train_lengths[0] - 0.5, train_lengths[1] + 0.5, color="grey", alpha=0.15, label="training lengths")
     ax.set_xlabel("source length (bucket centre)")
-    ax.set_ylabel("accuracy")
+    ax.set_ylabel(ylabel)
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
@@ -83,3 +84,9 @@ def figure_to_array(fig: Figure) -> np.ndarray:
     image = np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()  # (H, W, 3)
     plt.close(fig)
     return image
+
+
+def save_figure(fig: Figure, path) -> None:
+    """Write a PNG and close the figure."""
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,128 @@
+"""Attention is not explanation (Jain & Wallace, 2019): replace each step's attention and measure
+how much the output moves.
+
+``CounterfactualAttention`` wraps a trained mechanism: it computes the real weights, then swaps
+them for (a) a random permutation of themselves over the valid source positions, or (b) the
+uniform distribution over them, and averages the values with the swapped weights. Teacher-forced
+decoding with and without the swap gives two output distributions per target step; we report
+
+- ``flip_rate``: the fraction of target steps whose predicted token (argmax) changes;
+- ``tv``: the mean total-variation distance ½ Σ_v |p_v − q_v| between the distributions.
+
+Both per length bucket. A model that ignores its attention scores 0 on both; a model whose
+outputs genuinely depend on where it attends scores high. Low numbers mean the heatmaps are not
+evidence of what drove the prediction.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from attnseq.attention import Attention
+from attnseq.metrics import bucket_bounds
+
+MODES = ("permute", "uniform")
+
+
+def permute_weights(weights: Tensor, valid_mask: Tensor, generator: torch.Generator) -> Tensor:
+    """Shuffle each row's weights among its valid positions (a prefix, as masks built from
+    lengths are). ``weights`` ``(B, H, [T_dec,] T_enc)``, ``valid_mask`` ``(B, T_enc)``."""
+    mask = valid_mask.view(valid_mask.shape[0], *([1] * (weights.dim() - 2)), valid_mask.shape[1])  # (B, 1, [1,] T_enc)
+    noise = torch.rand(weights.shape, generator=generator, device=weights.device)  # (B, H, [T_dec,] T_enc)
+    order = noise.masked_fill(~mask, float("inf")).argsort(dim=-1)  # valid positions first, shuffled
+    return weights.gather(-1, order)  # (B, H, [T_dec,] T_enc)
+
+
+def uniform_weights(weights: Tensor, valid_mask: Tensor) -> Tensor:
+    mask = valid_mask.view(valid_mask.shape[0], *([1] * (weights.dim() - 2)), valid_mask.shape[1]).to(weights.dtype)
+    counts = mask.sum(-1, keepdim=True).clamp_min(1.0)  # (B, 1, [1,] 1)
+    return (mask / counts).expand_as(weights)  # (B, H, [T_dec,] T_enc)
+
+
+class CounterfactualAttention(nn.Module):
+    """The same call signature as every ``Attention``; the weights used are the counterfactual ones."""
+
+    def __init__(self, inner: Attention, mode: str, generator: torch.Generator) -> None:
+        super().__init__()
+        if mode not in MODES:
+            raise ValueError(f"counterfactual mode {mode!r}: use one of {MODES}")
+        self.inner = inner
+        self.mode = mode
+        self.generator = generator
+        self.query_dim, self.key_dim, self.heads = inner.query_dim, inner.key_dim, inner.heads
+
+    def project_keys(self, keys: Tensor) -> Tensor:
+        return self.inner.project_keys(keys)
+
+    def forward(
+        self, query: Tensor, keys: Tensor, valid_mask: Tensor, projected_keys: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        _, weights = self.inner(query, keys, valid_mask, projected_keys=projected_keys)  # (B, H, [T_dec,] T_enc)
+        if self.mode == "permute":
+            weights = permute_weights(weights, valid_mask, self.generator)
+        else:
+            weights = uniform_weights(weights, valid_mask)
+        one_step = weights.dim() == 3
+        values = self.inner.split_heads(keys)  # (B, H, T_enc, d_h)
+        context = (weights.unsqueeze(2) if one_step else weights) @ values  # (B, H, T_dec, d_h)
+        batch, _, steps, _ = context.shape
+        context = context.transpose(1, 2).reshape(batch, steps, self.key_dim)  # (B, T_dec, d_k)
+        return (context.squeeze(1), weights) if one_step else (context, weights)
+
+
+def with_counterfactual_attention(model: nn.Module, mode: str, generator: torch.Generator) -> nn.Module:
+    """A copy of ``model`` whose decoder attends through ``CounterfactualAttention``."""
+    twin = copy.deepcopy(model)
+    twin.decoder.attention = CounterfactualAttention(twin.decoder.attention, mode, generator)
+    return twin
+
+
+@dataclass
+class CounterfactualTotals:
+    """Sums per length bucket, so batches and runs accumulate exactly."""
+
+    bounds: list[tuple[int, int]]
+    steps: Tensor  # (N_buckets,)
+    flips: Tensor  # (N_buckets,)
+    tv: Tensor  # (N_buckets,)
+
+    @classmethod
+    def empty(cls, max_length: int, width: int) -> "CounterfactualTotals":
+        bounds = bucket_bounds(max_length, width)
+        zeros = torch.zeros(len(bounds), dtype=torch.float64)
+        return cls(bounds, zeros.clone(), zeros.clone(), zeros.clone())
+
+    def update(self, original: Tensor, changed: Tensor, tgt_lengths: Tensor, src_lengths: Tensor, width: int) -> None:
+        """``original``/``changed``: teacher-forced logits ``(B, T_dec, V)`` of the same inputs."""
+        p, q = original.softmax(-1), changed.softmax(-1)  # (B, T_dec, V)
+        steps = torch.arange(original.shape[1], device=original.device)  # (T_dec,)
+        valid = steps.unsqueeze(0) < tgt_lengths.unsqueeze(1)  # (B, T_dec)
+        flips = ((p.argmax(-1) != q.argmax(-1)) & valid).sum(-1)  # (B,)
+        tv = (0.5 * (p - q).abs().sum(-1) * valid).sum(-1)  # (B,)
+        bucket = ((src_lengths - 1) // width).cpu()  # (B,)
+        n = len(self.bounds)
+        self.steps += torch.bincount(bucket, weights=valid.sum(-1).double().cpu(), minlength=n)
+        self.flips += torch.bincount(bucket, weights=flips.double().cpu(), minlength=n)
+        self.tv += torch.bincount(bucket, weights=tv.double().cpu(), minlength=n)
+
+    def summary(self) -> dict[str, float]:
+        total = float(self.steps.sum())
+        if total == 0:
+            return {}
+        return {"flip_rate": float(self.flips.sum()) / total, "tv": float(self.tv.sum()) / total}
+
+    def rows(self) -> list[dict]:
+        return [
+            {
+                "lo": lo,
+                "hi": hi,
+                "steps": int(s),
+                "flip_rate": float(f / s) if s else None,
+                "tv": float(t / s) if s else None,
+            }
+            for (lo, hi), s, f, t in zip(self.bounds, self.steps, self.flips, self.tv)
+        ]

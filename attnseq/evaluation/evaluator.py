@@ -1,0 +1,132 @@
+"""Evaluate one trained model on a chosen length range: length-bucketed accuracy and exact
+match (greedy or beam), alignment accuracy against the gold alignment, BLEU for text tasks,
+and the attention counterfactual check."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+from torchmetrics.text import BLEUScore
+
+from attnseq.data import Batch, Example, Seq2SeqDataModule, collate, encode_examples
+from attnseq.data.vocab import EOS, PAD
+from attnseq.evaluation.counterfactual import MODES, CounterfactualTotals, with_counterfactual_attention
+from attnseq.evaluation.runs import TrainedRun
+from attnseq.metrics import AttentionDiagnostics, LengthBucketedAccuracy, bucket_name
+from attnseq.metrics.length_buckets import bucket_digits
+from attnseq.model import Decoded, greedy_decode
+from attnseq.model.beam import beam_search
+
+TEXT_TASKS = ("translate", "tsv")
+"""Tasks whose outputs are sentences: BLEU is reported for them (torchmetrics' corpus BLEU-4)."""
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    lengths: tuple[int, int]
+    bucket_width: int
+    size: int = 2000
+    batch_size: int = 128
+    beam_size: int = 1
+    counterfactual: bool = True
+    seed: int = 0
+
+
+@dataclass
+class EvalResult:
+    metrics: dict[str, float]
+    bucket_rows: list[dict]  # one per bucket: lo, hi, sequences, acc, exact_match, and cf_* columns
+    counterfactual: dict[str, CounterfactualTotals] = field(default_factory=dict)
+    long_samples: list[tuple[Example, Decoded]] = field(default_factory=list)
+
+
+def evaluation_examples(trained: TrainedRun, settings: EvalSettings) -> list[Example]:
+    """A held-out test split at ``settings.lengths``, made the way the run made its data."""
+    dataset = dict(trained.config["dataset"])
+    dataset.update(eval_lengths=list(settings.lengths), test_size=settings.size)
+    data = Seq2SeqDataModule(**dataset, seed=int(trained.config["seed"]) + settings.seed)
+    data.setup()
+    return data.test_examples
+
+
+def decode(trained: TrainedRun, batch: Batch, beam_size: int) -> Decoded:
+    limit = int(int(batch.src_lengths.max()) * trained.config["decode"]["max_length_ratio"]) + int(
+        trained.config["decode"]["max_length_extra"]
+    )
+    if beam_size > 1:
+        return beam_search(trained.model, batch.src, batch.src_lengths, beam_size, max_length=limit)
+    return greedy_decode(trained.model, batch.src, batch.src_lengths, max_length=limit)
+
+
+def _strip(ids: list[int]) -> list[int]:
+    return ids[: ids.index(EOS)] if EOS in ids else [i for i in ids if i != PAD]
+
+
+@torch.no_grad()
+def evaluate_run(trained: TrainedRun, settings: EvalSettings, examples: list[Example] | None = None) -> EvalResult:
+    examples = examples if examples is not None else evaluation_examples(trained, settings)
+    model, width = trained.model.eval(), settings.bucket_width
+    max_length = settings.lengths[1]
+    accuracy = LengthBucketedAccuracy(max_length, width)
+    diagnostics = AttentionDiagnostics()
+    is_text = trained.config["dataset"]["task"] in TEXT_TASKS
+    bleu = BLEUScore(n_gram=4) if is_text else None
+    with_attention = model.attention is not None
+    generator = torch.Generator().manual_seed(settings.seed)
+    twins = (
+        {mode: with_counterfactual_attention(model, mode, generator) for mode in MODES}
+        if settings.counterfactual and with_attention
+        else {}
+    )
+    totals = {mode: CounterfactualTotals.empty(max_length, width) for mode in twins}
+
+    ordered = sorted(examples, key=lambda e: len(e.src))  # length-grouped batches: little padding
+    encoded = encode_examples(ordered, trained.src_vocab, trained.tgt_vocab)
+    for start in range(0, len(encoded), settings.batch_size):
+        batch = collate(encoded[start : start + settings.batch_size])
+        decoded = decode(trained, batch, settings.beam_size)
+        accuracy.update(decoded.tokens, batch.tgt_out, batch.tgt_lengths, batch.src_lengths)
+        logits, attention = model(batch.src, batch.src_lengths, batch.tgt_in)  # teacher forced
+        if attention is not None:
+            diagnostics.update(attention, batch.alignment, batch.tgt_lengths)
+        for mode, twin in twins.items():
+            changed, _ = twin(batch.src, batch.src_lengths, batch.tgt_in)
+            totals[mode].update(logits, changed, batch.tgt_lengths, batch.src_lengths, width)
+        if bleu is not None:
+            hyps = [" ".join(trained.tgt_vocab.decode(_strip(row))) for row in decoded.tokens.tolist()]
+            refs = [[" ".join(ex.tgt)] for ex in ordered[start : start + settings.batch_size]]
+            bleu.update(hyps, refs)
+
+    metrics = {f"eval/{k}": float(v) for k, v in accuracy.compute().items()}
+    metrics.update({f"eval/{k}": float(v) for k, v in diagnostics.compute().items()})
+    if bleu is not None:
+        metrics["eval/bleu"] = float(bleu.compute())
+    rows = accuracy.bucket_table()
+    digits = bucket_digits(max_length)
+    for mode, total in totals.items():
+        for key, value in total.summary().items():
+            metrics[f"eval/cf_{mode}_{key}"] = value
+        for row, cf in zip(rows, total.rows()):
+            row[f"cf_{mode}_flip_rate"], row[f"cf_{mode}_tv"] = cf["flip_rate"], cf["tv"]
+            if cf["flip_rate"] is not None:
+                name = bucket_name(cf["lo"], cf["hi"], digits)
+                metrics[f"eval/cf_{mode}_flip_len/{name}"] = cf["flip_rate"]
+    return EvalResult(metrics, rows, totals, long_samples=_longest(trained, ordered, settings))
+
+
+def _longest(trained: TrainedRun, ordered: list[Example], settings: EvalSettings, count: int = 3) -> list:
+    """The longest few examples, decoded, for heatmaps past the training lengths."""
+    if trained.model.attention is None or not ordered:
+        return []
+    picked = ordered[-count:]
+    batch = collate(encode_examples(picked, trained.src_vocab, trained.tgt_vocab))
+    decoded = decode(trained, batch, settings.beam_size)
+    return [(example, _row(decoded, i)) for i, example in enumerate(picked)]
+
+
+def _row(decoded: Decoded, i: int) -> Decoded:
+    n = int(decoded.lengths[i])
+    attention: Tensor | None = None if decoded.attention is None else decoded.attention[i, :, :n]
+    return Decoded(decoded.tokens[i, :n], decoded.lengths[i], attention)

@@ -1,0 +1,150 @@
+"""``evaluate(cfg)``: select runs, rebuild each model from its artifacts, evaluate it, log an
+evaluation run nested under it, and compare the runs side by side. ``evaluate.py`` is the thin
+Hydra entry point over it."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+from omegaconf import DictConfig
+from tqdm import tqdm
+
+from attnseq.errors import ConfigError
+from attnseq.evaluation.compare import Compared, label_runs, markdown_table, table_rows, write_comparison
+from attnseq.evaluation.evaluator import EvalResult, EvalSettings, evaluate_run
+from attnseq.evaluation.runs import TrainedRun, load_trained_run, select_runs
+from attnseq.training.plots import accuracy_vs_length, attention_heatmap, figure_to_array, save_figure
+from attnseq.training.tracking import create_run, git_commit
+
+EVAL_KIND = "eval"
+COMPARISON_KIND = "comparison"
+
+
+def settings_for(cfg: DictConfig, trained: TrainedRun) -> EvalSettings:
+    """The evaluation settings for one run: defaults reach twice the run's longest training length."""
+    lengths = cfg.eval.lengths or [1, 2 * trained.train_lengths[1]]
+    lo, hi = int(lengths[0]), int(lengths[1])
+    if not 1 <= lo <= hi:
+        raise ConfigError(f"eval.lengths=[{lo}, {hi}] is not a length range.", "use eval.lengths=[1,80], say.")
+    width = int(cfg.eval.bucket_width or trained.config["dataset"]["bucket_width"])
+    for key, value in (("eval.size", cfg.eval.size), ("eval.batch_size", cfg.eval.batch_size),
+                       ("eval.beam_size", cfg.eval.beam_size), ("eval.bucket_width", width)):
+        if int(value) < 1:
+            raise ConfigError(f"{key}={value} must be ≥ 1.", f"set {key} to a positive whole number.")
+    return EvalSettings(
+        lengths=(lo, hi),
+        bucket_width=width,
+        size=int(cfg.eval.size),
+        batch_size=int(cfg.eval.batch_size),
+        beam_size=int(cfg.eval.beam_size),
+        counterfactual=bool(cfg.eval.counterfactual),
+        seed=int(cfg.eval.seed),
+    )
+
+
+def write_bucket_files(rows: list[dict], folder: Path) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    json_path, csv_path = folder / "buckets.json", folder / "buckets.csv"
+    json_path.write_text(json.dumps(rows, indent=2))
+    with csv_path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return [json_path, csv_path]
+
+
+def log_evaluation(client: MlflowClient, trained: TrainedRun, settings: EvalSettings, result: EvalResult,
+                   folder: Path) -> str:
+    """An evaluation run nested under the evaluated run, holding metrics, tables and figures."""
+    lo, hi = settings.lengths
+    tags = {"attnseq.kind": EVAL_KIND, "attnseq.evaluated_run": trained.run_id}
+    commit, dirty = git_commit()
+    if commit:
+        tags.update({"git_commit": commit, "git_dirty": str(dirty)})
+    name = f"eval {trained.name} @ {lo}-{hi}" + (f" beam {settings.beam_size}" if settings.beam_size > 1 else "")
+    run_id = create_run(client, trained.run.info.experiment_id, name, tags, parent_run_id=trained.run_id)
+    try:
+        for key, value in vars(settings).items():
+            client.log_param(run_id, f"eval.{key}", value)
+        for key, value in result.metrics.items():
+            client.log_metric(run_id, key, value)
+        for path in write_bucket_files(result.bucket_rows, folder):
+            client.log_artifact(run_id, str(path), "eval")
+        figure = accuracy_vs_length(
+            {"token accuracy": result.bucket_rows,
+             "exact match": [{**r, "acc": r["exact_match"]} for r in result.bucket_rows]},
+            trained.train_lengths, f"{trained.name}: evaluation at lengths {lo}-{hi}",
+        )
+        save_figure(figure, folder / "accuracy_vs_length.png")
+        client.log_artifact(run_id, str(folder / "accuracy_vs_length.png"), "figures")
+        if result.counterfactual:
+            curves = {f"{mode}: flip rate": [{**r, "acc": r[f"cf_{mode}_flip_rate"]} for r in result.bucket_rows]
+                      for mode in result.counterfactual}
+            curves.update({f"{mode}: total variation": [{**r, "acc": r[f"cf_{mode}_tv"]} for r in result.bucket_rows]
+                           for mode in result.counterfactual})
+            figure = accuracy_vs_length(curves, trained.train_lengths,
+                                        f"{trained.name}: how much the output moves when attention is replaced",
+                                        ylabel="flip rate / total variation")
+            save_figure(figure, folder / "counterfactual.png")
+            client.log_artifact(run_id, str(folder / "counterfactual.png"), "figures")
+        for i, (example, decoded) in enumerate(result.long_samples):
+            out_tokens = trained.tgt_vocab.decode(decoded.tokens.tolist())
+            weights = decoded.attention[:, :, : len(example.src)].float().numpy()  # (H, T_out, T_src)
+            title = f"{trained.name}: source length {len(example.src)}"
+            image = figure_to_array(attention_heatmap(weights, example.src, out_tokens, title, gold=example.alignment))
+            client.log_image(run_id, image, artifact_file=f"heatmaps/long_{i}_len{len(example.src)}.png")
+    except BaseException:
+        client.set_terminated(run_id, "FAILED")
+        raise
+    client.set_terminated(run_id, "FINISHED")
+    return run_id
+
+
+def log_comparison(client: MlflowClient, compared: list[Compared], out_dir: Path, parent: str | None) -> str:
+    paths = write_comparison(compared, out_dir, title=f"{len(compared)} runs")
+    experiment_id = compared[0].trained.run.info.experiment_id
+    tags = {"attnseq.kind": COMPARISON_KIND, "attnseq.compared_runs": ",".join(c.trained.run_id for c in compared)}
+    run_id = create_run(client, experiment_id, f"comparison of {len(compared)} runs", tags, parent_run_id=parent)
+    for path in paths.values():
+        client.log_artifact(run_id, str(path), "comparison")
+    for item in compared:
+        for key in ("eval/acc", "eval/exact_match"):
+            if key in item.result.metrics:
+                client.log_metric(run_id, f"{key}/{item.label}".replace("=", "_"), item.result.metrics[key])
+    client.set_terminated(run_id, "FINISHED")
+    return run_id
+
+
+def evaluate(cfg: DictConfig) -> list[EvalResult]:
+    client = MlflowClient(tracking_uri=cfg.mlflow.tracking_uri)
+    runs = select_runs(
+        client,
+        run_id=cfg.run_id,
+        run_ids=list(cfg.run_ids or []),
+        parent_run_id=cfg.parent_run_id,
+        experiment_name=cfg.experiment_name,
+        filter_string=cfg.filter,
+    )
+    out_dir = Path(cfg.paths.output_dir)
+    trained_runs, results = [], []
+    for run in tqdm(runs, desc="evaluating runs", unit="run", disable=len(runs) == 1):
+        trained = load_trained_run(client, run)
+        settings = settings_for(cfg, trained)
+        result = evaluate_run(trained, settings)
+        eval_run = log_evaluation(client, trained, settings, result, out_dir / trained.run_id)
+        m = result.metrics
+        print(f"{trained.name}: eval acc {m['eval/acc']:.3f}, exact {m['eval/exact_match']:.3f} at lengths "
+              f"{settings.lengths[0]}-{settings.lengths[1]} (evaluation run {eval_run})", flush=True)
+        trained_runs.append(trained)
+        results.append(result)
+    if len(results) > 1 and cfg.compare:
+        compared = label_runs(trained_runs, results)
+        comparison = log_comparison(client, compared, out_dir / "comparison", parent=cfg.parent_run_id)
+        header, rows = table_rows(compared)
+        print(f"\n{markdown_table(header, rows)}\nComparison run {comparison}; figure and tables in "
+              f"{out_dir / 'comparison'}", flush=True)
+    return results
+

@@ -1,0 +1,148 @@
+"""Finding trained runs in MLflow and rebuilding each model from the run's own artifacts
+(``config/resolved.yaml``, ``vocab/*.json``, ``model/model.pt``) — no Hydra command line needed.
+
+Nothing is unpickled: the config is YAML, the vocabularies JSON, and the weights are read with
+``torch.load(..., weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from mlflow.entities import Run
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+from attnseq.data import Vocabulary
+from attnseq.errors import ConfigError
+from attnseq.model import ModelConfig, Seq2Seq, build_seq2seq
+
+TRAIN_KIND = "train"
+
+
+@dataclass
+class TrainedRun:
+    run: Run
+    config: dict[str, Any]  # the resolved training config
+    src_vocab: Vocabulary
+    tgt_vocab: Vocabulary
+    model: Seq2Seq
+
+    @property
+    def run_id(self) -> str:
+        return self.run.info.run_id
+
+    @property
+    def name(self) -> str:
+        return self.run.info.run_name or self.run_id
+
+    @property
+    def train_lengths(self) -> tuple[int, int]:
+        lo, hi = self.config["dataset"]["train_lengths"]
+        return int(lo), int(hi)
+
+
+def get_run(client: MlflowClient, run_id: str) -> Run:
+    try:
+        return client.get_run(run_id)
+    except MlflowException as error:
+        raise ConfigError(
+            f"no MLflow run with id {run_id!r} in the store {client.tracking_uri} ({error.error_code}).",
+            "copy the id from the MLflow UI or `mlflow runs list`, and check mlflow.tracking_uri "
+            "(or MLFLOW_TRACKING_URI) points at the store that holds it.",
+        ) from None
+
+
+def latest_sweep(client: MlflowClient, experiment_name: str | None) -> str:
+    """The id of the most recent sweep's parent run (in ``experiment_name`` when given)."""
+    if experiment_name:
+        experiment = client.get_experiment_by_name(experiment_name)
+        if experiment is None:
+            raise ConfigError(f"no MLflow experiment named {experiment_name!r}.", "check the name in the MLflow UI.")
+        experiment_ids = [experiment.experiment_id]
+    else:
+        experiment_ids = [e.experiment_id for e in client.search_experiments()]
+    sweeps = client.search_runs(experiment_ids, filter_string="tags.`attnseq.kind` = 'sweep'",
+                                order_by=["attributes.start_time DESC"], max_results=1)
+    if not sweeps:
+        raise ConfigError(
+            f"no sweep found{f' in {experiment_name!r}' if experiment_name else ''}.",
+            "run one first (`python train.py -m ...`), or pass parent_run_id=<id>.",
+        )
+    return sweeps[0].info.run_id
+
+
+def select_runs(
+    client: MlflowClient,
+    run_id: str | None = None,
+    run_ids: list[str] | None = None,
+    parent_run_id: str | None = None,
+    experiment_name: str | None = None,
+    filter_string: str | None = None,
+) -> list[Run]:
+    """Exactly one way of choosing: a run, a list of runs, a sweep's children, or an experiment's
+    training runs (optionally filtered with MLflow's search syntax). ``parent_run_id="latest"``
+    picks the newest sweep, within ``experiment_name`` when that is given too."""
+    if parent_run_id == "latest":
+        parent_run_id, experiment_name = latest_sweep(client, experiment_name), None
+    chosen = [name for name, value in (("run_id", run_id), ("run_ids", run_ids), ("parent_run_id", parent_run_id),
+                                       ("experiment_name", experiment_name)) if value]
+    if len(chosen) != 1:
+        raise ConfigError(
+            f"choose the runs to evaluate in exactly one way; got {chosen or 'none'}.",
+            "pass one of run_id=<id>, run_ids=[<id>,<id>], parent_run_id=<sweep parent id>, "
+            "or experiment_name=<name> (with an optional filter=\"params.`scorer.name` = 'dot'\").",
+        )
+    if run_id:
+        return [get_run(client, run_id)]
+    if run_ids:
+        return [get_run(client, r) for r in run_ids]
+    if parent_run_id:
+        parent = get_run(client, parent_run_id)
+        query = f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent_run_id}' and tags.`attnseq.kind` = '{TRAIN_KIND}'"
+        runs = client.search_runs([parent.info.experiment_id], filter_string=query, max_results=5000)
+        if not runs:
+            raise ConfigError(
+                f"run {parent_run_id} has no training runs as children.",
+                "pass the parent run of a sweep (`train.py -m ...` prints it at the end), or run_id=<id>.",
+            )
+        return sorted(runs, key=lambda r: int(r.data.tags.get("attnseq.job_num", 0)))
+    experiment = client.get_experiment_by_name(experiment_name)
+    if experiment is None:
+        raise ConfigError(f"no MLflow experiment named {experiment_name!r}.", "check the name in the MLflow UI.")
+    query = f"tags.`attnseq.kind` = '{TRAIN_KIND}' and attributes.status = 'FINISHED'"
+    if filter_string:
+        query += f" and {filter_string}"
+    runs = client.search_runs([experiment.experiment_id], filter_string=query, max_results=5000)
+    if not runs:
+        raise ConfigError(f"no finished training runs in {experiment_name!r} match {filter_string!r}.", "loosen the filter.")
+    return runs
+
+
+def load_trained_run(client: MlflowClient, run: Run) -> TrainedRun:
+    """Rebuild a run's model from its artifacts; a clear error when one is missing."""
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = {}
+        for artifact in ("config/resolved.yaml", "vocab/src.json", "vocab/tgt.json", "model/model.pt"):
+            try:
+                paths[artifact] = Path(client.download_artifacts(run.info.run_id, artifact, tmp))
+            except (MlflowException, OSError):
+                raise ConfigError(
+                    f"run {run.info.run_id} ({run.info.run_name}, status {run.info.status}) has no "
+                    f"'{artifact}' artifact, so its model cannot be rebuilt.",
+                    "evaluate a run that finished training (a run killed before its first epoch "
+                    "ended has no checkpoint), or resume it first.",
+                ) from None
+        config = yaml.safe_load(paths["config/resolved.yaml"].read_text())
+        src_vocab = Vocabulary.load(paths["vocab/src.json"])
+        tgt_vocab = Vocabulary.load(paths["vocab/tgt.json"])
+        saved = torch.load(paths["model/model.pt"], map_location="cpu", weights_only=True)
+    model = build_seq2seq(ModelConfig(**saved["model_config"]))
+    model.load_state_dict(saved["state_dict"], strict=True)
+    return TrainedRun(run, config, src_vocab, tgt_vocab, model.eval())

@@ -1,0 +1,101 @@
+"""Helpers shared by the tests that drive the real CLIs (``train.py``, ``evaluate.py``) in
+subprocesses, with every output — MLflow store, Hydra directories — under the test's ``tmp_path``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from mlflow.entities import ViewType
+from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+REPO = Path(__file__).resolve().parents[1]
+TRAIN_PY = REPO / "train.py"
+EVALUATE_PY = REPO / "evaluate.py"
+EXPERIMENT = "attnseq"
+
+TRAIN_LENGTHS = (1, 6)
+EVAL_LENGTHS = (1, 12)  # reaches past training; the last bucket (11-12) is narrower than the width
+BUCKET_WIDTH = 5
+NUM_SYMBOLS = 10
+MAX_EPOCHS = 2
+HEATMAP_LABELS = ("short", "medium", "long")
+CLI_TIMEOUT_S = 300
+
+
+# -- helpers ---------------------------------------------------------------------------------
+def tiny(max_epochs: int = MAX_EPOCHS, heatmaps: bool = True) -> list[str]:
+    """Overrides that make a run take seconds on a shared CPU."""
+    overrides = [
+        "dataset.train_size=128",
+        "dataset.val_size=32",
+        "dataset.test_size=32",
+        f"dataset.train_lengths=[{TRAIN_LENGTHS[0]},{TRAIN_LENGTHS[1]}]",
+        f"dataset.eval_lengths=[{EVAL_LENGTHS[0]},{EVAL_LENGTHS[1]}]",
+        f"dataset.bucket_width={BUCKET_WIDTH}",
+        f"dataset.num_symbols={NUM_SYMBOLS}",
+        "model.hidden_size=16",
+        "model.embedding_dim=8",
+        f"trainer.max_epochs={max_epochs}",
+        "trainer.enable_progress_bar=false",
+        "trainer.enable_model_summary=false",
+    ]
+    if not heatmaps:
+        overrides.append("tracking.heatmap_samples=0")
+    return overrides
+
+
+def tracking_uri(root: Path) -> str:
+    return f"sqlite:///{root}/mlflow.db"
+
+
+def outputs_under(root: Path) -> list[str]:
+    """Send the MLflow store and Hydra's run and sweep directories under ``root``."""
+    return [f"mlflow.tracking_uri={tracking_uri(root)}", f"hydra.run.dir={root}/out", f"hydra.sweep.dir={root}/multi"]
+
+
+def clean_env() -> dict[str, str]:
+    """The test's environment without anything that would redirect MLflow or join a sweep."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "ATTNSEQ_"))} | {
+        "HYDRA_FULL_ERROR": "1"
+    }
+
+
+def run_cli(root: Path, *args: str, timeout: float = CLI_TIMEOUT_S, script: Path = TRAIN_PY) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(script), *args],
+        cwd=root,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def explain(proc: subprocess.CompletedProcess) -> str:
+    return (
+        f"exit code {proc.returncode}\n--- stdout (tail) ---\n{proc.stdout[-3000:]}\n"
+        f"--- stderr (tail) ---\n{proc.stderr[-6000:]}"
+    )
+
+
+def all_runs(client: MlflowClient, experiment_name: str = EXPERIMENT) -> list:
+    experiment = client.get_experiment_by_name(experiment_name)
+    assert experiment is not None, f"no experiment {experiment_name!r} in the store"
+    return client.search_runs([experiment.experiment_id], run_view_type=ViewType.ALL, max_results=1000)
+
+
+def artifact_paths(client: MlflowClient, run_id: str, path: str | None = None) -> set[str]:
+    paths: set[str] = set()
+    for info in client.list_artifacts(run_id, path):
+        paths |= artifact_paths(client, run_id, info.path) if info.is_dir else {info.path}
+    return paths
+
+
+def is_child(run) -> bool:
+    return MLFLOW_PARENT_RUN_ID in run.data.tags
+
+

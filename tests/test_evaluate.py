@@ -1,0 +1,148 @@
+"""``evaluate.py`` through the real CLI on runs trained tiny in ``tmp_path``: evaluation runs
+nested under the evaluated runs, a metric for every bucket, the artifacts, the side-by-side
+comparison, and clear errors for runs that cannot be evaluated."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
+    EVALUATE_PY,
+    all_runs,
+    artifact_paths,
+    explain,
+    outputs_under,
+    run_cli,
+    tiny,
+    tracking_uri,
+)
+
+EVAL_LENGTHS = (1, 14)  # past the tiny runs' training lengths (1-6)
+WIDTH = 5
+SCORERS = ("none", "additive")
+
+
+def expected_buckets(lo_hi=EVAL_LENGTHS, width=WIDTH) -> list[str]:
+    """Written here from the definition: 01-05, 06-10, 11-14."""
+    hi = lo_hi[1]
+    return [f"{lo:02d}-{min(lo + width - 1, hi):02d}" for lo in range(1, hi + 1, width)]
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory):
+    root = tmp_path_factory.mktemp("evaluate")
+    trained = run_cli(root, "-m", f"scorer={','.join(SCORERS)}", *tiny(heatmaps=False), *outputs_under(root))
+    assert trained.returncode == 0, explain(trained)
+    client = MlflowClient(tracking_uri(root))
+    [parent] = [r for r in all_runs(client) if MLFLOW_PARENT_RUN_ID not in r.data.tags]
+    proc = run_cli(
+        root, f"parent_run_id={parent.info.run_id}", f"eval.lengths=[{EVAL_LENGTHS[0]},{EVAL_LENGTHS[1]}]",
+        "eval.size=120", f"mlflow.tracking_uri={tracking_uri(root)}", f"hydra.run.dir={root}/eval",
+        script=EVALUATE_PY,
+    )
+    assert proc.returncode == 0, explain(proc)
+    runs = all_runs(client)
+    return {
+        "root": root, "client": client, "parent": parent, "stdout": proc.stdout,
+        "train": {r.data.params["scorer.name"]: r for r in runs if r.data.tags.get("attnseq.kind") == "train"},
+        "eval": [r for r in runs if r.data.tags.get("attnseq.kind") == "eval"],
+        "comparison": [r for r in runs if r.data.tags.get("attnseq.kind") == "comparison"],
+    }
+
+
+def test_one_evaluation_run_nested_under_each_evaluated_run(evaluated):
+    assert len(evaluated["eval"]) == len(SCORERS)
+    train_ids = {r.info.run_id for r in evaluated["train"].values()}
+    assert {r.data.tags[MLFLOW_PARENT_RUN_ID] for r in evaluated["eval"]} == train_ids
+    assert all(r.info.status == "FINISHED" for r in evaluated["eval"])
+
+
+@pytest.mark.parametrize("scorer", SCORERS)
+def test_evaluation_metrics_cover_every_bucket(evaluated, scorer):
+    train_id = evaluated["train"][scorer].info.run_id
+    [run] = [r for r in evaluated["eval"] if r.data.tags[MLFLOW_PARENT_RUN_ID] == train_id]
+    metrics = run.data.metrics
+    for name in expected_buckets():
+        assert 0.0 <= metrics[f"eval/acc_len/{name}"] <= 1.0
+        assert 0.0 <= metrics[f"eval/exact_len/{name}"] <= 1.0
+    assert {"eval/acc", "eval/exact_match"} <= set(metrics)
+    if scorer == "none":  # nothing to align or to replace
+        assert not any(k.startswith(("eval/align_acc", "eval/cf_")) for k in metrics)
+    else:
+        assert {"eval/align_acc", "eval/attn_entropy", "eval/cf_permute_flip_rate", "eval/cf_uniform_tv"} <= set(metrics)
+        for name in expected_buckets():
+            assert 0.0 <= metrics[f"eval/cf_uniform_flip_len/{name}"] <= 1.0
+    assert run.data.params["eval.lengths"] == str(EVAL_LENGTHS)
+
+
+@pytest.mark.parametrize("scorer", SCORERS)
+def test_evaluation_artifacts(evaluated, scorer):
+    client = evaluated["client"]
+    train_id = evaluated["train"][scorer].info.run_id
+    [run] = [r for r in evaluated["eval"] if r.data.tags[MLFLOW_PARENT_RUN_ID] == train_id]
+    paths = artifact_paths(client, run.info.run_id)
+    assert {"eval/buckets.json", "eval/buckets.csv", "figures/accuracy_vs_length.png"} <= paths
+    local = client.download_artifacts(run.info.run_id, "eval/buckets.csv", str(evaluated["root"] / scorer))
+    rows = list(csv.DictReader(open(local)))
+    assert [f"{int(r['lo']):02d}-{int(r['hi']):02d}" for r in rows] == expected_buckets()
+    assert sum(int(r["sequences"]) for r in rows) == 120
+    if scorer != "none":
+        assert "figures/counterfactual.png" in paths
+        assert len([p for p in paths if p.startswith("heatmaps/long_")]) == 3
+
+
+def test_comparison_has_one_row_per_run_and_a_figure(evaluated):
+    [comparison] = evaluated["comparison"]
+    client = evaluated["client"]
+    assert comparison.data.tags[MLFLOW_PARENT_RUN_ID] == evaluated["parent"].info.run_id
+    paths = artifact_paths(client, comparison.info.run_id)
+    assert {"comparison/comparison.png", "comparison/comparison.md", "comparison/comparison.csv"} <= paths
+    local = client.download_artifacts(comparison.info.run_id, "comparison/comparison.csv", str(evaluated["root"]))
+    rows = list(csv.DictReader(open(local)))
+    assert sorted(r["scorer"] for r in rows) == sorted(SCORERS)
+    assert sorted(r["run"] for r in rows) == sorted(f"scorer={s}" for s in SCORERS)  # labelled by what varied
+    assert all(int(r["params"].replace(",", "")) > 0 for r in rows)
+    lo, hi = EVAL_LENGTHS
+    assert [c for c in rows[0] if c.startswith("acc ")] == [f"acc {b}-{min(b + WIDTH - 1, hi)}" for b in range(lo, hi + 1, WIDTH)]
+    # readable without the UI: the terminal shows the same table
+    assert "| scorer=additive |" in evaluated["stdout"] and "| scorer=none |" in evaluated["stdout"]
+
+
+def test_evaluation_rebuilds_the_model_from_the_run_alone(evaluated):
+    """The evaluated model is the saved one: its eval accuracy is reproducible in-process."""
+    from attnseq.evaluation.evaluator import EvalSettings, evaluate_run
+    from attnseq.evaluation.runs import load_trained_run
+
+    client = evaluated["client"]
+    run = evaluated["train"]["additive"]
+    trained = load_trained_run(client, run)
+    saved = torch.load(client.download_artifacts(run.info.run_id, "model/model.pt", str(evaluated["root"] / "m")),
+                       weights_only=True)
+    assert trained.model.config.scorer == saved["model_config"]["scorer"] == "additive"
+    result = evaluate_run(trained, EvalSettings(EVAL_LENGTHS, WIDTH, size=120, counterfactual=False, seed=1))
+    [logged] = [r for r in evaluated["eval"] if r.data.tags[MLFLOW_PARENT_RUN_ID] == run.info.run_id]
+    assert result.metrics["eval/acc"] == pytest.approx(logged.data.metrics["eval/acc"])
+
+
+# -- errors ------------------------------------------------------------------------------------
+def test_a_run_id_that_does_not_exist_is_a_clear_error(evaluated):
+    root = evaluated["root"]
+    proc = run_cli(root, "run_id=0123456789abcdef", f"mlflow.tracking_uri={tracking_uri(root)}",
+                   f"hydra.run.dir={root}/bad", script=EVALUATE_PY)
+    assert proc.returncode != 0
+    assert "0123456789abcdef" in proc.stderr and "Fix:" in proc.stderr
+
+
+def test_a_run_without_a_model_is_a_clear_error(evaluated):
+    root, client = evaluated["root"], evaluated["client"]
+    parent_id = evaluated["parent"].info.run_id  # the sweep's parent holds no model
+    proc = run_cli(root, f"run_id={parent_id}", f"mlflow.tracking_uri={tracking_uri(root)}",
+                   f"hydra.run.dir={root}/bad2", script=EVALUATE_PY)
+    assert proc.returncode != 0
+    assert parent_id in proc.stderr and "model" in proc.stderr and "Fix:" in proc.stderr
+    assert client.get_run(parent_id).info.status == "FINISHED"  # untouched
