@@ -97,11 +97,10 @@ def write_comparison(compared: Sequence[Compared], out_dir: Path, title: str) ->
     shade = train_ranges.pop() if len(train_ranges) == 1 else None
     curves = {c.label: c.result.bucket_rows for c in compared}
     save_figure(accuracy_vs_length(curves, shade, f"{title}: token accuracy vs source length"), paths["figure"])
-    with_cf = {c.label: c.result.bucket_rows for c in compared if c.result.counterfactual}
-    if with_cf:
+    if any(c.result.counterfactual for c in compared):
         paths["counterfactual"] = out_dir / "counterfactual.png"
         figure = accuracy_vs_length(
-            with_cf, shade, f"{title}: prediction flips when attention is made uniform",
+            curves, shade, f"{title}: prediction flips when attention is made uniform",
             metric="cf_uniform_flip_rate", ylabel="flip rate (uniform attention)",
         )
         save_figure(figure, paths["counterfactual"])

@@ -100,7 +100,8 @@ def evaluate_run(trained: TrainedRun, settings: EvalSettings, examples: list[Exa
             bleu.update(hyps, refs)
 
     metrics = {f"eval/{k}": float(v) for k, v in accuracy.compute().items()}
-    metrics.update({f"eval/{k}": float(v) for k, v in diagnostics.compute().items()})
+    if with_attention:
+        metrics.update({f"eval/{k}": float(v) for k, v in diagnostics.compute().items()})
     if bleu is not None:
         metrics["eval/bleu"] = float(bleu.compute())
     rows = accuracy.bucket_table()

@@ -66,6 +66,8 @@ def accuracy_vs_length(
         if points:
             xs, ys = zip(*points)
             ax.plot(xs, ys, marker="o", label=label)
+        else:
+            ax.plot([], [])  # no values: keep the colour cycle, so a run has one colour in every figure
     if train_lengths is not None:
         ax.axvspan(train_lengths[0] - 0.5, train_lengths[1] + 0.5, color="grey", alpha=0.15, label="training lengths")
     ax.set_xlabel("source length (bucket centre)")
