@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: train lint test test-slow test-gpu test-all ui bottleneck clean
+.PHONY: train lint system-deps test test-fast test-slow test-gpu ui bottleneck docker-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,17 +18,20 @@ train: $(STAMP)  ## the main job; pass Hydra overrides as ARGS="scorer=dot model
 lint: $(STAMP)
 	$(VENV)/bin/ruff check attnseq tests train.py evaluate.py
 
-test: $(STAMP) lint  ## lint, then the default suite (fast; slow and GPU tests deselected)
+system-deps:  ## Debian packages the tests need (PostgreSQL server); a no-op once installed
+	scripts/install-system-deps
+
+test: $(STAMP) lint system-deps  ## what CI runs: lint, then every test that needs no GPU (slow ones too)
+	$(PY) -m pytest -m "not gpu" $(PYTEST_ARGS)
+
+test-fast: $(STAMP)  ## the quick loop: slow and GPU tests deselected
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-slow: $(STAMP)  ## only the tests marked slow
+test-slow: $(STAMP) system-deps  ## only the tests marked slow
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
 
 test-gpu: $(STAMP)  ## only the tests that need a CUDA device
 	$(PY) -m pytest -m gpu $(PYTEST_ARGS)
-
-test-all: $(STAMP)  ## everything but the GPU tests
-	$(PY) -m pytest -m "not gpu" $(PYTEST_ARGS)
 
 bottleneck: $(STAMP)  ## no attention vs every scorer: 6 trainings (2 at a time), evaluation to length 80, comparison
 	$(PY) train.py -m experiment=bottleneck
@@ -37,6 +40,9 @@ bottleneck: $(STAMP)  ## no attention vs every scorer: 6 trainings (2 at a time)
 MLFLOW_URI ?= sqlite:///mlflow.db
 ui: $(STAMP)  ## the MLflow UI on the embedded store, at http://127.0.0.1:5000
 	$(VENV)/bin/mlflow ui --backend-store-uri $(MLFLOW_URI) --host 127.0.0.1 --port 5000
+
+docker-check:  ## build docker/Dockerfile with buildah and train inside it (root; ~4 min cold, ~25 s warm)
+	scripts/docker-check
 
 clean:
 	rm -rf $(VENV) outputs multirun mlruns mlartifacts mlflow.db .pytest_cache

@@ -12,12 +12,14 @@ import os
 import hydra
 from omegaconf import DictConfig
 
+from attnseq.cli import user_errors
 from attnseq.evaluation import evaluate
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
 def main(cfg: DictConfig) -> None:
-    evaluate(cfg)
+    with user_errors():
+        evaluate(cfg)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
     python train.py                                   # the default: copy task, GRU, Bahdanau additive
     python train.py scorer=general decoder=luong model.heads=4
     python train.py -m scorer=none,additive,dot model.heads=1,4
+    python train.py resume=<run id>                   # continue an interrupted run, into the same MLflow run
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ import os
 import hydra
 from omegaconf import DictConfig
 
+from attnseq.cli import user_errors
 from attnseq.training import train
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
-    return train(cfg)
+    with user_errors():
+        return train(cfg)
 
 
 if __name__ == "__main__":

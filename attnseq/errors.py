@@ -6,16 +6,26 @@ from collections.abc import Sequence
 
 
 class AttnSeqError(ValueError):
-    """Base of every error attnseq raises for bad input or configuration."""
+    """Base of every error attnseq raises on purpose, with a message meant for the user.
+
+    The command-line entry points print such an error as one message, without a traceback
+    (``HYDRA_FULL_ERROR=1`` shows it), and exit with ``exit_code``.
+    """
+
+    exit_code = 2  # a usage error: the command, its config or its input must change
 
 
-class ConfigError(AttnSeqError):
-    """A configuration that cannot work, caught before any tensor is built."""
+class ProblemAndFix(AttnSeqError):
+    """An error told as what is wrong, then what to do about it."""
 
     def __init__(self, problem: str, fix: str) -> None:
         self.problem = problem
         self.fix = fix
         super().__init__(f"{problem}\n  Fix: {fix}")
+
+
+class ConfigError(ProblemAndFix):
+    """A configuration that cannot work, caught before any tensor is built."""
 
 
 class ShapeError(AttnSeqError):
@@ -32,3 +42,9 @@ class ShapeError(AttnSeqError):
         super().__init__(
             f"{tensor} has shape {self.shape}, but it must be {expected}.\n  Fix: {fix}"
         )
+
+
+class TrainingError(ProblemAndFix):
+    """Training cannot go on (e.g. the loss became NaN); the run is marked FAILED."""
+
+    exit_code = 1

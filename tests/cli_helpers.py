@@ -64,11 +64,13 @@ def clean_env() -> dict[str, str]:
     }
 
 
-def run_cli(root: Path, *args: str, timeout: float = CLI_TIMEOUT_S, script: Path = TRAIN_PY) -> subprocess.CompletedProcess:
+def run_cli(
+    root: Path, *args: str, timeout: float = CLI_TIMEOUT_S, script: Path = TRAIN_PY, env: dict | None = None
+) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, str(script), *args],
         cwd=root,
-        env=clean_env(),
+        env=clean_env() if env is None else env,
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from attnseq.errors import AttnSeqError
 
-class DataError(ValueError):
+
+class DataError(AttnSeqError):
     """A data file that cannot be used as it is.
 
     The message reads ``PATH:LINE: PROBLEM. Fix: FIX`` (``PATH: ...`` when the problem is not on

@@ -17,7 +17,7 @@ from attnseq.evaluation.compare import Compared, label_runs, markdown_table, tab
 from attnseq.evaluation.evaluator import EvalResult, EvalSettings, evaluate_run
 from attnseq.evaluation.runs import TrainedRun, load_trained_run, select_runs
 from attnseq.training.plots import accuracy_vs_length, attention_heatmap, figure_to_array, save_figure
-from attnseq.training.tracking import create_run, git_commit
+from attnseq.training.tracking import check_tracking_uri, create_run, git_commit
 
 EVAL_KIND = "eval"
 COMPARISON_KIND = "comparison"
@@ -119,6 +119,7 @@ def log_comparison(client: MlflowClient, compared: list[Compared], out_dir: Path
 
 
 def evaluate(cfg: DictConfig) -> list[EvalResult]:
+    check_tracking_uri(cfg.mlflow.tracking_uri)
     client = MlflowClient(tracking_uri=cfg.mlflow.tracking_uri)
     runs = select_runs(
         client,

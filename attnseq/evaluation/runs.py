@@ -125,6 +125,11 @@ def select_runs(
     return runs
 
 
+def load_model_file(path: Path) -> dict[str, Any]:
+    """A run's ``model/model.pt``: tensors and plain values only — never arbitrary objects."""
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
 def load_trained_run(client: MlflowClient, run: Run) -> TrainedRun:
     """Rebuild a run's model from its artifacts; a clear error when one is missing."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -142,7 +147,7 @@ def load_trained_run(client: MlflowClient, run: Run) -> TrainedRun:
         config = yaml.safe_load(paths["config/resolved.yaml"].read_text())
         src_vocab = Vocabulary.load(paths["vocab/src.json"])
         tgt_vocab = Vocabulary.load(paths["vocab/tgt.json"])
-        saved = torch.load(paths["model/model.pt"], map_location="cpu", weights_only=True)
+        saved = load_model_file(paths["model/model.pt"])
     model = build_seq2seq(ModelConfig(**saved["model_config"]))
     model.load_state_dict(saved["state_dict"], strict=True)
     return TrainedRun(run, config, src_vocab, tgt_vocab, model.eval())

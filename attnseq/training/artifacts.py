@@ -96,6 +96,12 @@ class RunArtifacts(Callback):
         if self.samples and epoch % self.heatmap_every_n_epochs == 0:
             self.log_heatmaps(trainer, pl_module, epoch)
 
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
+        """After validation's checkpoint: a copy of ``last.ckpt`` in the run, for ``resume=`` elsewhere."""
+        last = self.last.best_model_path
+        if trainer.is_global_zero and last and Path(last).is_file():
+            self.client.log_artifact(self.run_id, last, "checkpoints")
+
     @torch.no_grad()
     def log_heatmaps(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule, epoch: int) -> None:
         data = trainer.datamodule

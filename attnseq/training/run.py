@@ -4,6 +4,11 @@ point over it, and tests call it directly with a composed config."""
 from __future__ import annotations
 
 import logging
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import lightning as L
@@ -17,16 +22,21 @@ from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
 from attnseq.data import Seq2SeqDataModule
-from attnseq.errors import ConfigError
+from attnseq.errors import AttnSeqError, ConfigError
 from attnseq.model import ModelConfig, build_seq2seq
 from attnseq.training.artifacts import RunArtifacts
+from attnseq.training.guards import FiniteLossGuard, InterruptCheckpoint
 from attnseq.training.lit_module import Seq2SeqLitModule
+from attnseq.training.resume import Resumption, ResumedMLFlowLogger, prepare_resume
 from attnseq.training.tracking import (
+    check_tracking_uri,
     config_params,
+    config_yaml,
     create_run,
     describe_choices,
     ensure_experiment,
     git_commit,
+    redact_overrides,
     sweep_context,
     sweep_run_name,
 )
@@ -67,7 +77,22 @@ def build_datamodule(cfg: DictConfig) -> Seq2SeqDataModule:
 def validate(cfg: DictConfig) -> None:
     """Reject a bad combination before any data is generated or any run is created."""
     model_config(cfg, src_vocab_size=1, tgt_vocab_size=1).validate()
-    build_datamodule(cfg)
+    try:
+        build_datamodule(cfg)
+    except AttnSeqError:
+        raise
+    except ValueError as error:
+        raise ConfigError(f"dataset: {error}", "set the dataset.* value it names, e.g. dataset.batch_size=64.") from None
+    try:
+        instantiate(cfg.optimizer)([torch.nn.Parameter(torch.zeros(1))])
+        if cfg.get("scheduler"):
+            instantiate(cfg.scheduler)(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1))
+    except (ValueError, TypeError) as error:
+        raise ConfigError(
+            f"the optimizer or scheduler config is rejected: {error}",
+            "fix the optimizer.* / scheduler.* value it names, e.g. optimizer.lr=0.001.",
+        ) from None
+    check_tracking_uri(cfg.mlflow.tracking_uri)
 
 
 def _run_identity(cfg: DictConfig) -> tuple[str, dict[str, str], str | None]:
@@ -80,7 +105,7 @@ def _run_identity(cfg: DictConfig) -> tuple[str, dict[str, str], str | None]:
     name = cfg.mlflow.run_name or describe_choices(cfg)
     if HydraConfig.initialized():
         hydra = HydraConfig.get()
-        tags["attnseq.overrides"] = " ".join(hydra.overrides.task)
+        tags["attnseq.overrides"] = " ".join(redact_overrides(hydra.overrides.task))
         if parent:
             job_num = hydra.job.get("num")
             name = cfg.mlflow.run_name or sweep_run_name(hydra.overrides.task, keys, job_num)
@@ -88,9 +113,72 @@ def _run_identity(cfg: DictConfig) -> tuple[str, dict[str, str], str | None]:
     return name, tags, parent
 
 
+def _record_failed_sweep_job(cfg: DictConfig, error: AttnSeqError) -> None:
+    """In a sweep every job leaves a run: one rejected before training is a FAILED run that says why."""
+    if not sweep_context()[0]:
+        return
+    try:
+        client = MlflowClient(tracking_uri=cfg.mlflow.tracking_uri)
+        name, tags, parent = _run_identity(cfg)
+        tags["attnseq.error"] = str(error)[:5000]
+        experiment_id = ensure_experiment(client, cfg.mlflow.experiment_name)
+        run_id = create_run(client, experiment_id, name, tags, parent)
+        params = config_params(cfg)
+        for start in range(0, len(params), 100):
+            client.log_batch(run_id, params=params[start : start + 100])
+        client.set_terminated(run_id, "FAILED")
+    except Exception:  # noqa: BLE001 - the store itself may be what failed; the job's error stands
+        log.warning("could not record the failed job in MLflow", exc_info=True)
+
+
+def _raise_sigterm(signum, frame) -> None:
+    raise SIGTERMException()
+
+
+@contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """Outside ``Trainer.fit`` a SIGTERM raises at once (and the run is marked KILLED); during
+    fit Lightning's own handler stops at the next batch boundary."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def lightning_handles_sigterm() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    ours = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, ours)
+
+
 def train(cfg: DictConfig) -> float | None:
-    """Train one configuration end to end; return ``cfg.optimized_metric`` for sweepers."""
-    validate(cfg)
+    """Train one configuration end to end (or resume one with ``resume=<run id>``); return
+    ``cfg.optimized_metric`` for sweepers."""
+    with sigterm_raises():
+        return _train(cfg)
+
+
+def _train(cfg: DictConfig) -> float | None:
+    resumption: Resumption | None = None
+    if cfg.get("resume"):
+        check_tracking_uri(cfg.mlflow.tracking_uri)
+        cfg, resumption = prepare_resume(MlflowClient(tracking_uri=cfg.mlflow.tracking_uri), str(cfg.resume), cfg)
+    try:
+        validate(cfg)
+    except AttnSeqError as error:
+        if resumption is None:
+            _record_failed_sweep_job(cfg, error)
+        raise
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     L.seed_everything(cfg.seed, workers=True)
@@ -113,15 +201,26 @@ def train(cfg: DictConfig) -> float | None:
     )
 
     uri = cfg.mlflow.tracking_uri
-    client = MlflowClient(tracking_uri=uri)
+    client = MlflowClient(tracking_uri=uri)  # for SQLite this creates the store: only once the config is valid
     experiment_id = ensure_experiment(client, cfg.mlflow.experiment_name)
-    name, tags, parent = _run_identity(cfg)
-    run_id = create_run(client, experiment_id, name, tags, parent)
+    if resumption is None:
+        name, tags, parent = _run_identity(cfg)
+        run_id = create_run(client, experiment_id, name, tags, parent)
+    else:
+        run_id, name = resumption.run_id, client.get_run(resumption.run_id).info.run_name
+        client.update_run(run_id, status="RUNNING")
+        client.set_tag(run_id, "attnseq.resumed_from", str(resumption.checkpoint))
     try:
-        params = config_params(cfg)
-        for start in range(0, len(params), 100):
-            client.log_batch(run_id, params=params[start : start + 100])
-        logger = MLFlowLogger(tracking_uri=uri, run_id=run_id, experiment_name=cfg.mlflow.experiment_name)
+        if resumption is None:
+            params = config_params(cfg)
+            for start in range(0, len(params), 100):
+                client.log_batch(run_id, params=params[start : start + 100])
+            logger = MLFlowLogger(tracking_uri=uri, run_id=run_id, experiment_name=cfg.mlflow.experiment_name)
+        else:
+            logger = ResumedMLFlowLogger(
+                tracking_uri=uri, run_id=run_id, experiment_name=cfg.mlflow.experiment_name,
+                logged_through=resumption.logged_through,
+            )
         checkpoints = output_dir / "checkpoints"
         best = ModelCheckpoint(
             dirpath=checkpoints,
@@ -135,27 +234,35 @@ def train(cfg: DictConfig) -> float | None:
         artifacts = RunArtifacts(
             client,
             run_id,
-            OmegaConf.to_yaml(cfg, resolve=True),
+            config_yaml(cfg),
             best=best,
             last=last,
             heatmap_samples=cfg.tracking.heatmap_samples,
             heatmap_every_n_epochs=cfg.tracking.heatmap_every_n_epochs,
         )
+        guard = FiniteLossGuard(checkpoints / "last.ckpt", check_every_n_steps=cfg.trainer.get("log_every_n_steps", 50))
+        interrupts = InterruptCheckpoint(checkpoints / "last.ckpt", client, run_id)
         trainer = L.Trainer(
             **OmegaConf.to_container(cfg.trainer, resolve=True),
             logger=logger,
-            callbacks=[best, last, artifacts],
+            callbacks=[guard, best, last, artifacts, interrupts],
             default_root_dir=str(output_dir),
         )
-        trainer.fit(module, datamodule=datamodule)
+        with lightning_handles_sigterm():
+            trainer.fit(module, datamodule=datamodule, weights_only=True,  # never unpickle objects
+                        ckpt_path=str(resumption.checkpoint) if resumption else None)
         if cfg.training.test_after_fit:
-            trainer.test(module, datamodule=datamodule, ckpt_path=best.best_model_path or None)
+            trainer.test(module, datamodule=datamodule, ckpt_path=best.best_model_path or None, weights_only=True)
         result = trainer.callback_metrics.get(cfg.optimized_metric)
     except BaseException as error:
-        interrupted = isinstance(error, (KeyboardInterrupt, SIGTERMException))
+        caught = interrupts.exception if "interrupts" in locals() else None  # Lightning turns Ctrl-C into exit(1)
+        interrupted = isinstance(error, (KeyboardInterrupt, SIGTERMException)) or caught is not None
         client.set_terminated(run_id, "KILLED" if interrupted else "FAILED")
-        if isinstance(error, SystemExit) and not error.code:
-            raise SystemExit(143) from error  # Lightning's SIGTERM exit carries no code
+        if interrupted:
+            print(f"\nInterrupted: MLflow run {run_id} marked KILLED; continue it with "
+                  f"`python train.py resume={run_id}`", file=sys.stderr, flush=True)
+            code = 130 if isinstance(caught or error, KeyboardInterrupt) else 143
+            raise SystemExit(code) from error
         raise
     client.set_terminated(run_id, "FINISHED")
     _print_where(uri, experiment_id, run_id, name)

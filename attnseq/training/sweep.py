@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from attnseq.training.tracking import (
     PARENT_RUN_ENV,
     SWEEP_KEYS_ENV,
+    check_tracking_uri,
     create_run,
     ensure_experiment,
     git_commit,
@@ -51,6 +52,7 @@ class SweepParentRun(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         uri = config.mlflow.tracking_uri
+        check_tracking_uri(uri)
         self.client = MlflowClient(tracking_uri=uri)
         self.experiment_id = ensure_experiment(self.client, config.mlflow.experiment_name)
         keys = sweep_keys(config)

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from mlflow.entities import Param
+
+from attnseq.errors import ConfigError
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
@@ -36,6 +38,67 @@ def redact(key: str, value: Any) -> str:
     if _SECRET_KEY.search(key):
         return "***"
     return _URI_CREDENTIALS.sub(r"\g<scheme>***@", str(value))
+
+
+def redact_overrides(overrides: Iterable[str]) -> list[str]:
+    """Command-line overrides with secret-named values and URI credentials masked."""
+    safe = []
+    for override in overrides:
+        key, sep, value = override.partition("=")
+        safe.append(f"{key}{sep}{redact(key, value)}" if sep else redact("", override))
+    return safe
+
+
+def redact_config(node: Any, key: str = "") -> Any:
+    """A resolved config (dicts and lists) with every secret-named value and URI credential masked."""
+    if isinstance(node, Mapping):
+        return {k: redact_config(v, f"{key}.{k}" if key else str(k)) for k, v in node.items()}
+    if isinstance(node, list):
+        return [redact_config(v, key) for v in node]
+    if isinstance(node, str) or _SECRET_KEY.search(key):
+        return redact(key, node)
+    return node
+
+
+def check_tracking_uri(uri: str, timeout_s: float = 5.0) -> None:
+    """Fail in seconds, before any training, when the tracking store cannot be used.
+
+    A server must answer ``/health``; a SQLite file's folder must exist; the plain file store
+    (``./mlruns``) is not accepted by MLflow 3.17 any more.
+    """
+    shown = redact("", uri)
+    scheme = uri.split("://", 1)[0].lower() if "://" in uri else "file"
+    if scheme in ("http", "https"):
+        import requests
+
+        try:
+            response = requests.get(uri.rstrip("/") + "/health", timeout=timeout_s)
+        except requests.RequestException as error:
+            raise ConfigError(
+                f"the MLflow tracking server at {shown} cannot be reached ({type(error).__name__}).",
+                "start it (docker compose -f docker/compose.yaml up -d), or point mlflow.tracking_uri "
+                "(or MLFLOW_TRACKING_URI) at a running server; mlflow.tracking_uri=sqlite:///mlflow.db "
+                "needs no server.",
+            ) from None
+        if response.status_code != 200:
+            raise ConfigError(
+                f"the MLflow tracking server at {shown} answered /health with HTTP {response.status_code}.",
+                "check the server's logs; a 403 usually means its --allowed-hosts list does not include "
+                "the host name in the URI.",
+            )
+    elif scheme == "sqlite":
+        path = uri.split(":///", 1)[1] if ":///" in uri else ""
+        folder = Path(path).parent if path and path != ":memory:" else None
+        if folder is not None and not folder.is_dir():
+            raise ConfigError(
+                f"the SQLite tracking store {shown} is in a folder that does not exist ({folder}).",
+                f"create it (mkdir -p {folder}) or use mlflow.tracking_uri=sqlite:///mlflow.db.",
+            )
+    elif scheme == "file":
+        raise ConfigError(
+            f"mlflow.tracking_uri={shown} is a plain file store, which MLflow 3.17 no longer accepts.",
+            "use a database: mlflow.tracking_uri=sqlite:///mlflow.db (the default), or a server URL.",
+        )
 
 
 def ensure_experiment(client: MlflowClient, name: str) -> str:
@@ -69,8 +132,13 @@ def flatten(cfg: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def config_params(cfg: DictConfig) -> list[Param]:
     """Every resolved config value as an MLflow param, secrets redacted."""
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    return [Param(key, redact(key, value)[:6000]) for key, value in sorted(flatten(resolved).items())]
+    resolved = redact_config(OmegaConf.to_container(cfg, resolve=True))
+    return [Param(key, str(value)[:6000]) for key, value in sorted(flatten(resolved).items())]
+
+
+def config_yaml(cfg: DictConfig) -> str:
+    """The resolved config as saved with a run (``config/resolved.yaml``), secrets redacted."""
+    return OmegaConf.to_yaml(OmegaConf.create(redact_config(OmegaConf.to_container(cfg, resolve=True))))
 
 
 def git_commit(cwd: Path | None = None) -> tuple[str | None, bool]:

@@ -1,0 +1,296 @@
+"""Bad input gets a clear error, crashes lose nothing, sweeps survive failures, secrets stay out.
+
+Through the real CLI (subprocesses with real signals) into a real MLflow store under ``tmp_path``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
+
+from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
+    CLI_TIMEOUT_S,
+    TRAIN_PY,
+    all_runs,
+    artifact_paths,
+    clean_env,
+    explain,
+    outputs_under,
+    run_cli,
+    tiny,
+    tracking_uri,
+)
+
+
+def user_env(**extra: str) -> dict[str, str]:
+    """What a user has: no HYDRA_FULL_ERROR, so errors must read well on their own."""
+    env = {k: v for k, v in clean_env().items() if k != "HYDRA_FULL_ERROR"}
+    return env | extra
+
+
+def assert_clear_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert proc.returncode != 0, explain(proc)
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    for fragment in fragments:
+        assert fragment in proc.stderr, f"{fragment!r} not in:\n{proc.stderr[-3000:]}"
+
+
+# -- bad input → a clear error before any training ---------------------------------------------------
+def test_unknown_group_option_lists_the_valid_ones(tmp_path):
+    proc = run_cli(tmp_path, "scorer=dott", *outputs_under(tmp_path), env=user_env())
+    assert_clear_error(proc, "scorer/dott", "Available options in 'scorer'", "additive", "scaled_dot")
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_dot_with_a_bidirectional_encoder_names_both_sizes_and_the_fixes(tmp_path):
+    proc = run_cli(tmp_path, "encoder=bigru", "scorer=dot", *outputs_under(tmp_path), env=user_env())
+    assert_clear_error(proc, "d_q=128", "d_k=256", "scorer=general", "encoder=gru", "Fix:")
+    assert proc.returncode == 2
+    assert not (tmp_path / "mlflow.db").exists()  # rejected before any run exists
+
+
+@pytest.mark.parametrize(
+    "override,fragments",
+    [
+        ("model.heads=3", ["model.heads=3", "d_k=128", "Fix:"]),
+        ("model.hidden_size=0", ["model.hidden_size=0", "Fix:"]),
+        ("dataset.batch_size=0", ["batch_size", "got 0", "Fix:"]),
+        ("dataset.eval_lengths=[10,5]", ["eval_lengths", "Fix:"]),
+        ("dataset.bucket_width=0", ["bucket_width", "got 0", "Fix:"]),
+    ],
+)
+def test_bad_sizes_lengths_and_buckets(tmp_path, override, fragments):
+    start = time.monotonic()
+    proc = run_cli(tmp_path, override, *outputs_under(tmp_path), env=user_env())
+    assert_clear_error(proc, *fragments)
+    assert time.monotonic() - start < 60
+
+
+BAD_TSV = {
+    "missing": (None, ["does-not-exist.tsv", "not found"]),
+    "empty": (b"", ["corpus.tsv", "empty"]),
+    "not-utf8": ("hello\tbonjour\n".encode() + b"caf\xe9\tcafe\n", ["corpus.tsv:2", "UTF-8"]),
+    "no-tab": (b"hello\tbonjour\nno tab here\n", ["corpus.tsv:2", "tab"]),
+    "two-tabs": (b"hello\tbonjour\ta\tb\n", ["corpus.tsv:1", "tab"]),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_TSV))
+def test_a_bad_tsv_corpus_names_file_and_line(tmp_path, case):
+    content, fragments = BAD_TSV[case]
+    path = tmp_path / ("does-not-exist.tsv" if content is None else "corpus.tsv")
+    if content is not None:
+        path.write_bytes(content)
+    proc = run_cli(tmp_path, "dataset=tsv", f"dataset.path={path}", *outputs_under(tmp_path), env=user_env())
+    assert_clear_error(proc, *fragments, "Fix:")
+
+
+def test_an_unreachable_tracking_server_fails_in_seconds(tmp_path):
+    uri = "http://127.0.0.1:9"  # the discard port: nothing listens
+    start = time.monotonic()
+    proc = run_cli(tmp_path, f"mlflow.tracking_uri={uri}", f"hydra.run.dir={tmp_path}/out", env=user_env())
+    elapsed = time.monotonic() - start
+    assert_clear_error(proc, uri, "cannot be reached", "Fix:")
+    assert elapsed < 60  # the import of torch and Lightning is most of it; MLflow's retries would take minutes
+
+
+def test_the_full_traceback_is_one_variable_away(tmp_path):
+    proc = run_cli(tmp_path, "model.heads=3", *outputs_under(tmp_path), env=user_env(HYDRA_FULL_ERROR="1"))
+    assert proc.returncode != 0 and "Traceback" in proc.stderr
+
+
+# -- crashes lose nothing --------------------------------------------------------------------------
+def start_training(root: Path, *overrides: str, log_name: str = "cli.log") -> tuple[subprocess.Popen, Path]:
+    log = root / log_name
+    proc = subprocess.Popen(
+        [sys.executable, str(TRAIN_PY), *overrides, *outputs_under(root)],
+        cwd=root, env=clean_env(), stdout=log.open("w"), stderr=subprocess.STDOUT,
+    )
+    return proc, log
+
+
+def wait_for(condition, proc: subprocess.Popen, log: Path, timeout: float = CLI_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        assert proc.poll() is None, f"training ended early:\n{log.read_text()[-3000:]}"
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting:\n{log.read_text()[-3000:]}")
+
+
+def the_run(root: Path):
+    runs = (root / "mlflow.db").exists() and all_runs(MlflowClient(tracking_uri(root)))
+    return runs[0] if runs else None
+
+
+def has_metric(root: Path, key: str) -> bool:
+    """Reads the store only once epoch 0's checkpoint exists: a reader that opens a SQLite store
+    while the writer is still creating its schema would race it through the same migrations."""
+    if not (root / "out" / "checkpoints" / "last.ckpt").exists():
+        return False
+    run = the_run(root)
+    return bool(run) and key in run.data.metrics
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_writes_a_checkpoint_and_kills_the_run(tmp_path, signum, code):
+    proc, log = start_training(tmp_path, *tiny(max_epochs=1000, heatmaps=False))
+    try:
+        wait_for(lambda: has_metric(tmp_path, "val/loss"), proc, log)
+        proc.send_signal(signum)
+        sent = time.monotonic()
+        returncode = proc.wait(timeout=60)
+        stopped_in = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    output = log.read_text()
+    assert returncode == code, output[-3000:]
+    assert stopped_in < 30, output[-3000:]
+    run = the_run(tmp_path)
+    assert run.info.status == "KILLED"
+    assert f"resume={run.info.run_id}" in output
+    local = tmp_path / "out" / "checkpoints" / "last.ckpt"
+    state = torch.load(local, map_location="cpu", weights_only=True)
+    assert state["global_step"] > 0
+    assert "checkpoints/last.ckpt" in artifact_paths(MlflowClient(tracking_uri(tmp_path)), run.info.run_id)
+
+
+@pytest.mark.slow
+def test_after_sigkill_resume_continues_the_same_run_without_logging_a_step_twice(tmp_path):
+    epochs = 4
+    overrides = [*tiny(max_epochs=epochs, heatmaps=False), "dataset.train_size=512", "trainer.log_every_n_steps=2"]
+    proc, log = start_training(tmp_path, *overrides)
+    try:
+        wait_for(lambda: has_metric(tmp_path, "val/loss"), proc, log)  # epoch 0 is over
+        client = MlflowClient(tracking_uri(tmp_path))
+        run_id = the_run(tmp_path).info.run_id
+        first_val_step = client.get_metric_history(run_id, "val/loss")[0].step
+
+        def mid_second_epoch() -> bool:
+            steps = [m.step for m in client.get_metric_history(run_id, "train/loss_step")]
+            return any(step > first_val_step + 2 for step in steps)
+
+        wait_for(mid_second_epoch, proc, log)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert client.get_run(run_id).info.status == "RUNNING"  # nobody could mark it
+    steps_before = [m.step for m in client.get_metric_history(run_id, "train/loss_step")]
+
+    resumed = run_cli(tmp_path, f"resume={run_id}", f"mlflow.tracking_uri={tracking_uri(tmp_path)}",
+                      f"hydra.run.dir={tmp_path}/resumed")
+    assert resumed.returncode == 0, explain(resumed)
+    runs = all_runs(client)
+    assert [r.info.run_id for r in runs] == [run_id]  # the same run, no new one
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    for key in set(run.data.metrics) - {"epoch"}:  # no metric step is logged twice
+        # ("epoch" is Lightning's bookkeeping, logged beside every batch of metrics: it repeats
+        # steps in any run, interrupted or not)
+        steps = [m.step for m in client.get_metric_history(run_id, key)]
+        assert len(steps) == len(set(steps)), (key, steps)
+    epochs_logged = sorted(m.value for m in client.get_metric_history(run_id, "epoch") if m.key == "epoch")
+    assert max(epochs_logged) == epochs - 1
+    assert len(client.get_metric_history(run_id, "val/loss")) == epochs  # one per epoch, none lost
+    after = [m.step for m in client.get_metric_history(run_id, "train/loss_step")]
+    assert set(steps_before) <= set(after) and max(after) > max(steps_before)
+
+    # the same config without the interruption reaches the same result, within noise
+    straight = tmp_path / "straight"
+    straight.mkdir()
+    proc = run_cli(straight, *overrides, *outputs_under(straight))
+    assert proc.returncode == 0, explain(proc)
+    uninterrupted = the_run(straight).data.metrics
+    assert run.data.metrics["val/acc"] == pytest.approx(uninterrupted["val/acc"], abs=0.05)
+
+
+def test_resume_of_an_unknown_run_is_a_clear_error(tmp_path):
+    proc = run_cli(tmp_path, "resume=feedfacefeedface", *outputs_under(tmp_path), env=user_env())
+    assert_clear_error(proc, "resume=feedfacefeedface", "no such run", "Fix:")
+
+
+def test_a_nan_loss_stops_the_run_failed_and_keeps_the_last_good_checkpoint(tmp_path):
+    # epoch 0 trains normally; the schedule then makes the learning rate infinite
+    proc = run_cli(tmp_path, *tiny(max_epochs=3, heatmaps=False), "scheduler.gamma=inf", *outputs_under(tmp_path),
+                   env=user_env())
+    assert_clear_error(proc, "NaN or infinite", "epoch 1", "last good checkpoint", "optimizer.lr")
+    assert proc.returncode == 1
+    run = the_run(tmp_path)
+    assert run.info.status == "FAILED"
+    for name in ("last.ckpt", "best.ckpt"):
+        state = torch.load(tmp_path / "out" / "checkpoints" / name, map_location="cpu", weights_only=True)
+        assert state["epoch"] == 0
+        assert all(torch.isfinite(t).all() for t in state["state_dict"].values()), name
+
+
+@pytest.mark.slow
+def test_in_a_sweep_a_failing_job_is_failed_the_others_finish_and_the_sweep_says_which(tmp_path):
+    proc = run_cli(tmp_path, "-m", "model.heads=1,3,2", *tiny(max_epochs=1, heatmaps=False), *outputs_under(tmp_path))
+    assert proc.returncode != 0
+    runs = all_runs(MlflowClient(tracking_uri(tmp_path)))
+    children = {r.data.params.get("model.heads"): r for r in runs if r.data.tags.get("attnseq.kind") == "train"}
+    assert {k: r.info.status for k, r in children.items()} == {"1": "FINISHED", "3": "FAILED", "2": "FINISHED"}
+    assert "model.heads=3" in children["3"].data.tags["attnseq.error"]
+    [parent] = [r for r in runs if r.data.tags.get("attnseq.kind") == "sweep"]
+    assert parent.info.status == "FAILED"
+    summary = proc.stdout + proc.stderr
+    assert "1 not finished" in summary and "FAILED    model.heads=3" in summary
+
+
+def test_the_same_seed_and_config_give_identical_validation_metrics(tmp_path):
+    results = []
+    for attempt in ("a", "b"):
+        root = tmp_path / attempt
+        root.mkdir()
+        proc = run_cli(root, *tiny(max_epochs=2, heatmaps=False), *outputs_under(root))
+        assert proc.returncode == 0, explain(proc)
+        results.append({k: v for k, v in the_run(root).data.metrics.items() if k.startswith("val/")})
+    assert results[0] == results[1]
+
+
+# -- security ----------------------------------------------------------------------------------------
+def test_checkpoints_never_unpickle_objects(tmp_path):
+    from attnseq.evaluation.runs import load_model_file
+
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    evil = tmp_path / "model.pt"
+    torch.save({"model_config": {}, "state_dict": {}, "x": Payload()}, evil)
+    with pytest.raises(Exception, match="(?i)weights_only|unpickl"):
+        load_model_file(evil)
+    assert not marker.exists()
+
+
+def test_nothing_secret_reaches_params_tags_or_the_saved_config(tmp_path):
+    secret = "hunter2-s3cr3t"
+    env = clean_env() | {"MLFLOW_TRACKING_PASSWORD": secret, "AWS_SECRET_ACCESS_KEY": secret}
+    proc = run_cli(tmp_path, *tiny(max_epochs=1, heatmaps=False), f"+db_password={secret}",
+                   f"+tracking.api_token={secret}", *outputs_under(tmp_path), env=env)
+    assert proc.returncode == 0, explain(proc)
+    client = MlflowClient(tracking_uri(tmp_path))
+    run = the_run(tmp_path)
+    assert secret not in str(run.data.params) and secret not in str(run.data.tags)
+    assert run.data.params["db_password"] == "***"
+    saved = client.download_artifacts(run.info.run_id, "config/resolved.yaml", str(tmp_path))
+    text = Path(saved).read_text()
+    assert secret not in text and yaml.safe_load(text)["db_password"] == "***"
+    assert OmegaConf.create(text).tracking.api_token == "***"
