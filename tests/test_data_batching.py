@@ -147,3 +147,36 @@ def test_bucketing_keeps_padding_low_on_copy_1_to_40():
     plain = [order[k : k + 64] for k in range(0, len(order), 64)]
     assert mean_padding(items, bucketed) < 0.10
     assert mean_padding(items, plain) > 0.30
+
+
+# -- data-parallel sharding ----------------------------------------------------------------------
+@pytest.mark.parametrize("replicas", [2, 3])
+@pytest.mark.parametrize("n", [1, 5, 64, 333])
+def test_evaluation_shards_cover_every_sequence_exactly_once(replicas, n):
+    lengths = [1 + (7 * i) % 23 for i in range(n)]
+    seen = []
+    for rank in range(replicas):
+        sampler = LengthBucketBatchSampler(lengths, 16, shuffle=False, seed=0, num_replicas=replicas, rank=rank)
+        batches = list(sampler)
+        assert len(batches) == len(sampler)
+        seen += [i for batch in batches for i in batch]
+    assert sorted(seen) == list(range(n))
+
+
+@pytest.mark.parametrize("replicas", [2, 3])
+def test_training_shards_are_disjoint_equal_and_follow_one_global_order(replicas):
+    lengths = [1 + (5 * i) % 40 for i in range(1000)]
+    shards = []
+    for rank in range(replicas):
+        sampler = LengthBucketBatchSampler(lengths, 32, shuffle=True, seed=3, num_replicas=replicas, rank=rank)
+        sampler.set_epoch(2)
+        shards.append(list(sampler))
+        assert len(shards[-1]) == len(sampler)
+    assert len({len(shard) for shard in shards}) == 1  # equal step counts: each step is a collective
+    indices = [i for shard in shards for batch in shard for i in batch]
+    assert len(indices) == len(set(indices))  # disjoint
+    single = LengthBucketBatchSampler(lengths, 32, shuffle=True, seed=3)
+    single.set_epoch(2)
+    everything = list(single)
+    for rank, shard in enumerate(shards):  # rank r takes every replicas-th batch of the global order
+        assert shard == everything[: len(everything) // replicas * replicas][rank::replicas]

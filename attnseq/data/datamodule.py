@@ -22,7 +22,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, DistributedSampler
 
 from attnseq.data.batch import collate
 from attnseq.data.errors import DataError
@@ -209,14 +209,27 @@ class Seq2SeqDataModule(L.LightningDataModule):
     # ---- dataloaders ------------------------------------------------------------------------
 
     def _loader(self, items: list[EncodedExample], batch_size: int, shuffle: bool, bucketing: bool) -> DataLoader:
+        replicas, rank = self._replicas()
         if bucketing:
-            sampler = LengthBucketBatchSampler([len(x.src) for x in items], batch_size, shuffle=shuffle, seed=self.seed)
+            sampler = LengthBucketBatchSampler(
+                [len(x.src) for x in items], batch_size, shuffle=shuffle, seed=self.seed, num_replicas=replicas, rank=rank
+            )
             return DataLoader(items, batch_sampler=sampler, collate_fn=collate, num_workers=self.num_workers)
+        if replicas > 1:
+            shard = DistributedSampler(items, replicas, rank, shuffle=shuffle, seed=self.seed, drop_last=shuffle)
+            return DataLoader(items, batch_size=batch_size, sampler=shard, collate_fn=collate, num_workers=self.num_workers)
         generator = torch.Generator().manual_seed(self.seed)
         return DataLoader(
             items, batch_size=batch_size, shuffle=shuffle, generator=generator,
             collate_fn=collate, num_workers=self.num_workers,
         )
+
+    def _replicas(self) -> tuple[int, int]:
+        """(processes, this one's rank) under data-parallel training; (1, 0) otherwise."""
+        trainer = getattr(self, "trainer", None)
+        if trainer is None or trainer.world_size == 1:
+            return 1, 0
+        return trainer.world_size, trainer.global_rank
 
     def train_dataloader(self) -> DataLoader:
         self._require_setup("train_dataloader")

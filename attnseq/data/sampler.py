@@ -58,6 +58,12 @@ class LengthBucketBatchSampler(Sampler[list[int]]):
         drop_last: drop the one incomplete batch, if any.
         chunk_batches: how many batches' worth of indices are sorted together; larger means
             less padding but batch contents that vary less from epoch to epoch.
+        num_replicas, rank: under data-parallel training. Training (``shuffle``): every process
+            builds the same global batch order (same seed and epoch) and takes every
+            ``num_replicas``-th batch from ``rank`` on, dropping the few batches that would leave
+            the processes with unequal step counts (each step is a collective). Evaluation: each
+            process batches every ``num_replicas``-th sequence, so every sequence is counted
+            exactly once and no process is left without a batch.
     """
 
     def __init__(
@@ -68,6 +74,8 @@ class LengthBucketBatchSampler(Sampler[list[int]]):
         seed: int,
         drop_last: bool = False,
         chunk_batches: int = 50,
+        num_replicas: int = 1,
+        rank: int = 0,
     ) -> None:
         if not is_int(batch_size) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
@@ -81,6 +89,10 @@ class LengthBucketBatchSampler(Sampler[list[int]]):
         self.seed = seed
         self.drop_last = drop_last
         self.chunk_batches = chunk_batches
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank={rank} must lie in [0, num_replicas={num_replicas})")
+        self.num_replicas = num_replicas
+        self.rank = rank
         self.sampler = EpochPermutationSampler(len(self.lengths), shuffle, seed)
 
     def set_epoch(self, epoch: int) -> None:
@@ -88,10 +100,18 @@ class LengthBucketBatchSampler(Sampler[list[int]]):
 
     def __len__(self) -> int:
         n = len(self.lengths)
-        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+        total = n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+        if self.num_replicas == 1:
+            return total
+        if self.shuffle:
+            return total // self.num_replicas
+        share = len(range(self.rank, n, self.num_replicas))  # evaluation: this process's sequences
+        return share // self.batch_size if self.drop_last else -(-share // self.batch_size)
 
     def __iter__(self) -> Iterator[list[int]]:
         order = list(self.sampler)
+        if not self.shuffle:
+            order = order[self.rank :: self.num_replicas]  # evaluation: each process its share of sequences
         chunk = self.batch_size * self.chunk_batches if self.shuffle else max(len(order), 1)
         batches: list[list[int]] = []
         for start in range(0, len(order), chunk):
@@ -102,6 +122,7 @@ class LengthBucketBatchSampler(Sampler[list[int]]):
             batches.pop()
         if self.shuffle:
             random.Random(f"{self.seed}:{self.sampler.epoch}:batches").shuffle(batches)
+            batches = batches[: len(batches) // self.num_replicas * self.num_replicas][self.rank :: self.num_replicas]
         return iter(batches)
 
 

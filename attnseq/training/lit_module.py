@@ -77,10 +77,10 @@ class Seq2SeqLitModule(L.LightningModule):
         logits, _ = self.model(batch.src, batch.src_lengths, batch.tgt_in, teacher_forcing=self.teacher_forcing)
         loss = self.loss(logits, batch.tgt_out)
         size = len(batch)
-        self.log("train/loss", loss, on_step=False, on_epoch=True, batch_size=size)
+        self.log("train/loss", loss, on_step=False, on_epoch=True, batch_size=size, sync_dist=True)
         self.log("train/loss_step", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=size)
         padding = 1.0 - (batch.src_lengths.sum() + batch.tgt_lengths.sum()) / (batch.src.numel() + batch.tgt_out.numel())
-        self.log("train/padding_fraction", padding, on_step=False, on_epoch=True, batch_size=size)
+        self.log("train/padding_fraction", padding, on_step=False, on_epoch=True, batch_size=size, sync_dist=True)
         return loss
 
     def configure_optimizers(self):
@@ -96,7 +96,7 @@ class Seq2SeqLitModule(L.LightningModule):
     # -- evaluation ----------------------------------------------------------------------
     def _evaluate(self, batch: Batch, metrics: MetricCollection, stage: str) -> None:
         logits, attention = self.model(batch.src, batch.src_lengths, batch.tgt_in)  # teacher forced
-        self.log(f"{stage}/loss", self.loss(logits, batch.tgt_out), on_epoch=True, batch_size=len(batch))
+        self.log(f"{stage}/loss", self.loss(logits, batch.tgt_out), on_epoch=True, batch_size=len(batch), sync_dist=True)
         limit = decode_length_limit(batch.src_lengths, self.decode_ratio, self.decode_extra)
         decoded = greedy_decode(self.model, batch.src, batch.src_lengths, max_length=limit)
         metrics["buckets"].update(decoded.tokens, batch.tgt_out, batch.tgt_lengths, batch.src_lengths)

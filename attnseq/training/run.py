@@ -4,6 +4,7 @@ point over it, and tests call it directly with a composed config."""
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -42,6 +43,9 @@ from attnseq.training.tracking import (
 )
 
 log = logging.getLogger(__name__)
+
+RUN_ID_ENV = "ATTNSEQ_MLFLOW_RUN_ID"
+"""Set by rank 0 before ``fit``: the run that Lightning's data-parallel workers log into."""
 
 
 def model_config(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> ModelConfig:
@@ -203,18 +207,23 @@ def _train(cfg: DictConfig) -> float | None:
     uri = cfg.mlflow.tracking_uri
     client = MlflowClient(tracking_uri=uri)  # for SQLite this creates the store: only once the config is valid
     experiment_id = ensure_experiment(client, cfg.mlflow.experiment_name)
-    if resumption is None:
+    ddp_child = os.environ.get("LOCAL_RANK", "0") != "0" and RUN_ID_ENV in os.environ
+    if ddp_child:  # a data-parallel worker Lightning started: rank 0 owns the run
+        run_id, name = os.environ[RUN_ID_ENV], "ddp worker"
+    elif resumption is None:
         name, tags, parent = _run_identity(cfg)
         run_id = create_run(client, experiment_id, name, tags, parent)
     else:
         run_id, name = resumption.run_id, client.get_run(resumption.run_id).info.run_name
         client.update_run(run_id, status="RUNNING")
         client.set_tag(run_id, "attnseq.resumed_from", str(resumption.checkpoint))
+    os.environ[RUN_ID_ENV] = run_id  # inherited by data-parallel workers, which Lightning starts in fit
     try:
-        if resumption is None:
+        if resumption is None and not ddp_child:
             params = config_params(cfg)
             for start in range(0, len(params), 100):
                 client.log_batch(run_id, params=params[start : start + 100])
+        if resumption is None:
             logger = MLFlowLogger(tracking_uri=uri, run_id=run_id, experiment_name=cfg.mlflow.experiment_name)
         else:
             logger = ResumedMLFlowLogger(
@@ -257,15 +266,19 @@ def _train(cfg: DictConfig) -> float | None:
     except BaseException as error:
         caught = interrupts.exception if "interrupts" in locals() else None  # Lightning turns Ctrl-C into exit(1)
         interrupted = isinstance(error, (KeyboardInterrupt, SIGTERMException)) or caught is not None
-        client.set_terminated(run_id, "KILLED" if interrupted else "FAILED")
+        if not ddp_child:
+            client.set_terminated(run_id, "KILLED" if interrupted else "FAILED")
         if interrupted:
             print(f"\nInterrupted: MLflow run {run_id} marked KILLED; continue it with "
                   f"`python train.py resume={run_id}`", file=sys.stderr, flush=True)
             code = 130 if isinstance(caught or error, KeyboardInterrupt) else 143
             raise SystemExit(code) from error
         raise
-    client.set_terminated(run_id, "FINISHED")
-    _print_where(uri, experiment_id, run_id, name)
+    finally:
+        os.environ.pop(RUN_ID_ENV, None)
+    if not ddp_child:
+        client.set_terminated(run_id, "FINISHED")
+        _print_where(uri, experiment_id, run_id, name)
     return None if result is None else float(result)
 
 
