@@ -21,8 +21,9 @@ lint: $(STAMP)
 system-deps:  ## Debian packages the tests need (PostgreSQL server); a no-op once installed
 	scripts/install-system-deps
 
-test: $(STAMP) lint system-deps  ## what CI runs: lint, then every test that needs no GPU (slow ones too)
+test: $(STAMP) lint system-deps  ## what CI runs: lint, every test that needs no GPU (slow ones too), the image build
 	$(PY) -m pytest -m "not gpu" $(PYTEST_ARGS)
+	scripts/docker-check
 
 test-fast: $(STAMP)  ## the quick loop: slow and GPU tests deselected
 	$(PY) -m pytest $(PYTEST_ARGS)

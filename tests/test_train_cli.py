@@ -328,7 +328,7 @@ def test_failing_run_is_marked_failed(tmp_path):
     assert proc.returncode != 0, explain(proc)
     assert "NaN or infinite" in proc.stderr, explain(proc)
     runs = all_runs(MlflowClient(tracking_uri(tmp_path)))
-    assert [(r.info.status, r.data.params.get("optimizer.lr")) for r in runs] == [("FAILED", "-1")]
+    assert [(r.info.status, r.data.params.get("scheduler.gamma")) for r in runs] == [("FAILED", "inf")]
     assert runs[0].info.end_time is not None
 
 
