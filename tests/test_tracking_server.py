@@ -35,9 +35,10 @@ import psycopg
 import pytest
 import torch
 from botocore.config import Config
-from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+from cli_helpers import all_runs, artifact_paths  # noqa: E402  (tests/ is on sys.path under pytest)
 
 REPO = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = REPO / "docker" / "compose.yaml"
@@ -305,32 +306,19 @@ def train(stack, name: str, *args: str) -> subprocess.CompletedProcess:
     return proc
 
 
-def runs_of(client: MlflowClient) -> list:
-    experiment = client.get_experiment_by_name(EXPERIMENT)
-    assert experiment is not None, f"no experiment {EXPERIMENT!r} on the server"
-    return client.search_runs([experiment.experiment_id], run_view_type=ViewType.ALL, max_results=100)
-
-
-def artifact_paths(client: MlflowClient, run_id: str, path: str | None = None) -> set[str]:
-    paths: set[str] = set()
-    for info in client.list_artifacts(run_id, path):
-        paths |= artifact_paths(client, run_id, info.path) if info.is_dir else {info.path}
-    return paths
-
-
 @pytest.fixture(scope="module")
 def single(stack):
     train(stack, "single", f"trainer.max_epochs={MAX_EPOCHS}")
-    runs = runs_of(stack["client"])  # the server is new: this is its first run
+    runs = all_runs(stack["client"])  # the server is new: this is its first run
     assert len(runs) == 1, [r.info.run_name for r in runs]
     return runs[0]
 
 
 @pytest.fixture(scope="module")
 def sweep(stack, single):  # after `single`, so each fixture can tell its own runs apart
-    before = {r.info.run_id for r in runs_of(stack["client"])}
+    before = {r.info.run_id for r in all_runs(stack["client"])}
     train(stack, "sweep", "-m", f"scorer={','.join(SWEEP_SCORERS)}", "trainer.max_epochs=1", "tracking.heatmap_samples=0")
-    new = [r for r in runs_of(stack["client"]) if r.info.run_id not in before]
+    new = [r for r in all_runs(stack["client"]) if r.info.run_id not in before]
     parents = [r for r in new if MLFLOW_PARENT_RUN_ID not in r.data.tags]
     assert len(parents) == 1, [(r.info.run_name, r.data.tags.get("attnseq.kind")) for r in new]
     return {"parent": parents[0], "children": [r for r in new if MLFLOW_PARENT_RUN_ID in r.data.tags]}
