@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: train lint system-deps test test-fast test-slow test-gpu ui bottleneck docker-check clean
+.PHONY: train lint system-deps test test-fast test-slow test-gpu ui bottleneck bench docker-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +16,7 @@ train: $(STAMP)  ## the main job; pass Hydra overrides as ARGS="scorer=dot model
 	$(PY) train.py $(ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check attnseq tests train.py evaluate.py
+	$(VENV)/bin/ruff check attnseq tests benchmarks train.py evaluate.py
 
 system-deps:  ## Debian packages the tests need (PostgreSQL server); a no-op once installed
 	scripts/install-system-deps
@@ -37,6 +37,9 @@ test-gpu: $(STAMP)  ## only the tests that need a CUDA device
 bottleneck: $(STAMP)  ## no attention vs every scorer: 6 trainings (2 at a time), evaluation to length 80, comparison
 	$(PY) train.py -m experiment=bottleneck
 	$(PY) evaluate.py parent_run_id=latest experiment_name=bottleneck eval.lengths=[1,80] eval.bucket_width=10
+
+bench: $(STAMP)  ## training and decoding throughput, side by side (≈ 20 min) → benchmarks/results.md
+	$(PY) benchmarks/bench.py $(ARGS)
 
 MLFLOW_URI ?= sqlite:///mlflow.db
 ui: $(STAMP)  ## the MLflow UI on the embedded store, at http://127.0.0.1:5000

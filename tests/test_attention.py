@@ -262,3 +262,30 @@ def test_a_float_mask_is_rejected_rather_than_misread():
     attention = build_attention("dot", 4, 4)
     with pytest.raises(ShapeError, match="bool"):
         attention(torch.randn(2, 4), torch.randn(2, 3, 4), torch.ones(2, 3))
+
+
+# ---------------------------------------------------------------------------------- fast paths
+def test_fast_tanh_is_tanh_with_tanhs_gradient():
+    from attnseq.attention.scorers import fast_tanh
+
+    x = torch.linspace(-12, 12, 100_001).requires_grad_()
+    y = fast_tanh(x)
+    torch.testing.assert_close(y, torch.tanh(x), atol=3e-7, rtol=0)
+    (grad,) = torch.autograd.grad(y.sum(), x)
+    torch.testing.assert_close(grad, 1 - torch.tanh(x.detach()) ** 2, atol=1e-6, rtol=0)
+    x64 = x.detach().double()
+    torch.testing.assert_close(fast_tanh(x64), torch.tanh(x64), atol=0, rtol=0)  # float64: torch.tanh itself
+
+
+@pytest.mark.parametrize("scorer", SCORER_NAMES)
+@pytest.mark.parametrize("heads", [1, 2])
+def test_score_is_project_query_then_score_projected(scorer, heads):
+    """The parts a fused decoder calls one by one compose to ``score``."""
+    attention = build_attention(scorer, 8, 8, heads=heads).double()
+    query, keys, _ = make_inputs(2, 3, 5, 8, seed=7)
+    projected_keys = attention.project_keys(keys)
+    weight = attention.query_weight()
+    mapped = query if weight is None else query @ weight.T  # (B, T_dec, ·)
+    parts = attention.score_projected(attention.split_query(mapped), projected_keys)
+    torch.testing.assert_close(parts, attention.score(query, projected_keys))
+    assert parts.shape == (2, heads, 3, 5)

@@ -244,3 +244,133 @@ def test_invalid_configurations_name_the_value_and_the_fix(overrides, fragments)
         build_seq2seq(config)
     for fragment in fragments:
         assert fragment in str(err.value)
+
+
+# ---------------------------------------------------------------------- the fused teacher-forced path
+def fuses(enc, scorer, dec):
+    """Where ``forward`` takes the fused loop: a one-layer decoder whose recurrence is stepwise."""
+    return scorer != "none" and dec in ("bahdanau", "luong")
+
+
+def step_by_step(model, src, lengths, tgt_in):
+    """Teacher forcing written with ``decoder.step`` alone: the reference for the fused path."""
+    memory, state = model.encode(src, lengths)
+    logits, weights = [], []
+    for t in range(tgt_in.shape[1]):
+        step_logits, step_weights, state = model.decoder.step(tgt_in[:, t], state, memory)
+        logits.append(step_logits)
+        weights.append(step_weights)
+    stacked = None if weights[0] is None else torch.stack(weights, dim=2)  # (B, H, T_dec, T_enc)
+    return torch.stack(logits, dim=1), stacked  # (B, T_dec, V)
+
+
+@pytest.mark.parametrize("enc,scorer,dec,heads", valid_combinations())
+def test_one_layer_teacher_forcing_equals_stepping_values_and_gradients(enc, scorer, dec, heads):
+    """One layer is where the fused loop runs (and the additive GRU one with its own backward)."""
+    model = make_model(enc, scorer, dec, heads, layers=1).train()
+    assert model.decoder.can_fuse() == fuses(enc, scorer, dec)
+    src, lengths, tgt_in = make_batch()
+    results = []
+    for forward in (lambda: model(src, lengths, tgt_in), lambda: step_by_step(model, src, lengths, tgt_in)):
+        model.zero_grad()
+        logits, weights = forward()
+        loss = logits.sin().sum()  # every logit gets its own gradient
+        if weights is not None:  # and the weights one of their own, as a loss on them would
+            loss = loss + (weights * torch.linspace(-1, 1, weights.shape[-1], dtype=weights.dtype)).sum()
+        loss.backward()
+        results.append((logits, weights, {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (logits, weights, grads), (ref_logits, ref_weights, ref_grads) = results
+    torch.testing.assert_close(logits, ref_logits)
+    if scorer != "none":
+        torch.testing.assert_close(weights, ref_weights)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, ref_grads[name], msg=name)
+
+
+@pytest.mark.parametrize("dec", ["bahdanau", "luong"])
+@pytest.mark.parametrize("enc", ["gru", "lstm"])
+def test_fused_path_in_float32_matches_stepping_to_1e_5(enc, dec):
+    torch.manual_seed(3)
+    config = ModelConfig(V_SRC, V_TGT, embedding_dim=16, hidden_size=32, scorer="additive", **ENCODERS[enc], **DECODERS[dec])
+    model = build_seq2seq(config).eval()
+    src, lengths, tgt_in = make_batch(lengths=(9, 4, 1, 7), tgt_len=8)
+    logits, weights = model(src, lengths, tgt_in)
+    ref_logits, ref_weights = step_by_step(model, src, lengths, tgt_in)
+    torch.testing.assert_close(logits, ref_logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(weights, ref_weights, atol=1e-6, rtol=1e-5)
+
+
+def test_a_hooked_or_wrapped_attention_is_called_at_every_step():
+    """The fused loop calls the scorer through its parts; a hook must still see every step."""
+    model = make_model("gru", "additive", "bahdanau", heads=1)
+    calls = []
+    model.attention.register_forward_hook(lambda module, args, out: calls.append(args[0].shape))
+    src, lengths, tgt_in = make_batch()
+    assert not model.decoder.can_fuse()
+    model(src, lengths, tgt_in)
+    assert calls == [torch.Size([4, 12])] * tgt_in.shape[1]
+
+
+def test_several_layers_and_scheduled_sampling_run_step_by_step():
+    model = make_model("gru", "additive", "bahdanau", heads=1, layers=2)
+    assert not model.decoder.can_fuse()
+    model = make_model("gru", "additive", "bahdanau", heads=1)
+    calls = []
+    original = model.decoder.step
+    model.decoder.step = lambda *args: calls.append(1) or original(*args)
+    src, lengths, tgt_in = make_batch()
+    model(src, lengths, tgt_in, teacher_forcing=0.5)
+    assert len(calls) == tgt_in.shape[1]
+
+
+def test_the_additive_gru_recurrence_defers_to_autograd_under_autocast():
+    from attnseq.model.fused import AdditiveGRURecurrence
+
+    gates = torch.zeros(2, 3, 6)
+    assert AdditiveGRURecurrence.supports(gates) and AdditiveGRURecurrence.supports(gates.double())
+    assert not AdditiveGRURecurrence.supports(gates.bfloat16())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not AdditiveGRURecurrence.supports(gates)
+
+
+# ---------------------------------------------------------------------- cells and the encoder
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_written_out_cells_equal_torch_rnn_cells(cell):
+    """The fused loop's cells, on an ``nn.GRU``/``nn.LSTM``'s own parameters, to 1e-6 in float32."""
+    from attnseq.model.cells import gru_cell, layer_parameters, lstm_cell
+
+    torch.manual_seed(0)
+    rnn = torch.nn.GRU(5, 7) if cell == "gru" else torch.nn.LSTM(5, 7)
+    x, h, c = torch.randn(4, 5), torch.randn(4, 7), torch.randn(4, 7)
+    w_ih, w_hh, b_ih, b_hh = layer_parameters(rnn)
+    input_gates, hidden_gates = x @ w_ih.T + b_ih, h @ w_hh.T + b_hh  # (B, G·d)
+    if cell == "gru":
+        _, expected = rnn(x.unsqueeze(0), h.unsqueeze(0))
+        torch.testing.assert_close(gru_cell(input_gates, hidden_gates, h), expected[0], atol=1e-6, rtol=0)
+    else:
+        _, (expected_h, expected_c) = rnn(x.unsqueeze(0), (h.unsqueeze(0), c.unsqueeze(0)))
+        new_h, new_c = lstm_cell(input_gates + hidden_gates, c)
+        torch.testing.assert_close(new_h, expected_h[0], atol=1e-6, rtol=0)
+        torch.testing.assert_close(new_c, expected_c[0], atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("enc", ["gru", "bigru", "lstm"])
+@pytest.mark.parametrize("lengths", [(6, 3, 1, 4), (5, 5, 5)])
+def test_encoder_states_equal_a_packed_run(enc, lengths):
+    """Unpacked (one-layer GRU, or a batch without padding) or packed: the states of packing."""
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    model = make_model(enc, "general", "luong", heads=1)
+    src, lengths, _ = make_batch(lengths=lengths)
+    states, final = model.encoder(src, lengths)
+    encoder = model.encoder
+    packed = pack_padded_sequence(encoder.embedding(src), lengths, batch_first=True, enforce_sorted=False)
+    ref_packed, ref_final = encoder.rnn(packed)
+    ref_states, _ = pad_packed_sequence(ref_packed, batch_first=True, total_length=src.shape[1])
+    torch.testing.assert_close(states, ref_states)
+    if enc == "lstm":
+        torch.testing.assert_close(final[0], ref_final[0])
+        torch.testing.assert_close(final[1], ref_final[1])
+    else:
+        torch.testing.assert_close(final, encoder._bridge(ref_final))
+    assert torch.all(states[~lengths_to_valid_mask(lengths)] == 0)  # padding's states are zero

@@ -59,9 +59,32 @@ class Attention(nn.Module):
         """Keys in the scorer's comparison space, split by head: ``(B, H, T_enc, d_p)``."""
         raise NotImplementedError
 
+    def query_weight(self) -> Tensor | None:
+        """The linear map ``(d_p·H, d_q)`` a scorer applies to the query first, or None (used as is).
+
+        Exposed so that a decoder can fuse it with the other products of the same state (the
+        Bahdanau decoder computes ``W_hh s_{t-1}`` and ``W_a s_{t-1}`` in one matmul).
+        """
+        return None
+
+    def split_query(self, query: Tensor) -> Tensor:
+        """The (already ``query_weight``-mapped) query ``(B, T_dec, ·)`` → ``(B, H or 1, T_dec, d_p)``."""
+        raise NotImplementedError
+
+    def score_projected(self, projected_query: Tensor, projected_keys: Tensor) -> Tensor:
+        """Scores ``(B, H, T_dec, T_enc)`` from ``split_query``'s output and ``project_keys``'s."""
+        raise NotImplementedError
+
+    def project_query(self, query: Tensor) -> Tensor:
+        """Query ``(B, T_dec, d_q)`` in the scorer's comparison space: ``(B, H or 1, T_dec, d_p)``."""
+        weight = self.query_weight()
+        if weight is not None:
+            query = query @ weight.T  # (B, T_dec, d_p·H)
+        return self.split_query(query)
+
     def score(self, query: Tensor, projected_keys: Tensor) -> Tensor:
         """Scores ``(B, H, T_dec, T_enc)`` of query ``(B, T_dec, d_q)`` against every key."""
-        raise NotImplementedError
+        return self.score_projected(self.project_query(query), projected_keys)
 
     # -- shared ---------------------------------------------------------------------------
     def split_heads(self, keys: Tensor) -> Tensor:
@@ -76,7 +99,7 @@ class Attention(nn.Module):
         valid_mask: Tensor,
         projected_keys: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
-        self._check_shapes(query, keys, valid_mask)
+        self.check_shapes(query, keys, valid_mask)
         one_step = query.dim() == 2
         if one_step:
             query = query.unsqueeze(1)  # (B, 1, d_q)
@@ -84,15 +107,28 @@ class Attention(nn.Module):
             projected_keys = self.project_keys(keys)  # (B, H, T_enc, d_p)
         scores = self.score(query, projected_keys)  # (B, H, T_dec, T_enc)
         weights = masked_softmax(scores, valid_mask[:, None, None, :])  # (B, H, T_dec, T_enc)
-        values = self.split_heads(keys)  # (B, H, T_enc, d_h)
-        context = weights @ values  # (B, H, T_dec, d_h)
-        batch, _, steps, _ = context.shape
-        context = context.transpose(1, 2).reshape(batch, steps, self.key_dim)  # (B, T_dec, d_k)
+        context = self.average(weights, keys)  # (B, T_dec, d_k)
         if one_step:
             return context.squeeze(1), weights.squeeze(2)  # (B, d_k), (B, H, T_enc)
         return context, weights
 
-    def _check_shapes(self, query: Tensor, keys: Tensor, valid_mask: Tensor) -> None:
+    def average(self, weights: Tensor, keys: Tensor) -> Tensor:
+        """Weights ``(B, H, T_dec, T_enc)`` × values (the keys) → context ``(B, T_dec, d_k)``, heads concatenated."""
+        context = weights @ self.split_heads(keys)  # (B, H, T_dec, d_h)
+        batch, _, steps, _ = context.shape
+        return context.transpose(1, 2).reshape(batch, steps, self.key_dim)  # (B, T_dec, d_k)
+
+    def values_through(self, keys: Tensor, weight: Tensor) -> Tensor:
+        """Each head's values already multiplied by its column block of ``weight (d_out, d_k)``:
+        ``(B, H, T_enc, d_out)``, so that ``Σ_h (weights_h @ this_h)`` is ``context @ weight.T``.
+
+        A decoder that only needs ``W c_t`` of a context at each step gets it from the weights in
+        one product per step, the values projected once per batch.
+        """
+        blocks = weight.reshape(weight.shape[0], self.heads, self.head_dim)  # (d_out, H, d_h)
+        return torch.einsum("bhtd,ohd->bhto", self.split_heads(keys), blocks)  # (B, H, T_enc, d_out)
+
+    def check_shapes(self, query: Tensor, keys: Tensor, valid_mask: Tensor) -> None:
         d_q, d_k, name = self.query_dim, self.key_dim, self.name
         if keys.dim() != 3 or keys.shape[-1] != d_k:
             raise ShapeError(

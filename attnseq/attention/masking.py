@@ -24,6 +24,7 @@ def masked_softmax(scores: Tensor, valid_mask: Tensor) -> Tensor:
     (safe in fp16/bf16, unlike -1e6), and a row with no valid position gets all-zero weights
     rather than NaN.
     """
-    filled = scores.masked_fill(~valid_mask, torch.finfo(scores.dtype).min)
+    invalid = ~valid_mask
+    filled = scores.masked_fill(invalid, torch.finfo(scores.dtype).min)
     weights = torch.softmax(filled, dim=-1)
-    return weights.masked_fill(~valid_mask, 0.0)
+    return weights.masked_fill(invalid, 0.0)

@@ -33,6 +33,32 @@ def _uniform_(tensor: Tensor, fan_in: int) -> Tensor:
     return nn.init.uniform_(tensor, -bound, bound)
 
 
+class _SigmoidTanh(torch.autograd.Function):
+    """tanh(x) = 2σ(2x) − 1, evaluated through the sigmoid; the backward is tanh's own, 1 − y²."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor) -> Tensor:
+        y = torch.sigmoid(x * 2).mul_(2).sub_(1)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        (y,) = ctx.saved_tensors
+        return torch.ops.aten.tanh_backward(grad, y)
+
+
+def fast_tanh(x: Tensor) -> Tensor:
+    """``tanh`` for the additive scores: ATen's float32 CPU tanh is ~6× slower than its sigmoid
+    (0.74 ms vs 0.12 ms for the 64·35·128 pre-activations of one decoder step, PyTorch 2.13), so
+    it is evaluated as 2σ(2x) − 1 — the same function, within 3e-7 of ``torch.tanh`` everywhere
+    (a few float32 ulps of 1), with tanh's own backward. Other dtypes and devices use ``torch.tanh``.
+    """
+    if x.dtype != torch.float32 or x.device.type != "cpu":
+        return torch.tanh(x)
+    return _SigmoidTanh.apply(x)
+
+
 class DotAttention(Attention):
     """Luong dot: e = sᵀh. Needs the query and key sizes to match."""
 
@@ -51,9 +77,11 @@ class DotAttention(Attention):
     def project_keys(self, keys: Tensor) -> Tensor:
         return self.split_heads(keys)  # (B, H, T_enc, d_h)
 
-    def score(self, query: Tensor, projected_keys: Tensor) -> Tensor:
-        queries = self.split_heads(query)  # (B, H, T_dec, d_h)
-        return queries @ projected_keys.transpose(-1, -2)  # (B, H, T_dec, T_enc)
+    def split_query(self, query: Tensor) -> Tensor:
+        return self.split_heads(query)  # (B, H, T_dec, d_h)
+
+    def score_projected(self, projected_query: Tensor, projected_keys: Tensor) -> Tensor:
+        return projected_query @ projected_keys.transpose(-1, -2)  # (B, H, T_dec, T_enc)
 
 
 class ScaledDotAttention(DotAttention):
@@ -61,8 +89,8 @@ class ScaledDotAttention(DotAttention):
 
     name = "scaled_dot"
 
-    def score(self, query: Tensor, projected_keys: Tensor) -> Tensor:
-        return super().score(query, projected_keys) / math.sqrt(self.head_dim)  # (B, H, T_dec, T_enc)
+    def score_projected(self, projected_query: Tensor, projected_keys: Tensor) -> Tensor:
+        return super().score_projected(projected_query, projected_keys) / math.sqrt(self.head_dim)  # (B, H, T_dec, T_enc)
 
 
 class GeneralAttention(Attention):
@@ -79,8 +107,11 @@ class GeneralAttention(Attention):
         # W_h k_h for every head: the keys brought into query space, once per batch.
         return torch.einsum("bhtd,qhd->bhtq", self.split_heads(keys), blocks)  # (B, H, T_enc, d_q)
 
-    def score(self, query: Tensor, projected_keys: Tensor) -> Tensor:
-        return query.unsqueeze(1) @ projected_keys.transpose(-1, -2)  # (B, H, T_dec, T_enc)
+    def split_query(self, query: Tensor) -> Tensor:
+        return query.unsqueeze(1)  # (B, 1, T_dec, d_q): every head compares the whole query
+
+    def score_projected(self, projected_query: Tensor, projected_keys: Tensor) -> Tensor:
+        return projected_query @ projected_keys.transpose(-1, -2)  # (B, H, T_dec, T_enc)
 
 
 class AdditiveAttention(Attention):
@@ -118,12 +149,14 @@ class AdditiveAttention(Attention):
         blocks = self.key_weight().view(self.heads, self.head_attn_dim, self.head_dim)  # (H, a, d_h)
         return torch.einsum("bhtd,had->bhta", self.split_heads(keys), blocks)  # (B, H, T_enc, a)
 
-    def score(self, query: Tensor, projected_keys: Tensor) -> Tensor:
-        batch, steps, _ = query.shape
-        projected_query = query @ self.query_weight().T  # (B, T_dec, d_attn)
-        projected_query = projected_query.view(batch, steps, self.heads, self.head_attn_dim)  # (B, T_dec, H, a)
-        projected_query = projected_query.transpose(1, 2)  # (B, H, T_dec, a)
-        hidden = torch.tanh(projected_query.unsqueeze(3) + projected_keys.unsqueeze(2))  # (B, H, T_dec, T_enc, a)
+    def split_query(self, query: Tensor) -> Tensor:
+        batch, steps, _ = query.shape  # query: W_a s, (B, T_dec, d_attn)
+        return query.view(batch, steps, self.heads, self.head_attn_dim).transpose(1, 2)  # (B, H, T_dec, a)
+
+    def score_projected(self, projected_query: Tensor, projected_keys: Tensor) -> Tensor:
+        hidden = fast_tanh(projected_query.unsqueeze(3) + projected_keys.unsqueeze(2))  # (B, H, T_dec, T_enc, a)
+        if self.heads == 1:  # a matrix-vector product: ~25% faster than einsum's batched one, with its backward
+            return (hidden.reshape(-1, self.head_attn_dim) @ self.v_a).view(hidden.shape[:-1])  # (B, 1, T_dec, T_enc)
         v_a = self.v_a.view(self.heads, self.head_attn_dim)  # (H, a)
         return torch.einsum("bhsta,ha->bhst", hidden, v_a)  # (B, H, T_dec, T_enc)
 

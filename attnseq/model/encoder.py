@@ -18,7 +18,14 @@ class RNNEncoder(nn.Module):
 
     ``d_k = hidden_size`` (unidirectional) or ``2 × hidden_size`` (bidirectional, where a learned
     bridge ``tanh(W_b [h_fwd; h_bwd])`` maps each layer's final pair to the decoder's size).
-    Padded batches are packed, so padding never enters the recurrence.
+    Padding never enters the recurrence. A one-layer GRU (uni- or bidirectional) runs over the
+    padded batch unpacked — each direction as one call, the backward one over every sequence
+    reversed within its own length — and reads each sequence's final state at its last real
+    token; that is exactly what packing computes, at about half the cost of a packed sequence's
+    backward pass on CPU (whose per-step slices each zero-fill a buffer as large as the whole
+    sequence). LSTMs and stacked layers, whose final states this cannot recover, run packed —
+    unless the batch holds no padding at all (frequent with length bucketing), when one plain
+    call computes the same. States at padded positions are zero either way.
     """
 
     def __init__(
@@ -52,17 +59,55 @@ class RNNEncoder(nn.Module):
 
     def forward(self, src: Tensor, src_lengths: Tensor) -> tuple[Tensor, RNNState]:
         embedded = self.dropout(self.embedding(src))  # (B, T_enc, E)
-        packed = pack_padded_sequence(
-            embedded, src_lengths.cpu(), batch_first=True, enforce_sorted=False
-        )
+        if self.cell == "gru" and self.layers == 1:
+            states, final = self._unpacked_gru(embedded, src_lengths)  # (B, T_enc, d_k), (dirs, B, d)
+            return states, self._bridge(final)
+        lengths = src_lengths.cpu()  # packing needs them on the host anyway
+        if int(lengths.min()) == src.shape[1]:  # no padding: nothing to pack
+            states, final = self.rnn(embedded)  # (B, T_enc, d_k)
+            return states, self._bridge_state(final)
+        packed = pack_padded_sequence(embedded, lengths, batch_first=True, enforce_sorted=False)
         packed_states, final = self.rnn(packed)
         states, _ = pad_packed_sequence(
             packed_states, batch_first=True, total_length=src.shape[1]
         )  # (B, T_enc, d_k)
+        return states, self._bridge_state(final)
+
+    def _bridge_state(self, final: RNNState) -> RNNState:
         if self.cell == "lstm":
             h, c = final
-            return states, (self._bridge(h), self._bridge(c))
-        return states, self._bridge(final)
+            return self._bridge(h), self._bridge(c)
+        return self._bridge(final)
+
+    def _unpacked_gru(self, embedded: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """One-layer GRU over a right-padded batch, the same states as packing: ``(B, T, d_k)``
+        (zeros at padding) and the final state of each direction ``(dirs, B, d)``."""
+        batch, steps, _ = embedded.shape
+        positions = torch.arange(steps, device=embedded.device)  # (T,)
+        valid = positions[None, :] < lengths[:, None]  # (B, T)
+        last = (lengths - 1).view(batch, 1, 1).expand(batch, 1, self.hidden_size)  # (B, 1, d): index of the last real token
+        forward_states = self._gru_direction(embedded, "")  # (B, T, d)
+        finals = [forward_states.gather(1, last).squeeze(1)]  # (B, d)
+        outputs = [forward_states]
+        if self.bidirectional:
+            # Position t of row b reads token len_b − 1 − t (t < len_b), so padding comes last again.
+            reverse = torch.where(valid, lengths[:, None] - 1 - positions[None, :], positions[None, :])  # (B, T)
+            flip = reverse.unsqueeze(-1)  # (B, T, 1)
+            reversed_input = embedded.gather(1, flip.expand_as(embedded))  # (B, T, E)
+            backward_states = self._gru_direction(reversed_input, "_reverse")  # (B, T, d), in reversed order
+            finals.append(backward_states.gather(1, last).squeeze(1))  # (B, d)
+            outputs.append(backward_states.gather(1, flip.expand_as(backward_states)))  # (B, T, d), back in order
+        states = torch.cat(outputs, dim=-1) if len(outputs) > 1 else outputs[0]  # (B, T, d_k)
+        states = states.masked_fill(~valid.unsqueeze(-1), 0.0)  # (B, T, d_k): padding's states are zero
+        return states, torch.stack(finals)  # (B, T, d_k), (dirs, B, d)
+
+    def _gru_direction(self, inputs: Tensor, suffix: str) -> Tensor:
+        """One direction of the one-layer GRU (its ``*_l0{suffix}`` parameters), from a zero state: ``(B, T, d)``."""
+        rnn = self.rnn
+        weights = [getattr(rnn, f"{name}_l0{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+        h0 = inputs.new_zeros(1, inputs.shape[0], self.hidden_size)  # (1, B, d)
+        states, _ = torch.gru(inputs, h0, weights, True, 1, 0.0, self.training, False, True)  # (B, T, d)
+        return states
 
     def _bridge(self, final: Tensor) -> Tensor:
         """``(L·dirs, B, d)`` → ``(L, B, hidden)``: the decoder's initial state per layer."""
