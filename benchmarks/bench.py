@@ -770,14 +770,14 @@ def make_settings(args: argparse.Namespace) -> Settings:
                         threads=threads, device=device, sizes=(16, 32), compile=args.compile, ablations=False, quick=True)
     return Settings(warmup=args.warmup, window=args.window, windows=args.windows,
                     train_size=64 * (args.warmup + args.window * args.windows + 2), decode_batches=4,
-                    cases=all_cases() if args.cases == "all" else list(QUICK_CASES),
+                    cases=all_cases() if args.cases == "all" else [*QUICK_CASES, KEY_GENERAL],
                     threads=threads, device=device, compile=args.compile)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="six small cases, a few steps: seconds (what the tests run)")
-    parser.add_argument("--cases", choices=("all", "key"), default="all", help="the full matrix, or the six quick cases")
+    parser.add_argument("--cases", choices=("all", "key"), default="all", help="the full matrix, or the quick cases and gru/general/luong-nofeed")
     parser.add_argument("--warmup", type=int, default=5, help="steps before the first timed window")
     parser.add_argument("--window", type=int, default=25, help="steps per timed window, and the logging interval")
     parser.add_argument("--windows", type=int, default=3, help="timed windows per run")
