@@ -340,18 +340,7 @@ def lightning_run(
     cfg, datamodule, loops: dict[str, Loop], settings: Settings, progress: bool = True, module_class=Seq2SeqLitModule
 ) -> list[float]:
     """The real training path with ``loops`` in lock step; returns the trainer's step durations."""
-    model = build_seq2seq(training_run.model_config(cfg, len(datamodule.src_vocab), len(datamodule.tgt_vocab)))
-    module = module_class(
-        model,
-        instantiate(cfg.optimizer),
-        instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
-        train_lengths=tuple(cfg.dataset.train_lengths),
-        max_eval_length=datamodule.max_eval_length,
-        bucket_width=cfg.dataset.bucket_width,
-        teacher_forcing=cfg.training.teacher_forcing,
-        decode_ratio=cfg.decode.max_length_ratio,
-        decode_extra=cfg.decode.max_length_extra,
-    )
+    module = training_run.build_module(cfg, datamodule, module_class)
     logger = MLFlowLogger(experiment_name=cfg.mlflow.experiment_name, tracking_uri=cfg.mlflow.tracking_uri)
     clock = LockStep(loops, settings.device)
     trainer_args = OmegaConf.to_container(cfg.trainer, resolve=True)

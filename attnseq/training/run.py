@@ -78,6 +78,24 @@ def build_datamodule(cfg: DictConfig) -> Seq2SeqDataModule:
     return Seq2SeqDataModule(**OmegaConf.to_container(cfg.dataset, resolve=True), seed=cfg.seed)
 
 
+def build_module(
+    cfg: DictConfig, datamodule: Seq2SeqDataModule, module_class: type[Seq2SeqLitModule] = Seq2SeqLitModule
+) -> Seq2SeqLitModule:
+    """The model the config describes, sized by the (set-up) data's vocabularies, in its LightningModule."""
+    model = build_seq2seq(model_config(cfg, len(datamodule.src_vocab), len(datamodule.tgt_vocab)))
+    return module_class(
+        model,
+        instantiate(cfg.optimizer),
+        instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
+        train_lengths=tuple(cfg.dataset.train_lengths),
+        max_eval_length=datamodule.max_eval_length,
+        bucket_width=cfg.dataset.bucket_width,
+        teacher_forcing=cfg.training.teacher_forcing,
+        decode_ratio=cfg.decode.max_length_ratio,
+        decode_extra=cfg.decode.max_length_extra,
+    )
+
+
 def validate(cfg: DictConfig) -> None:
     """Reject a bad combination before any data is generated or any run is created."""
     model_config(cfg, src_vocab_size=1, tgt_vocab_size=1).validate()
@@ -191,18 +209,7 @@ def _train(cfg: DictConfig) -> float | None:
 
     datamodule = build_datamodule(cfg)
     datamodule.setup()
-    model = build_seq2seq(model_config(cfg, len(datamodule.src_vocab), len(datamodule.tgt_vocab)))
-    module = Seq2SeqLitModule(
-        model,
-        instantiate(cfg.optimizer),
-        instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
-        train_lengths=tuple(cfg.dataset.train_lengths),
-        max_eval_length=datamodule.max_eval_length,
-        bucket_width=cfg.dataset.bucket_width,
-        teacher_forcing=cfg.training.teacher_forcing,
-        decode_ratio=cfg.decode.max_length_ratio,
-        decode_extra=cfg.decode.max_length_extra,
-    )
+    module = build_module(cfg, datamodule)
 
     uri = cfg.mlflow.tracking_uri
     client = MlflowClient(tracking_uri=uri)  # for SQLite this creates the store: only once the config is valid
