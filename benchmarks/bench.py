@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
 import logging
 import os
 import platform
@@ -55,7 +54,6 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import MLFlowLogger
 from omegaconf import OmegaConf, open_dict
 from torch import Tensor, nn
-from torchmetrics import MeanMetric
 from torch.nn import functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
@@ -66,6 +64,7 @@ from attnseq.data.vocab import BOS, EOS, PAD
 from attnseq.model import beam_search, build_seq2seq, greedy_decode
 from attnseq.training import run as training_run
 from attnseq.training.lit_module import Seq2SeqLitModule, decode_length_limit
+from attnseq.training.process import keep_freed_memory
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -268,72 +267,74 @@ def window_rates(durations: list[float], tokens: list[int], settings: Settings) 
     return rates
 
 
-class StepLogsOnTensors(Seq2SeqLitModule):
-    """The training step proposed for ``Seq2SeqLitModule`` (benchmarks/results.md, "What was
-    tried"): no ``self.log`` per step — each costs ~0.6 ms of Python — but metrics updated on
-    tensors and logged at epoch end, the step loss logged only on the steps the logger writes, and
-    ``Batch.to`` as the device transfer. The same as the real path once the proposal is applied."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.train_loss = MeanMetric()
-        self.train_padding = MeanMetric()
+class PerStepLogs(Seq2SeqLitModule):
+    """The training step as it was before 2026-11-29 (for "What was tried"): three ``self.log``
+    calls per step (~0.6 ms of Python each) where ``Seq2SeqLitModule`` now updates ``MeanMetric``s
+    and logs the step loss only on the steps the logger writes."""
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
         logits, _ = self.model(batch.src, batch.src_lengths, batch.tgt_in, teacher_forcing=self.teacher_forcing)
         loss = self.loss(logits, batch.tgt_out)
         size = len(batch)
+        self.log("train/loss", loss, on_step=False, on_epoch=True, batch_size=size, sync_dist=True)
+        self.log("train/loss_step", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=size)
         padding = 1.0 - (batch.src_lengths.sum() + batch.tgt_lengths.sum()) / (batch.src.numel() + batch.tgt_out.numel())
-        self.train_loss.update(loss.detach(), weight=size)
-        self.train_padding.update(padding, weight=size)
-        if (self.global_step + 1) % self.trainer.log_every_n_steps == 0:
-            self.log("train/loss_step", loss.detach(), on_step=True, on_epoch=False, prog_bar=True, batch_size=size)
+        self.log("train/padding_fraction", padding, on_step=False, on_epoch=True, batch_size=size, sync_dist=True)
         return loss
 
     def on_train_epoch_end(self) -> None:
-        self.log_dict({"train/loss": self.train_loss.compute(), "train/padding_fraction": self.train_padding.compute()})
-        self.train_loss.reset()
-        self.train_padding.reset()
-
-    def transfer_batch_to_device(self, batch, device, dataloader_idx):
-        if isinstance(batch, Batch):
-            return batch if batch.src.device == device else batch.to(device)
-        return super().transfer_batch_to_device(batch, device, dataloader_idx)
+        pass
 
 
-def vectorised_collate(examples) -> Batch:
-    """``attnseq.data.batch.collate`` with one ``torch.tensor`` per field instead of four per
-    example (the same Batch, 0.55 ms instead of 2.2 ms for 64 copy examples): proposed for batch.py."""
-    if len(examples) == 0:
-        raise ValueError("collate needs at least one example")
-    chain = itertools.chain.from_iterable
+def per_example_collate(examples) -> Batch:
+    """``attnseq.data.batch.collate`` as it was before 2026-11-29 (for "What was tried"): a few
+    small tensors per example (2.2 ms for 64 copy examples, against 0.55 ms now)."""
+    B = len(examples)
+    T_src = max(len(ex.src) for ex in examples)
+    T_tgt = max(len(ex.tgt) for ex in examples) + 1
+    src = torch.full((B, T_src), PAD, dtype=torch.long)  # (B, T_src)
+    tgt_in = torch.full((B, T_tgt), PAD, dtype=torch.long)  # (B, T_tgt)
+    tgt_out = torch.full((B, T_tgt), PAD, dtype=torch.long)  # (B, T_tgt)
+    alignment = torch.full((B, T_tgt), NO_ALIGNMENT, dtype=torch.long)  # (B, T_tgt)
+    for b, ex in enumerate(examples):
+        n = len(ex.tgt)
+        src[b, : len(ex.src)] = torch.tensor(ex.src, dtype=torch.long)
+        tgt_in[b, 0] = BOS
+        tgt_in[b, 1 : n + 1] = torch.tensor(ex.tgt, dtype=torch.long)
+        tgt_out[b, :n] = torch.tensor(ex.tgt, dtype=torch.long)
+        tgt_out[b, n] = EOS
+        if ex.alignment is not None:
+            alignment[b, :n] = torch.tensor(ex.alignment, dtype=torch.long)
     src_lengths = torch.tensor([len(ex.src) for ex in examples], dtype=torch.long)  # (B,)
-    tgt_lengths = torch.tensor([len(ex.tgt) + 1 for ex in examples], dtype=torch.long)  # (B,): the EOS counts
-    batch, t_src, t_tgt = len(examples), int(src_lengths.max()), int(tgt_lengths.max())
-    src_real = torch.arange(t_src)[None, :] < src_lengths[:, None]  # (B, T_src)
-    tgt_real = torch.arange(t_tgt)[None, :] < tgt_lengths[:, None]  # (B, T_tgt)
-    src = torch.full((batch, t_src), PAD, dtype=torch.long)  # (B, T_src)
-    src[src_real] = torch.tensor(list(chain(ex.src for ex in examples)), dtype=torch.long)
-    tgt_in = torch.full((batch, t_tgt), PAD, dtype=torch.long)  # (B, T_tgt): BOS y1..yn
-    tgt_in[tgt_real] = torch.tensor(list(chain((BOS, *ex.tgt) for ex in examples)), dtype=torch.long)
-    tgt_out = torch.full((batch, t_tgt), PAD, dtype=torch.long)  # (B, T_tgt): y1..yn EOS
-    tgt_out[tgt_real] = torch.tensor(list(chain((*ex.tgt, EOS) for ex in examples)), dtype=torch.long)
-    alignment = torch.full((batch, t_tgt), NO_ALIGNMENT, dtype=torch.long)  # (B, T_tgt)
-    if any(ex.alignment is not None for ex in examples):
-        gold = [(*(ex.alignment or [NO_ALIGNMENT] * len(ex.tgt)), NO_ALIGNMENT) for ex in examples]
-        alignment[tgt_real] = torch.tensor(list(chain(gold)), dtype=torch.long)
+    tgt_lengths = torch.tensor([len(ex.tgt) + 1 for ex in examples], dtype=torch.long)  # (B,)
     return Batch(src, src_lengths, tgt_in, tgt_out, tgt_lengths, alignment)
 
 
 @contextlib.contextmanager
-def proposed_collate():
-    """DataLoaders made inside use ``vectorised_collate`` (the data module looks ``collate`` up by name)."""
+def collate_as(function):
+    """DataLoaders made inside collate with ``function`` (the data module looks ``collate`` up by name)."""
     original = datamodule_module.collate
-    datamodule_module.collate = vectorised_collate
+    datamodule_module.collate = function
     try:
         yield
     finally:
         datamodule_module.collate = original
+
+
+def with_autograd_gru(model: nn.Module) -> nn.Module:
+    """``model`` with its whole-sequence GRUs (encoder; Luong decoder without input feeding;
+    plain decoder) run by ``torch.gru`` under autograd instead of ``gru_sequence``'s hand-written
+    backward pass (for "What was tried")."""
+    encoder, decoder = model.encoder, model.decoder
+
+    def gru_direction(inputs: Tensor, suffix: str) -> Tensor:
+        weights = [getattr(encoder.rnn, f"{name}_l0{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+        h0 = inputs.new_zeros(1, inputs.shape[0], encoder.hidden_size)  # (1, B, d)
+        return torch.gru(inputs, h0, weights, True, 1, 0.0, True, False, True)[0]  # (B, T, d)
+
+    encoder._gru_direction = gru_direction
+    decoder._run_rnn = lambda inputs, state: decoder.rnn(inputs, state)[0]  # (B, T, d_s)
+    return model
 
 
 def lightning_run(
@@ -445,11 +446,12 @@ def run(settings: Settings, log=print, workdir: Path | None = None) -> dict:
     """Every measurement; ``render`` turns the result into Markdown. The MLflow store and the
     trainer's outputs go to ``workdir`` (default: a temporary folder, removed afterwards)."""
     torch.set_num_threads(settings.threads)
+    results_allocator = keep_freed_memory()  # as train() does: every loop, the baseline's too
     warnings.filterwarnings("ignore")  # Lightning's advice on workers and logging intervals
     for name in ("lightning", "lightning.pytorch", "lightning.fabric", "mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.ERROR)
     started = time.time()
-    results: dict = {"settings": settings, "rows": {}}
+    results: dict = {"settings": settings, "rows": {}, "allocator_keeps_freed_memory": results_allocator}
     rows: dict[str, Row] = results["rows"]
     with contextlib.ExitStack() as stack:
         if workdir is None:
@@ -513,6 +515,8 @@ def run(settings: Settings, log=print, workdir: Path | None = None) -> dict:
                 stepwise = model(case)
                 stepwise.decoder.can_fuse = lambda: False  # the step-by-step loop that decoding runs
                 extra[f"{case.name} (step-by-step decoder loop)"] = stepwise
+            if settings.ablations and case in (KEY_DOT, Case("gru", "none")):
+                extra[f"{case.name} (nn.GRU's autograd backward)"] = with_autograd_gru(model(case))
             loops = loops_for(case, cfg, **extra)
             if settings.ablations and case == KEY_DOT:
                 fused_adam = cfg.copy()
@@ -521,13 +525,13 @@ def run(settings: Settings, log=print, workdir: Path | None = None) -> dict:
                 loops[f"{case.name} (Adam fused=True)"] = Loop(model(case), datamodule.train_dataloader(), fused_adam, settings.device)
             measure(case.name, cfg, loops)
             rows[case.name].activations = activation_bytes(model(case), longest, settings.device)
-            if settings.ablations and case in (KEY_ADDITIVE, KEY_DOT, KEY_GENERAL, Case("gru", "none")):
-                label = f"{case.name} (training step without per-step self.log, proposed)"
-                measure(label, cfg, loops_for(case, cfg), module_class=StepLogsOnTensors)
+            if settings.ablations and case in (KEY_ADDITIVE, KEY_DOT):
+                label = f"{case.name} (training step with a self.log per step, before)"
+                measure(label, cfg, loops_for(case, cfg), module_class=PerStepLogs)
                 rows[label].varies = "real"
-                with proposed_collate():  # every loop of the run, the baseline's too
-                    label = f"{case.name} (that + vectorised collate, proposed)"
-                    measure(label, cfg, loops_for(case, cfg), module_class=StepLogsOnTensors)
+                with collate_as(per_example_collate):  # every loop of the run, the baseline's too
+                    label = f"{case.name} (per-example collate, before)"
+                    measure(label, cfg, loops_for(case, cfg))
                     rows[label].varies = "real"
 
         if settings.ablations and KEY_ADDITIVE in cfgs:
@@ -640,6 +644,8 @@ def render(results: dict, command: str) -> str:
         f"- command: `{command}`",
         f"- commit: {git_state()}",
         f"- machine: {results['machine']}; peak RSS {results['max_rss_mib']:.0f} MiB; {results['minutes']:.1f} min in all",
+        f"- allocator: glibc keeps freed memory for reuse (`attnseq.training.process.keep_freed_memory`, as train() "
+        f"does): {'yes' if results.get('allocator_keeps_freed_memory') else 'no (not glibc)'}",
         f"- task: copy, source lengths 5–40, batch 64, emb {emb} / hidden {hidden}, Adam (lr from the config) + "
         f"gradient clipping 1.0; {settings.windows} windows of {settings.window} steps after {settings.warmup} "
         "warm-up steps; medians over windows",
@@ -736,14 +742,6 @@ def targets(results: dict) -> list[str]:
         worst, label = max(overheads)
         check(f"framework overhead, median over cases ({statistics.median(o for o, _ in overheads):+.1f}%); worst "
               f"({label})", worst, 10.0, at_most=True, percent=True)
-    proposed = [(100 * (r - 1), label) for label, row in rows.items() if "proposed" in label
-                and (r := row.ratio("minimal", "real")) is not None]
-    if proposed:
-        worst, label = max(proposed)
-        check(f"framework overhead with the proposals, worst ({label})", worst, 10.0, at_most=True, percent=True)
-        for label, row in rows.items():
-            if "proposed" in label and label.startswith((KEY_ADDITIVE.name, KEY_DOT.name, KEY_GENERAL.name)):
-                check(f"{label}, real path vs the baseline", row.ratio("real"), 1.8 if label.startswith(KEY_ADDITIVE.name) else 3.0)
     decoded = results["decoding"]
     check("batched greedy decoding vs one sequence at a time",
           decoded["greedy, batches of 64"]["seq_s"] / decoded["greedy, one sequence at a time"]["seq_s"], 5.0)

@@ -76,22 +76,3 @@ def test_the_report_has_every_row_and_every_target(quick):
     for goal in ("≥ 1.8×", "≥ 3×", "≤ 10%", "≥ 5×"):
         assert goal in targets
     assert "torch.get_num_threads() = " in report and "commit: " in report
-
-
-def test_the_proposed_vectorised_collate_builds_the_same_batches(bench):
-    import torch
-
-    from attnseq.data import Seq2SeqDataModule
-    from attnseq.data.batch import collate
-    from attnseq.data.example import EncodedExample
-
-    data = Seq2SeqDataModule(task="copy", train_lengths=[1, 12], eval_lengths=[1, 12], bucket_width=4,
-                             train_size=200, val_size=8, test_size=8, batch_size=16, seed=0)
-    data.setup()
-    items = data.encode_examples(data.train_examples)
-    without_gold = [EncodedExample(ex.src, ex.tgt[:-1], None) for ex in items[:16]]  # empty targets too
-    mixed = items[:5] + [EncodedExample(ex.src, ex.tgt, None) for ex in items[5:9]]
-    for group in [items[i : i + 16] for i in range(0, len(items), 16)] + [without_gold, mixed]:
-        expected, got = collate(group), bench.vectorised_collate(group)
-        for name in ("src", "src_lengths", "tgt_in", "tgt_out", "tgt_lengths", "alignment"):
-            assert torch.equal(getattr(got, name), getattr(expected, name)), name

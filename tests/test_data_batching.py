@@ -49,6 +49,35 @@ def test_row_contents(batch, row):
     assert batch.tgt_valid_mask[row].tolist() == [True] * (n + 1) + [False] * (T_tgt - n - 1)
 
 
+def expected_rows(item: EncodedExample, T_src: int, T_tgt: int) -> dict[str, list[int]]:
+    """One batch row written out with lists, independently of collate's tensor scatter."""
+    n, m = len(item.tgt), len(item.src)
+    gold = item.alignment if item.alignment is not None else [-1] * n
+    return {
+        "src": item.src + [PAD] * (T_src - m),
+        "tgt_in": [BOS] + item.tgt + [PAD] * (T_tgt - n - 1),
+        "tgt_out": item.tgt + [EOS] + [PAD] * (T_tgt - n - 1),
+        "alignment": gold + [-1] * (T_tgt - n),
+    }
+
+
+def test_collate_of_generated_batches_matches_rows_written_out():
+    vocab = Vocabulary(symbol_tokens(10))
+    examples = generate("copy", 200, (1, 12), seed=0)
+    items = encode_examples(examples, vocab, vocab)
+    without_gold = [EncodedExample(ex.src, ex.tgt[:-1], None) for ex in items[:16]]  # empty targets too
+    mixed = items[:5] + [EncodedExample(ex.src, ex.tgt, None) for ex in items[5:9]]
+    for group in [items[i : i + 16] for i in range(0, len(items), 16)] + [without_gold, mixed, items[:1]]:
+        batch = collate(group)
+        T_src = max(len(ex.src) for ex in group)
+        T_tgt = max(len(ex.tgt) for ex in group) + 1
+        assert batch.src_lengths.tolist() == [len(ex.src) for ex in group]
+        assert batch.tgt_lengths.tolist() == [len(ex.tgt) + 1 for ex in group]
+        for row, item in enumerate(group):
+            for name, values in expected_rows(item, T_src, T_tgt).items():
+                assert getattr(batch, name)[row].tolist() == values, (name, row)
+
+
 def test_no_alignment_is_all_minus_one():
     batch = collate([EncodedExample([4, 5], [6, 7]), EncodedExample([4], [6])])
     assert not (batch.alignment >= 0).any()

@@ -36,6 +36,7 @@ from attnseq.attention import AdditiveAttention, Attention, masked_softmax
 from attnseq.attention.scorers import fast_tanh
 from attnseq.model.cells import gru_cell, layer_parameters, lstm_cell
 from attnseq.model.fused import AdditiveGRURecurrence
+from attnseq.model.gru_sequence import gru_sequence
 from attnseq.model.encoder import RNN_CLASSES
 from attnseq.model.state import DecoderState, Memory, RNNState, top_layer
 
@@ -111,6 +112,14 @@ class Decoder(nn.Module):
         logits = torch.stack(step_logits, dim=1)  # (B, T_dec, V)
         weights = torch.stack(step_weights, dim=2) if step_weights else None  # (B, H, T_dec, T_enc)
         return logits, weights
+
+    def _run_rnn(self, inputs: Tensor, rnn_state: RNNState) -> Tensor:
+        """The RNN over a whole input ``(B, T, d_in)`` → its outputs ``(B, T, d_s)``; a one-layer
+        GRU through ``gru_sequence`` (its hand-written backward pass), anything else as it is."""
+        if isinstance(self.rnn, nn.GRU) and self.rnn.num_layers == 1:
+            return gru_sequence(inputs, rnn_state[0], layer_parameters(self.rnn))  # (B, T, d_s)
+        outputs, _ = self.rnn(inputs, rnn_state)  # (B, T, d_s)
+        return outputs
 
     def _rnn_step(self, rnn_input: Tensor, rnn_state: RNNState) -> tuple[Tensor, RNNState]:
         output, rnn_state = self.rnn(rnn_input.unsqueeze(1), rnn_state)  # (B, 1, d_s)
@@ -323,7 +332,7 @@ class LuongDecoder(Decoder):
 
     def forward_parallel(self, tgt_in: Tensor, state: DecoderState, memory: Memory) -> tuple[Tensor, Tensor]:
         embedded = self.dropout(self.embedding(tgt_in))  # (B, T_dec, E)
-        outputs, _ = self.rnn(embedded, state.rnn)  # (B, T_dec, d_s): s_1..s_T in one call
+        outputs = self._run_rnn(embedded, state.rnn)  # (B, T_dec, d_s): s_1..s_T in one call
         logits, weights, _ = self._attentional(outputs, memory)  # (B, T_dec, V), (B, H, T_dec, T_enc)
         return logits, weights
 
@@ -353,5 +362,5 @@ class PlainDecoder(Decoder):
 
     def forward_parallel(self, tgt_in: Tensor, state: DecoderState, memory: Memory) -> tuple[Tensor, None]:
         embedded = self.dropout(self.embedding(tgt_in))  # (B, T_dec, E)
-        outputs, _ = self.rnn(embedded, state.rnn)  # (B, T_dec, d_s)
+        outputs = self._run_rnn(embedded, state.rnn)  # (B, T_dec, d_s)
         return self.output(self.dropout(outputs)), None  # (B, T_dec, V)

@@ -7,6 +7,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from attnseq.model.gru_sequence import gru_sequence
 from attnseq.model.state import RNNState
 
 RNN_CLASSES = {"gru": nn.GRU, "lstm": nn.LSTM}
@@ -105,9 +106,8 @@ class RNNEncoder(nn.Module):
         """One direction of the one-layer GRU (its ``*_l0{suffix}`` parameters), from a zero state: ``(B, T, d)``."""
         rnn = self.rnn
         weights = [getattr(rnn, f"{name}_l0{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
-        h0 = inputs.new_zeros(1, inputs.shape[0], self.hidden_size)  # (1, B, d)
-        states, _ = torch.gru(inputs, h0, weights, True, 1, 0.0, self.training, False, True)  # (B, T, d)
-        return states
+        h0 = inputs.new_zeros(inputs.shape[0], self.hidden_size)  # (B, d)
+        return gru_sequence(inputs, h0, tuple(weights))  # (B, T, d)
 
     def _bridge(self, final: Tensor) -> Tensor:
         """``(L·dirs, B, d)`` → ``(L, B, hidden)``: the decoder's initial state per layer."""

@@ -16,10 +16,14 @@ recurrence in reverse for the state alone, and computes the weight gradients, th
 through the values and the gradient of the projected keys for all steps at once, as a few large
 products (U_a h and v_a factor out of every sum over steps).
 
-The (B, H, T_enc, a) activations σ_t of the scores are not kept: the backward recomputes each from
-the small W_a s_{t-1} it stores, in one buffer that stays in cache. Keeping all T_dec of them costs
-more (fresh memory, page faults, cache misses) than the recomputation, and dominates the memory
-(the whole training step saves 27 MiB on the longest copy batch, against 79 stepping under autograd).
+The forward keeps the (B, H, T_enc, a) activations σ_t of the scores for every step; the backward
+reads them back instead of recomputing them. That is cheaper only while freed memory is reused
+rather than faulted in afresh on every step: training processes arrange that
+(``attnseq.training.process.keep_freed_memory``; 8–10% faster than recomputing there, measured
+with benchmarks/bench.py's loops). The cell's local derivatives (r, z, n and the gates) are
+computed for all steps at once before the reverse loop, which leaves it five products per step for
+the cell. The whole training step saves ~45 MiB on the longest copy batch, against 79 stepping
+under autograd (benchmarks/results.md has the measured figures).
 
 Arithmetic identities make each step cheaper with the same function computed: tanh(u) = 2σ(2u) − 1
 (ATen's CPU ``tanh`` is ~6× slower than its ``sigmoid``), so with doubled projected keys
@@ -69,16 +73,16 @@ class AdditiveGRURecurrence(torch.autograd.Function):
         states = input_gates.new_empty(steps, batch, d)  # s_1..s_T, time-major while stepping
         contexts = keys.new_empty(steps, batch, heads, d_h)
         weights = keys.new_empty(steps, batch, heads, t_enc)
-        queries = keys2.new_empty(steps, batch, heads, 1, a)  # W_a s_{t-1}: σ_t is recomputed from it
-        sigma = torch.empty_like(keys2)  # (B, H, T_enc, a): σ_t, one buffer for every step
-        gate_acts = input_gates.new_empty(steps, batch, 3 * d)  # r, z, n
-        hidden_n = input_gates.new_empty(steps, batch, d)  # W_hn s_{t-1} + b_hn
+        projected = input_gates.new_empty(steps, batch, w_state.shape[0])  # [W_hh s_{t-1} + b_hh; W_a s_{t-1}]
+        sigmas = keys2.new_empty(steps, *keys2.shape)  # (T, B, H, T_enc, a): σ_t of every step
+        reset_update = input_gates.new_empty(steps, batch, 2 * d)  # r, z
+        candidate = input_gates.new_empty(steps, batch, d)  # n
         h = s0
         for t in range(steps):
-            projected = torch.addmm(b_state, h, w_state_t)  # (B, 3d + H·a)
-            hidden_gates = projected[:, :gates]  # (B, 3d)
-            queries[t] = projected[:, gates:].view(batch, heads, 1, a)
-            torch.add(keys2, queries[t], alpha=2, out=sigma).sigmoid_()  # σ(2 (U_a h + W_a s_{t-1}))
+            step_projected = torch.addmm(b_state, h, w_state_t, out=projected[t])  # (B, 3d + H·a)
+            hidden_gates = step_projected[:, :gates]  # (B, 3d)
+            query = step_projected[:, gates:].view(batch, heads, 1, a)  # (B, H, 1, a): W_a s_{t-1}
+            sigma = torch.add(keys2, query, alpha=2, out=sigmas[t]).sigmoid_()  # σ(2 (U_a h + W_a s_{t-1}))
             if heads == 1:
                 scores = (sigma.view(-1, a) @ v2.view(a)).view(batch, 1, t_enc)  # (B, 1, T_enc)
             else:
@@ -86,17 +90,16 @@ class AdditiveGRURecurrence(torch.autograd.Function):
             scores = scores.sub_(v_sum).masked_fill_(invalid, fill)  # v_aᵀ tanh(·) = 2 v_aᵀσ − Σ v_a
             alpha = torch.softmax(scores, dim=-1).masked_fill_(invalid, 0.0)  # (B, H, T_enc)
             weights[t] = alpha
-            context = alpha.unsqueeze(2) @ values  # (B, H, 1, d_h)
-            contexts[t] = context.squeeze(2)
+            context = torch.matmul(alpha.unsqueeze(2), values, out=contexts[t].unsqueeze(2))  # (B, H, 1, d_h)
             x_gates = torch.addmm(input_gates[:, t], context.view(batch, -1), w_ic_t)  # (B, 3d): + W_ic c_t
-            acts = gate_acts[t]
-            torch.add(x_gates[:, : 2 * d], hidden_gates[:, : 2 * d], out=acts[:, : 2 * d]).sigmoid_()  # r, z
-            hidden_n[t] = hidden_gates[:, 2 * d :]
-            n = torch.addcmul(x_gates[:, 2 * d :], acts[:, :d], hidden_gates[:, 2 * d :], out=acts[:, 2 * d :]).tanh_()
-            h = torch.addcmul(n, acts[:, d : 2 * d], h - n, out=states[t])  # (B, d): (1 − z) n + z s_{t-1}
+            rz = torch.add(x_gates[:, : 2 * d], hidden_gates[:, : 2 * d], out=reset_update[t]).sigmoid_()  # (B, 2d)
+            n = torch.addcmul(x_gates[:, 2 * d :], rz[:, :d], hidden_gates[:, 2 * d :], out=candidate[t]).tanh_()  # (B, d)
+            h = torch.addcmul(n, rz[:, d:], h - n, out=states[t])  # (B, d): (1 − z) n + z s_{t-1}
         # The intermediates (made here, neither inputs nor outputs) rule out double backward, which
         # ``once_differentiable`` states; saved this way, autograd's saved-tensor hooks see them.
-        ctx.save_for_backward(s0, keys, keys2, w_state, w_ic, v_a, states, contexts, weights, queries, gate_acts, hidden_n)
+        ctx.save_for_backward(
+            s0, keys, keys2, w_state, w_ic, v_a, states, contexts, weights, projected, sigmas, reset_update, candidate
+        )
         out_states = states.transpose(0, 1)  # (B, T_dec, d)
         out_contexts = contexts.view(steps, batch, heads * d_h).transpose(0, 1)  # (B, T_dec, d_k)
         out_weights = weights.permute(1, 2, 0, 3)  # (B, H, T_dec, T_enc)
@@ -105,44 +108,48 @@ class AdditiveGRURecurrence(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_states, grad_contexts, grad_weights):
-        s0, keys, keys2, w_state, w_ic, v_a, states, contexts, weights, queries, gate_acts, hidden_n = ctx.saved_tensors
+        s0, keys, keys2, w_state, w_ic, v_a, states, contexts, weights, projected, sigmas, reset_update, candidate = (
+            ctx.saved_tensors
+        )
         steps, batch, d = states.shape
         heads, t_enc, a = keys2.shape[1], keys2.shape[2], keys2.shape[3]
         d_h = contexts.shape[-1]
         gates = 3 * d
         values = keys.view(batch, t_enc, heads, d_h).transpose(1, 2)  # (B, H, T_enc, d_h)
         v2 = (2 * v_a).view(1, heads, 1, a)  # (1, H, 1, a)
+        v4_row = (4 * v_a).view(1, heads, a)  # (1, H, a)
         grad_states = grad_states.transpose(0, 1) if grad_states is not None else None  # (T, B, d)
         grad_contexts = (
             grad_contexts.transpose(0, 1).reshape(steps, batch, heads, d_h) if grad_contexts is not None else None
         )
         grad_weights = grad_weights.permute(2, 0, 1, 3) if grad_weights is not None else None  # (T, B, H, T_enc)
 
+        # The cell's local derivatives for every step at once (they depend on the forward pass only):
+        # d n_pre = d s_t ⊙ (1 − z)(1 − n²), d r_pre = d n_pre ⊙ g_n ⊙ r(1 − r), d z_pre = d s_t ⊙ (s_{t-1} − n) ⊙ z(1 − z).
+        previous = torch.cat([s0.unsqueeze(0), states[:-1]])  # (T, B, d): s_0..s_{T-1}
+        r, z, n = reset_update[..., :d], reset_update[..., d:], candidate  # (T, B, d) each
+        slope_n = (1 - z).mul_(1 - n * n)  # (T, B, d): d n_pre / d s_t
+        slope_r = projected[..., 2 * d : gates] * r * (1 - r)  # (T, B, d): d r_pre / d n_pre
+        slope_z = (previous - n).mul_(z * (1 - z))  # (T, B, d)
+
         d_projected = states.new_empty(steps, batch, w_state.shape[0])  # d[hidden gates; query] per step
         d_x_gates = states.new_empty(steps, batch, gates)
         d_contexts = contexts.new_empty(steps, batch, heads, d_h)
         # d u_t = (d score_t ⊗ 2 v_a) ⊙ σ'_t with σ' = σ(1 − σ): v_a factors out of every sum over
         # steps and keys, so only Σ_t d score_t ⊙ σ'_t (for K2) is accumulated at full size.
-        sigma = torch.empty_like(keys2)  # (B, H, T_enc, a): σ_t, recomputed, one buffer for every step
-        slope = torch.empty_like(keys2)  # σ'_t
+        slope = torch.empty_like(keys2)  # (B, H, T_enc, a): σ'_t, one buffer for every step
         d_keys2_acc = torch.zeros_like(keys2)  # Σ_t d score_t ⊙ σ'_t
         d_v_sigma = v_a.new_zeros(heads, a)  # Σ d score · σ, accumulated while σ_t is in cache
         d_score_sum = v_a.new_zeros(heads)  # Σ d score
-        v2_row = (2 * v_a).view(1, heads, a)  # (1, H, a)
         dh = s0.new_zeros(batch, d)
         for t in range(steps - 1, -1, -1):
             if grad_states is not None:
                 dh = dh + grad_states[t]
-            h_prev = states[t - 1] if t > 0 else s0
-            acts = gate_acts[t]
-            r, z, n = acts[:, :d], acts[:, d : 2 * d], acts[:, 2 * d :]
-            d_n = dh * (1 - z)  # (B, d)
-            d_n_pre = d_n * (1 - n * n)  # through tanh
             dx, dp = d_x_gates[t], d_projected[t]
-            dx[:, 2 * d :] = d_n_pre
-            dp[:, 2 * d : gates] = d_n_pre * r
-            torch.mul(d_n_pre * hidden_n[t], r * (1 - r), out=dx[:, :d])  # d r_pre
-            torch.mul(dh * (h_prev - n), z * (1 - z), out=dx[:, d : 2 * d])  # d z_pre
+            d_n_pre = torch.mul(dh, slope_n[t], out=dx[:, 2 * d :])  # (B, d)
+            torch.mul(d_n_pre, r[t], out=dp[:, 2 * d : gates])  # d g_n
+            torch.mul(d_n_pre, slope_r[t], out=dx[:, :d])  # d r_pre
+            torch.mul(dh, slope_z[t], out=dx[:, d : 2 * d])  # d z_pre
             dp[:, : 2 * d] = dx[:, : 2 * d]
             d_context = torch.mm(dx, w_ic, out=d_contexts[t].view(batch, -1)).view(batch, heads, 1, d_h)  # (B, H, 1, d_h)
             if grad_contexts is not None:
@@ -153,19 +160,18 @@ class AdditiveGRURecurrence(torch.autograd.Function):
             alpha = weights[t]
             d_score = alpha * (d_alpha - (alpha * d_alpha).sum(-1, keepdim=True))  # (B, H, T_enc): through softmax
             # score = 2 v_aᵀσ(u) − Σ v_a, u = K2 + 2 W_a s: d u = (d score ⊗ 2 v_a) ⊙ σ'
-            torch.add(keys2, queries[t], alpha=2, out=sigma).sigmoid_()  # σ_t again: cheaper than keeping T of them
+            sigma = sigmas[t]  # (B, H, T_enc, a)
             torch.addcmul(sigma, sigma, sigma, value=-1, out=slope)  # σ' = σ − σ²
             d_keys2_acc.addcmul_(slope, d_score.unsqueeze(-1))
             mixed = (d_score.unsqueeze(2) @ slope).squeeze(2)  # (B, H, a): Σ_i d score_i σ'_i
-            dp[:, gates:] = mixed.mul_(v2_row).view(batch, -1).mul_(2)  # d (W_a s) = 2 Σ_i d u_i, (B, H·a)
+            torch.mul(mixed, v4_row, out=dp[:, gates:].view(batch, heads, a))  # d (W_a s) = 2 Σ_i d u_i
             if heads == 1:
                 d_v_sigma[0].addmv_(sigma.view(-1, a).T, d_score.view(-1))  # (a,)
             else:
                 d_v_sigma += torch.einsum("bhia,bhi->ha", sigma, d_score)  # (H, a)
             d_score_sum += d_score.sum((0, 2))  # (H,)
-            dh = torch.addmm(dh * z, dp, w_state)  # (B, d): d s_{t-1}
+            dh = torch.addmm(dh * z[t], dp, w_state)  # (B, d): d s_{t-1}
         # Every step's parameter and key gradients at once.
-        previous = torch.cat([s0.unsqueeze(0), states[:-1]])  # (T, B, d): s_0..s_{T-1}
         d_w_state = d_projected.view(-1, w_state.shape[0]).T @ previous.view(-1, d)  # (3d + H·a, d)
         d_b_state = d_projected.sum((0, 1))
         d_w_ic = d_x_gates.view(-1, gates).T @ contexts.view(steps * batch, -1)  # (3d, d_k)

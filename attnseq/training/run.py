@@ -26,6 +26,7 @@ from attnseq.data import Seq2SeqDataModule
 from attnseq.errors import AttnSeqError, ConfigError
 from attnseq.model import ModelConfig, build_seq2seq
 from attnseq.training.artifacts import RunArtifacts
+from attnseq.training.process import keep_freed_memory
 from attnseq.training.guards import FiniteLossGuard, InterruptCheckpoint
 from attnseq.training.lit_module import Seq2SeqLitModule
 from attnseq.training.resume import Resumption, ResumedMLFlowLogger, prepare_resume
@@ -203,6 +204,7 @@ def _train(cfg: DictConfig) -> float | None:
         raise
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    keep_freed_memory()  # the training step's buffers are reused, not faulted in again every step
     L.seed_everything(cfg.seed, workers=True)
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
