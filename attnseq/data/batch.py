@@ -5,6 +5,7 @@ Shapes: B = batch size, T_src = longest source, T_tgt = longest target + 1 (for 
 
 from __future__ import annotations
 
+import array
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -80,10 +81,16 @@ class Batch:
         return positions[None, :] < self.tgt_lengths[:, None]  # (B, T_tgt)
 
 
+def _long_tensor(values: list[int]) -> torch.Tensor:
+    """A 1-D long tensor over a flat run of ints, through a C array: half the time of
+    ``torch.tensor`` on a list of ~1,500 ids (48 vs 88 µs)."""
+    return torch.frombuffer(array.array("q", values), dtype=torch.long) if values else torch.empty(0, dtype=torch.long)
+
+
 def collate(examples: Sequence[EncodedExample]) -> Batch:
     """Pack encoded examples into a padded ``Batch`` (adds BOS to ``tgt_in``, EOS to ``tgt_out``).
 
-    One ``torch.tensor`` per field, scattered through a length mask, rather than a few small
+    One flat tensor per field, scattered through a length mask, rather than a few small
     tensors per example: 0.55 ms instead of 2.2 ms for 64 copy examples (benchmarks/bench.py),
     which is ~8% of a small model's training step on CPU."""
     if len(examples) == 0:
@@ -95,14 +102,14 @@ def collate(examples: Sequence[EncodedExample]) -> Batch:
     src_real = torch.arange(T_src)[None, :] < src_lengths[:, None]  # (B, T_src)
     tgt_real = torch.arange(T_tgt)[None, :] < tgt_lengths[:, None]  # (B, T_tgt)
     src = torch.full((B, T_src), PAD, dtype=torch.long)  # (B, T_src)
-    src[src_real] = torch.tensor(list(chain(ex.src for ex in examples)), dtype=torch.long)
+    src[src_real] = _long_tensor(list(chain(ex.src for ex in examples)))
     tgt_in = torch.full((B, T_tgt), PAD, dtype=torch.long)  # (B, T_tgt): BOS y1..yn, then PAD
-    tgt_in[tgt_real] = torch.tensor(list(chain((BOS, *ex.tgt) for ex in examples)), dtype=torch.long)
+    tgt_in[tgt_real] = _long_tensor(list(chain((BOS, *ex.tgt) for ex in examples)))
     tgt_out = torch.full((B, T_tgt), PAD, dtype=torch.long)  # (B, T_tgt): y1..yn EOS, then PAD
-    tgt_out[tgt_real] = torch.tensor(list(chain((*ex.tgt, EOS) for ex in examples)), dtype=torch.long)
+    tgt_out[tgt_real] = _long_tensor(list(chain((*ex.tgt, EOS) for ex in examples)))
     alignment = torch.full((B, T_tgt), NO_ALIGNMENT, dtype=torch.long)  # (B, T_tgt)
     if any(ex.alignment is not None for ex in examples):
         gold = [(*(ex.alignment if ex.alignment is not None else [NO_ALIGNMENT] * len(ex.tgt)), NO_ALIGNMENT)
                 for ex in examples]  # the EOS has no source position
-        alignment[tgt_real] = torch.tensor(list(chain(gold)), dtype=torch.long)
+        alignment[tgt_real] = _long_tensor(list(chain(gold)))
     return Batch(src, src_lengths, tgt_in, tgt_out, tgt_lengths, alignment)

@@ -68,8 +68,9 @@ class Seq2SeqLitModule(L.LightningModule):
             compute_groups=False,
         )
         self.test_metrics = self.val_metrics.clone()
-        self.train_loss = MeanMetric()
-        self.train_padding = MeanMetric()
+        # nan_strategy="disable": no NaN test (a host sync) per step; FiniteLossGuard stops a NaN loss
+        self.train_loss = MeanMetric(nan_strategy="disable")
+        self.train_padding = MeanMetric(nan_strategy="disable")
         self.val_acc_best = MaxMetric()
         self.last_bucket_tables: dict[str, list[dict]] = {}
         """The latest epoch's per-bucket rows, by stage: read by the tracking callbacks."""
