@@ -269,6 +269,12 @@ def test_one_layer_teacher_forcing_equals_stepping_values_and_gradients(enc, sco
     """One layer is where the fused loop runs (and the additive GRU one with its own backward)."""
     model = make_model(enc, scorer, dec, heads, layers=1).train()
     assert model.decoder.can_fuse() == fuses(enc, scorer, dec)
+    assert_teacher_forcing_equals_stepping(model)
+
+
+def assert_teacher_forcing_equals_stepping(model) -> None:
+    """``model(...)`` (whichever teacher-forced path it takes) against ``step_by_step``: logits,
+    weights and every parameter's gradient."""
     src, lengths, tgt_in = make_batch()
     results = []
     for forward in (lambda: model(src, lengths, tgt_in), lambda: step_by_step(model, src, lengths, tgt_in)):
@@ -281,7 +287,7 @@ def test_one_layer_teacher_forcing_equals_stepping_values_and_gradients(enc, sco
         results.append((logits, weights, {n: p.grad.clone() for n, p in model.named_parameters()}))
     (logits, weights, grads), (ref_logits, ref_weights, ref_grads) = results
     torch.testing.assert_close(logits, ref_logits)
-    if scorer != "none":
+    if ref_weights is not None:
         torch.testing.assert_close(weights, ref_weights)
     for name, grad in grads.items():
         torch.testing.assert_close(grad, ref_grads[name], msg=name)
@@ -374,3 +380,13 @@ def test_encoder_states_equal_a_packed_run(enc, lengths):
     else:
         torch.testing.assert_close(final, encoder._bridge(ref_final))
     assert torch.all(states[~lengths_to_valid_mask(lengths)] == 0)  # padding's states are zero
+
+
+@pytest.mark.parametrize("scorer", ["additive", "concat"])
+@pytest.mark.parametrize("heads", [1, 2])
+def test_the_additive_recurrence_recomputing_sigma_equals_stepping(monkeypatch, scorer, heads):
+    """Past ``KEEP_SIGMA_BYTES`` the fused backward recomputes σ_t instead of reading it back."""
+    import attnseq.model.fused as fused
+
+    monkeypatch.setattr(fused, "KEEP_SIGMA_BYTES", 0)
+    assert_teacher_forcing_equals_stepping(make_model("gru", scorer, "bahdanau", heads, layers=1).train())

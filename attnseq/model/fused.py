@@ -16,14 +16,15 @@ recurrence in reverse for the state alone, and computes the weight gradients, th
 through the values and the gradient of the projected keys for all steps at once, as a few large
 products (U_a h and v_a factor out of every sum over steps).
 
-The forward keeps the (B, H, T_enc, a) activations σ_t of the scores for every step; the backward
-reads them back instead of recomputing them. That is cheaper only while freed memory is reused
-rather than faulted in afresh on every step: training processes arrange that
-(``attnseq.training.process.keep_freed_memory``; 8–10% faster than recomputing there, measured
-with benchmarks/bench.py's loops). The cell's local derivatives (r, z, n and the gates) are
-computed for all steps at once before the reverse loop, which leaves it five products per step for
-the cell. The whole training step saves ~45 MiB on the longest copy batch, against 79 stepping
-under autograd (benchmarks/results.md has the measured figures).
+The forward keeps the (B, H, T_enc, a) activations σ_t of the scores for every step, up to
+``KEEP_SIGMA_BYTES`` in all; the backward reads them back instead of recomputing them (past that
+size it recomputes each from the stored W_a s_{t-1}, in one buffer). Keeping them is the faster
+choice only while freed memory is reused rather than faulted in afresh on every step: training
+processes arrange that (``attnseq.training.process.keep_freed_memory``); there it is 8–10% faster
+than recomputing (benchmarks/bench.py's loops, side by side). It costs memory: the training step
+keeps 80 MiB for the longest copy batch of benchmarks/results.md, against 27 recomputing and 79
+stepping under autograd. The cell's local derivatives (r, z, n and the gates) are computed for all
+steps at once before the reverse loop, which leaves five products per step for the cell.
 
 Arithmetic identities make each step cheaper with the same function computed: tanh(u) = 2σ(2u) − 1
 (ATen's CPU ``tanh`` is ~6× slower than its ``sigmoid``), so with doubled projected keys
@@ -36,6 +37,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
+
+KEEP_SIGMA_BYTES = 256 * 2**20
+"""Up to this size the σ_t of every step are kept for the backward pass; past it, recomputed."""
 
 
 class AdditiveGRURecurrence(torch.autograd.Function):
@@ -74,7 +78,9 @@ class AdditiveGRURecurrence(torch.autograd.Function):
         contexts = keys.new_empty(steps, batch, heads, d_h)
         weights = keys.new_empty(steps, batch, heads, t_enc)
         projected = input_gates.new_empty(steps, batch, w_state.shape[0])  # [W_hh s_{t-1} + b_hh; W_a s_{t-1}]
-        sigmas = keys2.new_empty(steps, *keys2.shape)  # (T, B, H, T_enc, a): σ_t of every step
+        keep = steps * keys2.numel() * keys2.element_size() <= KEEP_SIGMA_BYTES
+        sigmas = keys2.new_empty(steps, *keys2.shape) if keep else None  # (T, B, H, T_enc, a): σ_t of every step
+        sigma_buffer = None if keep else torch.empty_like(keys2)  # (B, H, T_enc, a): one for every step
         reset_update = input_gates.new_empty(steps, batch, 2 * d)  # r, z
         candidate = input_gates.new_empty(steps, batch, d)  # n
         h = s0
@@ -82,7 +88,7 @@ class AdditiveGRURecurrence(torch.autograd.Function):
             step_projected = torch.addmm(b_state, h, w_state_t, out=projected[t])  # (B, 3d + H·a)
             hidden_gates = step_projected[:, :gates]  # (B, 3d)
             query = step_projected[:, gates:].view(batch, heads, 1, a)  # (B, H, 1, a): W_a s_{t-1}
-            sigma = torch.add(keys2, query, alpha=2, out=sigmas[t]).sigmoid_()  # σ(2 (U_a h + W_a s_{t-1}))
+            sigma = torch.add(keys2, query, alpha=2, out=sigmas[t] if keep else sigma_buffer).sigmoid_()  # σ(2 (U_a h + W_a s_{t-1}))
             if heads == 1:
                 scores = (sigma.view(-1, a) @ v2.view(a)).view(batch, 1, t_enc)  # (B, 1, T_enc)
             else:
@@ -138,6 +144,7 @@ class AdditiveGRURecurrence(torch.autograd.Function):
         # d u_t = (d score_t ⊗ 2 v_a) ⊙ σ'_t with σ' = σ(1 − σ): v_a factors out of every sum over
         # steps and keys, so only Σ_t d score_t ⊙ σ'_t (for K2) is accumulated at full size.
         slope = torch.empty_like(keys2)  # (B, H, T_enc, a): σ'_t, one buffer for every step
+        sigma_buffer = torch.empty_like(keys2) if sigmas is None else None
         d_keys2_acc = torch.zeros_like(keys2)  # Σ_t d score_t ⊙ σ'_t
         d_v_sigma = v_a.new_zeros(heads, a)  # Σ d score · σ, accumulated while σ_t is in cache
         d_score_sum = v_a.new_zeros(heads)  # Σ d score
@@ -160,7 +167,11 @@ class AdditiveGRURecurrence(torch.autograd.Function):
             alpha = weights[t]
             d_score = alpha * (d_alpha - (alpha * d_alpha).sum(-1, keepdim=True))  # (B, H, T_enc): through softmax
             # score = 2 v_aᵀσ(u) − Σ v_a, u = K2 + 2 W_a s: d u = (d score ⊗ 2 v_a) ⊙ σ'
-            sigma = sigmas[t]  # (B, H, T_enc, a)
+            if sigmas is not None:
+                sigma = sigmas[t]  # (B, H, T_enc, a)
+            else:  # recomputed from the stored W_a s_{t-1}, into one buffer
+                query = projected[t, :, gates:].view(batch, heads, 1, a)  # (B, H, 1, a)
+                sigma = torch.add(keys2, query, alpha=2, out=sigma_buffer).sigmoid_()  # (B, H, T_enc, a)
             torch.addcmul(sigma, sigma, sigma, value=-1, out=slope)  # σ' = σ − σ²
             d_keys2_acc.addcmul_(slope, d_score.unsqueeze(-1))
             mixed = (d_score.unsqueeze(2) @ slope).squeeze(2)  # (B, H, a): Σ_i d score_i σ'_i
