@@ -38,7 +38,7 @@ bottleneck: $(STAMP)  ## no attention vs every scorer: 6 trainings (2 at a time)
 	$(PY) train.py -m experiment=bottleneck
 	$(PY) evaluate.py parent_run_id=latest experiment_name=bottleneck eval.lengths=[1,80] eval.bucket_width=10
 
-bench: $(STAMP)  ## training and decoding throughput, side by side (≈ 20 min) → benchmarks/results.md
+bench: $(STAMP)  ## training and decoding throughput, side by side (≈ 15 min) → benchmarks/results.md
 	$(PY) benchmarks/bench.py $(ARGS)
 
 MLFLOW_URI ?= sqlite:///mlflow.db

@@ -26,9 +26,9 @@ from attnseq.data import Seq2SeqDataModule
 from attnseq.errors import AttnSeqError, ConfigError
 from attnseq.model import ModelConfig, build_seq2seq
 from attnseq.training.artifacts import RunArtifacts
-from attnseq.training.process import keep_freed_memory
 from attnseq.training.guards import FiniteLossGuard, InterruptCheckpoint
 from attnseq.training.lit_module import Seq2SeqLitModule
+from attnseq.training.process import keep_freed_memory
 from attnseq.training.resume import Resumption, ResumedMLFlowLogger, prepare_resume
 from attnseq.training.tracking import (
     check_tracking_uri,
