@@ -102,12 +102,6 @@ class Seq2SeqLitModule(L.LightningModule):
         self.train_loss.reset()
         self.train_padding.reset()
 
-    def transfer_batch_to_device(self, batch, device, dataloader_idx):
-        """A ``Batch`` already on ``device`` (always, on CPU) passes as it is; others move field by field."""
-        if isinstance(batch, Batch):
-            return batch if batch.src.device == device else batch.to(device)
-        return super().transfer_batch_to_device(batch, device, dataloader_idx)
-
     def configure_optimizers(self):
         optimizer = self.optimizer_factory(self.model.parameters())
         if self.scheduler_factory is None:
