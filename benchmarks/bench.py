@@ -62,6 +62,7 @@ from attnseq.data.batch import NO_ALIGNMENT, Batch
 from attnseq.data.sampler import padding_fraction
 from attnseq.data.vocab import BOS, EOS, PAD
 from attnseq.model import beam_search, build_seq2seq, greedy_decode
+from attnseq.model.cells import layer_parameters
 from attnseq.training import run as training_run
 from attnseq.training.lit_module import Seq2SeqLitModule, decode_length_limit
 from attnseq.training.process import keep_freed_memory
@@ -327,8 +328,8 @@ def with_autograd_gru(model: nn.Module) -> nn.Module:
     backward pass (for "What was tried")."""
     encoder, decoder = model.encoder, model.decoder
 
-    def gru_direction(inputs: Tensor, suffix: str) -> Tensor:
-        weights = [getattr(encoder.rnn, f"{name}_l0{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+    def gru_direction(inputs: Tensor, reverse: bool) -> Tensor:
+        weights = list(layer_parameters(encoder.rnn, reverse=reverse))
         h0 = inputs.new_zeros(1, inputs.shape[0], encoder.hidden_size)  # (1, B, d)
         return torch.gru(inputs, h0, weights, True, 1, 0.0, True, False, True)[0]  # (B, T, d)
 

@@ -23,9 +23,11 @@ def cell_name(rnn: nn.RNNBase) -> str:
     return "lstm" if isinstance(rnn, nn.LSTM) else "gru"
 
 
-def layer_parameters(rnn: nn.RNNBase, layer: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """``(weight_ih, weight_hh, bias_ih, bias_hh)`` of one layer: ``(G·d, d_in)``, ``(G·d, d)``, ``(G·d,)`` × 2."""
-    return tuple(getattr(rnn, f"{name}_l{layer}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"))
+def layer_parameters(rnn: nn.RNNBase, layer: int = 0, reverse: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(weight_ih, weight_hh, bias_ih, bias_hh)`` of one layer (its backward direction with
+    ``reverse``): ``(G·d, d_in)``, ``(G·d, d)``, ``(G·d,)`` × 2."""
+    suffix = "_reverse" if reverse else ""
+    return tuple(getattr(rnn, f"{name}_l{layer}{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"))
 
 
 def gru_cell(input_gates: Tensor, hidden_gates: Tensor, h: Tensor) -> Tensor:

@@ -7,6 +7,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from attnseq.model.cells import layer_parameters
 from attnseq.model.gru_sequence import gru_sequence
 from attnseq.model.state import RNNState
 
@@ -87,7 +88,7 @@ class RNNEncoder(nn.Module):
         positions = torch.arange(steps, device=embedded.device)  # (T,)
         valid = positions[None, :] < lengths[:, None]  # (B, T)
         last = (lengths - 1).view(batch, 1, 1).expand(batch, 1, self.hidden_size)  # (B, 1, d): index of the last real token
-        forward_states = self._gru_direction(embedded, "")  # (B, T, d)
+        forward_states = self._gru_direction(embedded, reverse=False)  # (B, T, d)
         finals = [forward_states.gather(1, last).squeeze(1)]  # (B, d)
         outputs = [forward_states]
         if self.bidirectional:
@@ -95,19 +96,17 @@ class RNNEncoder(nn.Module):
             reverse = torch.where(valid, lengths[:, None] - 1 - positions[None, :], positions[None, :])  # (B, T)
             flip = reverse.unsqueeze(-1)  # (B, T, 1)
             reversed_input = embedded.gather(1, flip.expand_as(embedded))  # (B, T, E)
-            backward_states = self._gru_direction(reversed_input, "_reverse")  # (B, T, d), in reversed order
+            backward_states = self._gru_direction(reversed_input, reverse=True)  # (B, T, d), in reversed order
             finals.append(backward_states.gather(1, last).squeeze(1))  # (B, d)
             outputs.append(backward_states.gather(1, flip.expand_as(backward_states)))  # (B, T, d), back in order
         states = torch.cat(outputs, dim=-1) if len(outputs) > 1 else outputs[0]  # (B, T, d_k)
         states = states.masked_fill(~valid.unsqueeze(-1), 0.0)  # (B, T, d_k): padding's states are zero
         return states, torch.stack(finals)  # (B, T, d_k), (dirs, B, d)
 
-    def _gru_direction(self, inputs: Tensor, suffix: str) -> Tensor:
-        """One direction of the one-layer GRU (its ``*_l0{suffix}`` parameters), from a zero state: ``(B, T, d)``."""
-        rnn = self.rnn
-        weights = [getattr(rnn, f"{name}_l0{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+    def _gru_direction(self, inputs: Tensor, reverse: bool) -> Tensor:
+        """One direction of the one-layer GRU, from a zero state: ``(B, T, d)``."""
         h0 = inputs.new_zeros(inputs.shape[0], self.hidden_size)  # (B, d)
-        return gru_sequence(inputs, h0, tuple(weights))  # (B, T, d)
+        return gru_sequence(inputs, h0, layer_parameters(self.rnn, reverse=reverse))  # (B, T, d)
 
     def _bridge(self, final: Tensor) -> Tensor:
         """``(L·dirs, B, d)`` → ``(L, B, hidden)``: the decoder's initial state per layer."""
