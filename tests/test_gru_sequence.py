@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from attnseq.model.gru_sequence import GRUSequence, gru_sequence
+from attnseq.kernels.gru_sequence import GRUSequence, gru_sequence
 
 
 def reference(rnn: nn.GRU, inputs: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:

@@ -8,8 +8,8 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from attnseq.kernels import ALL_FAST_PATHS, FastPaths
-from attnseq.model.cells import layer_parameters
-from attnseq.model.gru_sequence import gru_sequence
+from attnseq.kernels.cells import layer_parameters
+from attnseq.kernels.gru_sequence import gru_sequence
 from attnseq.model.state import RNNState
 
 RNN_CLASSES = {"gru": nn.GRU, "lstm": nn.LSTM}

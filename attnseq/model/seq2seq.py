@@ -72,10 +72,10 @@ def build_seq2seq(config: ModelConfig, fast_paths: FastPaths = ALL_FAST_PATHS) -
     if not config.uses_attention:
         return Seq2Seq(encoder, PlainDecoder(**shared), config)
     attention = build_attention(
-        config.scorer, config.query_dim, encoder.key_dim, attn_dim=config.attn_dim, heads=config.heads
+        config.scorer, config.query_dim, encoder.key_dim, heads=config.heads, **config.scorer_options
     )
     if config.decoder == "bahdanau":
         decoder: Decoder = BahdanauDecoder(attention, **shared)
     else:
-        decoder = LuongDecoder(attention, input_feeding=config.input_feeding, **shared)
+        decoder = LuongDecoder(attention, input_feeding=config.feeds_input, **shared)
     return Seq2Seq(encoder, decoder, config)

@@ -64,10 +64,11 @@ def model_config(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> M
         cell=cfg.encoder.cell,
         bidirectional=cfg.encoder.bidirectional,
         scorer=cfg.scorer.name,
-        attn_dim=cfg.model.attn_dim,
+        scorer_options={key: value for key, value in OmegaConf.to_container(cfg.scorer, resolve=True).items() if key != "name"},
         heads=cfg.model.heads,
         decoder=cfg.decoder.convention,
-        input_feeding=cfg.decoder.input_feeding,
+        input_feeding=cfg.decoder.get("input_feeding"),
+        plugins=tuple(cfg.get("plugins") or ()),
     )
 
 
