@@ -13,7 +13,7 @@ token with probability ``teacher_forcing``, else the model's own previous argmax
 switch: ``step`` by step, or — under full teacher forcing, where ``takes_fast_path()`` — the
 decoder's ``teacher_forced`` fast path, which computes the same values and gradients:
 
-- Bahdanau, and Luong with input feeding: ``attnseq.kernels.teacher_forcing`` (one layer, an
+- Bahdanau, and Luong with input feeding: ``attnseq.kernels.fused_decoders`` (one layer, an
   ``Attention`` called through its parts without hooks);
 - Luong without input feeding, and the plain decoder: the RNN over the whole target in one call
   (the recurrence does not read the attention), then attention over all steps in one call.
@@ -27,7 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from attnseq.attention import Attention
-from attnseq.kernels import ALL_FAST_PATHS, FastPaths, teacher_forcing
+from attnseq.kernels import ALL_FAST_PATHS, FastPaths, fused_decoders
 from attnseq.kernels.activations import fast_tanh
 from attnseq.kernels.cells import layer_parameters
 from attnseq.kernels.gru_sequence import gru_sequence
@@ -172,7 +172,7 @@ class BahdanauDecoder(Decoder):
         return super().takes_fast_path() and self.attention_fuses()
 
     def teacher_forced(self, tgt_in: Tensor, state: DecoderState, memory: Memory) -> tuple[Tensor, Tensor]:
-        return teacher_forcing.bahdanau(self, tgt_in, state, memory)
+        return fused_decoders.bahdanau(self, tgt_in, state, memory)
 
 
 class LuongDecoder(Decoder):
@@ -224,7 +224,7 @@ class LuongDecoder(Decoder):
 
     def teacher_forced(self, tgt_in: Tensor, state: DecoderState, memory: Memory) -> tuple[Tensor, Tensor]:
         if self.input_feeding:
-            return teacher_forcing.luong_input_feeding(self, tgt_in, state, memory)
+            return fused_decoders.luong_input_feeding(self, tgt_in, state, memory)
         embedded = self.dropout(self.embedding(tgt_in))  # (B, T_dec, E)
         outputs = self.run_rnn(embedded, state.rnn)  # (B, T_dec, d_s): s_1..s_T in one call
         logits, weights, _ = self.attend(outputs, memory)  # (B, T_dec, V), (B, H, T_dec, T_enc)

@@ -38,17 +38,18 @@ class StepInputs(NamedTuple):
     query_rows: int  # W_q's rows at the end of state_weight; 0: the scorer reads the state as it is
 
 
-class Split(NamedTuple):
-    """A one-layer RNN state ``(1, B, d)`` (or an LSTM pair of them) as step tensors."""
+class CellState(NamedTuple):
+    """A one-layer RNN's state between two steps of a fused loop."""
 
     h: Tensor  # (B, d_s)
     c: Tensor | None  # (B, d_s), LSTM only
 
 
-def split_state(rnn_state) -> Split:
+def split_state(rnn_state) -> CellState:
+    """A one-layer ``nn.GRU``/``nn.LSTM`` state ``(1, B, d)`` (an LSTM's pair of them) → ``CellState``."""
     if isinstance(rnn_state, tuple):
-        return Split(rnn_state[0][0], rnn_state[1][0])  # (B, d_s), (B, d_s)
-    return Split(rnn_state[0], None)  # (B, d_s)
+        return CellState(rnn_state[0][0], rnn_state[1][0])  # (B, d_s), (B, d_s)
+    return CellState(rnn_state[0], None)  # (B, d_s)
 
 
 def step_inputs(
@@ -80,11 +81,11 @@ def attend(
     return weights, averaged.view(averaged.shape[0], -1)  # (B, H, 1, T_enc), (B, H·d_v)
 
 
-def cell(x_gates: Tensor, hidden_gates: Tensor, state: Split) -> Split:
+def cell(x_gates: Tensor, hidden_gates: Tensor, state: CellState) -> CellState:
     """One RNN step from its input-side and hidden-side gate pre-activations ``(B, G·d)``."""
     if state.c is None:
-        return Split(gru_cell(x_gates, hidden_gates, state.h), None)  # (B, d_s)
-    return Split(*lstm_cell(x_gates + hidden_gates, state.c))  # (B, d_s), (B, d_s)
+        return CellState(gru_cell(x_gates, hidden_gates, state.h), None)  # (B, d_s)
+    return CellState(*lstm_cell(x_gates + hidden_gates, state.c))  # (B, d_s), (B, d_s)
 
 
 def bahdanau(decoder, tgt_in: Tensor, state, memory) -> tuple[Tensor, Tensor]:
