@@ -12,10 +12,17 @@ from attnseq.attention import SCORERS, build_attention, lengths_to_valid_mask, m
 from attnseq.errors import ConfigError, ShapeError
 
 SCORER_NAMES = sorted(SCORERS)
+SAME_SIZE = [name for name in SCORER_NAMES if SCORERS[name].same_size]
+ANY_SIZES = [name for name in SCORER_NAMES if not SCORERS[name].same_size]
+
+
+def sized(scorer: str, attn_dim: int) -> dict:
+    """The options that set the attention size, for a scorer that takes one."""
+    return {"attn_dim": attn_dim} if "attn_dim" in SCORERS[scorer].options else {}
 
 
 def reference_scores(scorer: str, params: dict, heads: int, q: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """Plain loops over heads and key positions, straight from the formulas in SCIENCE.md.
+    """Plain loops over heads and key positions, straight from the formulas in docs/attention.md.
 
     q: (d_q,), keys: (T_enc, d_k) → scores (H, T_enc).
     """
@@ -72,7 +79,7 @@ def make_inputs(batch, t_dec, t_enc, d, seed):
 @pytest.mark.parametrize("batch,t_dec,t_enc,d", [(1, 1, 1, 8), (3, 4, 7, 8), (2, 5, 3, 16)])
 def test_scorer_matches_independent_computation(scorer, heads, batch, t_dec, t_enc, d):
     torch.manual_seed(0)
-    attention = build_attention(scorer, d, d, attn_dim=2 * d if scorer in ("additive", "concat") else None, heads=heads).double()
+    attention = build_attention(scorer, d, d, heads=heads, **sized(scorer, 2 * d)).double()
     query, keys, valid = make_inputs(batch, t_dec, t_enc, d, seed=batch * 100 + t_enc)
     params = {name: p.detach().numpy() for name, p in attention.named_parameters()}
 
@@ -94,9 +101,9 @@ def test_scorer_matches_independent_computation(scorer, heads, batch, t_dec, t_e
     torch.testing.assert_close(step_weights, weights[:, :, 0])
 
 
-@pytest.mark.parametrize("scorer", ["additive", "general", "concat"])
+@pytest.mark.parametrize("scorer", ANY_SIZES)
 def test_query_and_key_sizes_may_differ_where_the_maths_allows(scorer):
-    attention = build_attention(scorer, query_dim=6, key_dim=10, attn_dim=4, heads=2).double()
+    attention = build_attention(scorer, query_dim=6, key_dim=10, heads=2, **sized(scorer, 4)).double()
     query, keys, valid = make_inputs(2, 3, 5, 10, seed=1)
     query = query[..., :6].contiguous()
     params = {name: p.detach().numpy() for name, p in attention.named_parameters()}
@@ -111,15 +118,14 @@ def test_query_and_key_sizes_may_differ_where_the_maths_allows(scorer):
 def test_multi_head_equals_single_heads_on_slices(scorer, heads):
     """Each head is a single-head mechanism on its slice of the keys, with its own parameters."""
     d, a = 16, 8
-    attn_dim = a * heads if scorer in ("additive", "concat") else None
-    multi = build_attention(scorer, d, d, attn_dim=attn_dim, heads=heads).double()
+    multi = build_attention(scorer, d, d, heads=heads, **sized(scorer, a * heads)).double()
     query, keys, valid = make_inputs(3, 4, 6, d, seed=heads)
     context, weights = multi(query, keys, valid)
     d_h = d // heads
     for h in range(heads):
         cols = slice(h * d_h, (h + 1) * d_h)
         key_slice = keys[..., cols]
-        if scorer in ("dot", "scaled_dot"):
+        if SCORERS[scorer].same_size:
             single = build_attention(scorer, d_h, d_h).double()
             head_query = query[..., cols]
         elif scorer == "general":
@@ -141,8 +147,8 @@ def test_multi_head_equals_single_heads_on_slices(scorer, heads):
 
 @pytest.mark.parametrize("scorer", ["general", "additive"])
 def test_one_head_is_exactly_the_single_head_formula(scorer):
-    """heads=1 uses the full-size parameters of SCIENCE.md: W (d_q, d_k), U_a (d_attn, d_k)."""
-    attention = build_attention(scorer, 5, 7, attn_dim=3, heads=1).double()
+    """heads=1 uses the full-size parameters of docs/attention.md: W (d_q, d_k), U_a (d_attn, d_k)."""
+    attention = build_attention(scorer, 5, 7, heads=1, **sized(scorer, 3)).double()
     if scorer == "general":
         assert attention.W.shape == (5, 7)
     else:
@@ -212,7 +218,7 @@ def test_gradients_reach_every_parameter(scorer):
 
 
 # ---------------------------------------------------------------------------------- errors
-@pytest.mark.parametrize("scorer", ["dot", "scaled_dot"])
+@pytest.mark.parametrize("scorer", SAME_SIZE)
 def test_dot_with_different_sizes_fails_at_construction(scorer):
     with pytest.raises(ConfigError) as err:
         build_attention(scorer, query_dim=128, key_dim=256)
@@ -235,7 +241,15 @@ def test_additive_attn_dim_must_split_across_heads():
 def test_unknown_scorer_lists_the_valid_ones():
     with pytest.raises(ConfigError) as err:
         build_attention("dott", 8, 8)
-    assert "'dott'" in str(err.value) and "scaled_dot" in str(err.value)
+    assert "'dott'" in str(err.value) and all(repr(name) in str(err.value) for name in SCORERS)
+    assert "plugins=" in str(err.value)
+
+
+@pytest.mark.parametrize("scorer", SCORER_NAMES)
+def test_an_option_the_scorer_does_not_take_names_its_key(scorer):
+    with pytest.raises(ConfigError) as err:
+        build_attention(scorer, 8, 8, window=3)
+    assert "scorer.window" in str(err.value) and f"scorer={scorer}" in str(err.value)
 
 
 @pytest.mark.parametrize(
@@ -266,7 +280,7 @@ def test_a_float_mask_is_rejected_rather_than_misread():
 
 # ---------------------------------------------------------------------------------- fast paths
 def test_fast_tanh_is_tanh_with_tanhs_gradient():
-    from attnseq.attention.scorers import fast_tanh
+    from attnseq.kernels.activations import fast_tanh
 
     x = torch.linspace(-12, 12, 100_001).requires_grad_()
     y = fast_tanh(x)

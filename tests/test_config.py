@@ -20,6 +20,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
+from attnseq.attention import NO_ATTENTION, SCORERS
 from attnseq.data.errors import DataError
 from attnseq.errors import ConfigError
 from attnseq.model import build_seq2seq
@@ -43,8 +44,10 @@ TINY = [
     "dataset.batch_size=4",
 ]
 
-# Scorers that compare query and key by a dot product: they need d_q == d_k (scorer/*.yaml).
-SAME_SIZE_SCORERS = {"dot", "scaled_dot"}
+
+def needs_same_size(scorer: str) -> bool:
+    """From the scorer's class: it compares query and key directly, so d_q must equal d_k."""
+    return scorer != NO_ATTENTION and SCORERS[scorer].same_size
 
 WORDS = "the cat sees a black dog and my red bird likes this fast mouse".split()
 
@@ -156,6 +159,42 @@ def test_hparams_search_optuna_sweeper_instantiates(tmp_path):
 
 # ---- 2. scorer × encoder × decoder -------------------------------------------------------------
 
+
+def test_every_registered_scorer_has_its_config_file_with_its_settings():
+    """The two places a scorer lives agree: each class in the registry has ``conf/scorer/<name>.yaml``
+    (and each file but ``none`` a class), whose keys besides ``name`` are the class's options."""
+    assert set(options("scorer")) == {NO_ATTENTION, *SCORERS}
+    for name, cls in SCORERS.items():
+        group = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "scorer" / f"{name}.yaml"))
+        assert group.pop("name") == name
+        assert group == dict(cls.options), name
+
+
+def test_a_scorer_setting_reaches_the_model(tmp_path):
+    for name, cls in SCORERS.items():
+        if "attn_dim" in cls.options:
+            cfg = compose_train([f"scorer={name}", "scorer.attn_dim=24", *outputs(tmp_path)])
+            model = build_seq2seq(model_config(cfg, src_vocab_size=12, tgt_vocab_size=9))
+            assert model.attention.attn_dim == 24, name
+
+
+def test_input_feeding_belongs_to_the_luong_convention(tmp_path):
+    cfg = compose_train(["decoder=bahdanau", *outputs(tmp_path)])
+    assert "input_feeding" not in cfg.decoder
+    assert model_config(cfg, src_vocab_size=12, tgt_vocab_size=9).feeds_input is False
+    cfg = compose_train(["decoder=bahdanau", "+decoder.input_feeding=true", *outputs(tmp_path)])
+    with pytest.raises(ConfigError, match="decoder.input_feeding=true"):
+        validate(cfg)
+
+
+def test_a_plugin_that_cannot_be_imported_names_the_key(tmp_path):
+    cfg = compose_train(["plugins=[no_such_module_here]", *outputs(tmp_path)])
+    with pytest.raises(ConfigError) as caught:
+        validate(cfg)
+    assert "plugins" in str(caught.value) and "no_such_module_here" in str(caught.value)
+    assert "PYTHONPATH" in caught.value.fix
+
+
 COMBOS = list(itertools.product(options("scorer"), options("encoder"), options("decoder")))
 
 
@@ -170,7 +209,7 @@ def keys_wider_than_query(encoder: str) -> bool:
 def test_scorer_encoder_decoder(scorer, encoder, decoder, tmp_path):
     cfg = compose_train([f"scorer={scorer}", f"encoder={encoder}", f"decoder={decoder}", *outputs(tmp_path)])
     hidden = cfg.model.hidden_size
-    if scorer in SAME_SIZE_SCORERS and keys_wider_than_query(encoder):
+    if needs_same_size(scorer) and keys_wider_than_query(encoder):
         with pytest.raises(ConfigError) as caught:
             validate(cfg)
         message = str(caught.value)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from attnseq.model.gru_sequence import GRUSequence, gru_sequence
+from attnseq.kernels.gru_sequence import GRUSequence, gru_sequence
 
 
 def reference(rnn: nn.GRU, inputs: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
@@ -87,3 +87,18 @@ def test_without_gradients_and_under_autocast_torch_gru_runs_instead():
     rnn_bf16 = nn.GRU(4, 6, batch_first=True).to(torch.bfloat16)
     out = gru_sequence(inputs.bfloat16(), h0.bfloat16(), weights(rnn_bf16))  # bfloat16 parameters: torch.gru
     assert out.dtype == torch.bfloat16 and "GRUSequence" not in type(out.grad_fn).__name__
+
+
+def test_without_the_hand_written_backward_torch_gru_runs_with_the_same_values():
+    """``FastPaths(gru_sequence=False)``: ``torch.gru`` under autograd, the same states and gradients."""
+    torch.manual_seed(2)
+    rnn = nn.GRU(4, 6, batch_first=True).double()
+    inputs = torch.randn(3, 7, 4, dtype=torch.float64, requires_grad=True)
+    h0 = torch.randn(3, 6, dtype=torch.float64)
+    leaves = [inputs, *weights(rnn)]
+    fast = gru_sequence(inputs, h0, weights(rnn))
+    plain = gru_sequence(inputs, h0, weights(rnn), hand_written_backward=False)
+    assert "GRUSequence" in type(fast.grad_fn).__name__ and "GRUSequence" not in type(plain.grad_fn).__name__
+    torch.testing.assert_close(fast, plain)
+    for g_fast, g_plain in zip(grads(fast.sum(), None, leaves), grads(plain.sum(), None, leaves), strict=True):
+        torch.testing.assert_close(g_fast, g_plain)

@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from attnseq.attention import lengths_to_valid_mask
+from attnseq.attention import NO_ATTENTION, SCORERS, lengths_to_valid_mask
 from attnseq.errors import ConfigError
 from attnseq.model import ModelConfig, build_seq2seq, greedy_decode
 from attnseq.model.state import top_layer
@@ -22,15 +22,14 @@ DECODERS = {
     "luong": dict(decoder="luong", input_feeding=True),
     "luong-nofeed": dict(decoder="luong", input_feeding=False),
 }
-SCORERS = ["none", "additive", "dot", "general", "concat", "scaled_dot"]
 V_SRC, V_TGT = 11, 13
 
 
 def valid_combinations():
-    for enc, scorer, dec, heads in itertools.product(ENCODERS, SCORERS, DECODERS, [1, 2]):
-        if scorer in ("dot", "scaled_dot") and enc == "bigru":
+    for enc, scorer, dec, heads in itertools.product(ENCODERS, [NO_ATTENTION, *SCORERS], DECODERS, [1, 2]):
+        if scorer in SCORERS and SCORERS[scorer].same_size and ENCODERS[enc].get("bidirectional"):
             continue  # rejected by design; see test_dot_with_a_bidirectional_encoder_is_rejected
-        if scorer == "none" and (heads > 1 or dec != "bahdanau"):
+        if scorer == NO_ATTENTION and (heads > 1 or dec != "bahdanau"):
             continue  # the baseline has no attention, so neither heads nor convention matter
         yield pytest.param(enc, scorer, dec, heads, id=f"{enc}-{scorer}-{dec}-h{heads}")
 
@@ -103,7 +102,7 @@ def test_gradients_are_finite_and_reach_every_parameter(enc, scorer, dec, heads)
 
 
 # ---------------------------------------------------------------------- query timing
-@pytest.mark.parametrize("scorer", ["additive", "general", "concat", "dot"])
+@pytest.mark.parametrize("scorer", list(SCORERS))
 @pytest.mark.parametrize("dec", ["bahdanau", "luong", "luong-nofeed"])
 def test_query_timing_bahdanau_before_the_step_luong_after(scorer, dec):
     """Bahdanau attends with s_{t-1}, Luong with s_t — read off the states around one step."""
@@ -234,7 +233,9 @@ def test_dot_with_a_bidirectional_encoder_is_rejected():
         (dict(scorer="dott"), ["'dott'", "additive"]),
         (dict(decoder="bahdanu"), ["'bahdanu'", "luong"]),
         (dict(cell="rnn"), ["'rnn'", "gru"]),
-        (dict(heads=4, attn_dim=6), ["model.attn_dim=6", "model.heads=4"]),
+        (dict(heads=4, scorer_options={"attn_dim": 6}), ["scorer.attn_dim=6", "model.heads=4"]),
+        (dict(scorer="dot", scorer_options={"attn_dim": 6}), ["scorer.attn_dim", "scorer=dot"]),
+        (dict(decoder="bahdanau", input_feeding=True), ["decoder.input_feeding=true", "decoder=luong"]),
         (dict(heads=0), ["model.heads=0"]),
     ],
 )
@@ -247,11 +248,6 @@ def test_invalid_configurations_name_the_value_and_the_fix(overrides, fragments)
 
 
 # ---------------------------------------------------------------------- the fused teacher-forced path
-def fuses(enc, scorer, dec):
-    """Where ``forward`` takes the fused loop: a one-layer decoder whose recurrence is stepwise."""
-    return scorer != "none" and dec in ("bahdanau", "luong")
-
-
 def step_by_step(model, src, lengths, tgt_in):
     """Teacher forcing written with ``decoder.step`` alone: the reference for the fused path."""
     memory, state = model.encode(src, lengths)
@@ -266,9 +262,10 @@ def step_by_step(model, src, lengths, tgt_in):
 
 @pytest.mark.parametrize("enc,scorer,dec,heads", valid_combinations())
 def test_one_layer_teacher_forcing_equals_stepping_values_and_gradients(enc, scorer, dec, heads):
-    """One layer is where the fused loop runs (and the additive GRU one with its own backward)."""
+    """One layer is where every decoder takes its fast path (the fused loops, the additive GRU
+    recurrence with its own backward, the RNN over all steps in one call)."""
     model = make_model(enc, scorer, dec, heads, layers=1).train()
-    assert model.decoder.can_fuse() == fuses(enc, scorer, dec)
+    assert model.decoder.takes_fast_path()
     assert_teacher_forcing_equals_stepping(model)
 
 
@@ -312,14 +309,14 @@ def test_a_hooked_or_wrapped_attention_is_called_at_every_step():
     calls = []
     model.attention.register_forward_hook(lambda module, args, out: calls.append(args[0].shape))
     src, lengths, tgt_in = make_batch()
-    assert not model.decoder.can_fuse()
+    assert not model.decoder.takes_fast_path()
     model(src, lengths, tgt_in)
     assert calls == [torch.Size([4, 12])] * tgt_in.shape[1]
 
 
 def test_several_layers_and_scheduled_sampling_run_step_by_step():
     model = make_model("gru", "additive", "bahdanau", heads=1, layers=2)
-    assert not model.decoder.can_fuse()
+    assert not model.decoder.takes_fast_path()
     model = make_model("gru", "additive", "bahdanau", heads=1)
     calls = []
     original = model.decoder.step
@@ -330,20 +327,20 @@ def test_several_layers_and_scheduled_sampling_run_step_by_step():
 
 
 def test_the_additive_gru_recurrence_defers_to_autograd_under_autocast():
-    from attnseq.model.fused import AdditiveGRURecurrence
+    from attnseq.kernels.additive_recurrence import supports
 
     gates = torch.zeros(2, 3, 6)
-    assert AdditiveGRURecurrence.supports(gates) and AdditiveGRURecurrence.supports(gates.double())
-    assert not AdditiveGRURecurrence.supports(gates.bfloat16())
+    assert supports(gates) and supports(gates.double())
+    assert not supports(gates.bfloat16())
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert not AdditiveGRURecurrence.supports(gates)
+        assert not supports(gates)
 
 
 # ---------------------------------------------------------------------- cells and the encoder
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
 def test_written_out_cells_equal_torch_rnn_cells(cell):
     """The fused loop's cells, on an ``nn.GRU``/``nn.LSTM``'s own parameters, to 1e-6 in float32."""
-    from attnseq.model.cells import gru_cell, layer_parameters, lstm_cell
+    from attnseq.kernels.cells import gru_cell, layer_parameters, lstm_cell
 
     torch.manual_seed(0)
     rnn = torch.nn.GRU(5, 7) if cell == "gru" else torch.nn.LSTM(5, 7)
@@ -382,11 +379,37 @@ def test_encoder_states_equal_a_packed_run(enc, lengths):
     assert torch.all(states[~lengths_to_valid_mask(lengths)] == 0)  # padding's states are zero
 
 
-@pytest.mark.parametrize("scorer", ["additive", "concat"])
+@pytest.mark.parametrize("scorer", [name for name, cls in SCORERS.items() if cls.fused_recurrence == "additive"])
 @pytest.mark.parametrize("heads", [1, 2])
 def test_the_additive_recurrence_recomputing_sigma_equals_stepping(monkeypatch, scorer, heads):
     """Past ``KEEP_SIGMA_BYTES`` the fused backward recomputes σ_t instead of reading it back."""
-    import attnseq.model.fused as fused
+    from attnseq.kernels import additive_recurrence
 
-    monkeypatch.setattr(fused, "KEEP_SIGMA_BYTES", 0)
+    monkeypatch.setattr(additive_recurrence, "KEEP_SIGMA_BYTES", 0)
     assert_teacher_forcing_equals_stepping(make_model("gru", scorer, "bahdanau", heads, layers=1).train())
+
+
+# ---------------------------------------------------------------------- the fast paths switched off
+@pytest.mark.parametrize("enc,scorer,dec,heads", valid_combinations())
+def test_without_fast_paths_the_model_computes_the_same_values_and_gradients(enc, scorer, dec, heads):
+    """``FastPaths(False, False)``: teacher forcing step by step, GRUs under autograd — the same
+    logits, weights and gradients as the default build with the same parameters."""
+    from attnseq.kernels import FastPaths
+
+    fast = make_model(enc, scorer, dec, heads).train()
+    config = fast.config
+    slow = build_seq2seq(config, FastPaths(fused_decoder=False, gru_sequence=False)).double().train()
+    slow.load_state_dict(fast.state_dict())
+    src, lengths, tgt_in = make_batch()
+    results = []
+    for model in (fast, slow):
+        logits, weights = model(src, lengths, tgt_in)
+        loss = logits.sin().sum() + (0 if weights is None else weights.square().sum())
+        loss.backward()
+        results.append((logits, weights, {n: p.grad for n, p in model.named_parameters()}))
+    (logits, weights, grads), (ref_logits, ref_weights, ref_grads) = results
+    torch.testing.assert_close(logits, ref_logits)
+    if ref_weights is not None:
+        torch.testing.assert_close(weights, ref_weights)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, ref_grads[name], msg=name)

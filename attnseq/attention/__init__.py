@@ -1,9 +1,15 @@
-"""Attention mechanisms with one call signature: ``context, weights = attention(query, keys, valid_mask)``."""
+"""Attention mechanisms with one call signature: ``context, weights = attention(query, keys, valid_mask)``.
+
+Scorers register themselves by name (``attnseq.attention.registry``); the maths: docs/attention.md.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from attnseq.attention.base import Attention
 from attnseq.attention.masking import lengths_to_valid_mask, masked_softmax
+from attnseq.attention.registry import NO_ATTENTION, SCORERS, import_plugins, scorer_class, scorer_names
 from attnseq.attention.scorers import (
     AdditiveAttention,
     ConcatAttention,
@@ -11,34 +17,13 @@ from attnseq.attention.scorers import (
     GeneralAttention,
     ScaledDotAttention,
 )
-from attnseq.errors import ConfigError
-
-SCORERS: dict[str, type[Attention]] = {
-    "additive": AdditiveAttention,
-    "dot": DotAttention,
-    "general": GeneralAttention,
-    "concat": ConcatAttention,
-    "scaled_dot": ScaledDotAttention,
-}
-"""Every attention scorer by the name users pick it with (``scorer=...``)."""
-
-NO_ATTENTION = "none"
-"""The scorer name of the fixed-vector baseline: no attention at all."""
 
 
-def build_attention(
-    scorer: str, query_dim: int, key_dim: int, attn_dim: int | None = None, heads: int = 1
-) -> Attention:
-    """Build an attention mechanism by name; invalid sizes raise ``ConfigError`` here, at once."""
-    if scorer not in SCORERS:
-        raise ConfigError(
-            f"unknown attention scorer {scorer!r}.",
-            f"use one of {sorted(SCORERS)} (or '{NO_ATTENTION}' for the no-attention baseline).",
-        )
-    cls = SCORERS[scorer]
-    if issubclass(cls, AdditiveAttention):
-        return cls(query_dim, key_dim, attn_dim=attn_dim, heads=heads)
-    return cls(query_dim, key_dim, heads=heads)
+def build_attention(scorer: str, query_dim: int, key_dim: int, heads: int = 1, **options: Any) -> Attention:
+    """Build the scorer registered as ``scorer`` with its own ``options`` (e.g. ``attn_dim=64``);
+    an unknown name, an unknown option or sizes that cannot work raise ``ConfigError`` here, at once."""
+    cls = scorer_class(scorer)
+    return cls(query_dim, key_dim, heads=heads, **cls.settings(options))
 
 
 __all__ = [
@@ -51,6 +36,9 @@ __all__ = [
     "SCORERS",
     "ScaledDotAttention",
     "build_attention",
+    "import_plugins",
     "lengths_to_valid_mask",
     "masked_softmax",
+    "scorer_class",
+    "scorer_names",
 ]

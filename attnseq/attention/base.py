@@ -1,4 +1,4 @@
-"""The call signature every attention mechanism shares.
+"""The call signature every attention mechanism shares, and what a scorer class declares.
 
 ``context, weights = attention(query, keys, valid_mask)``
 
@@ -13,25 +13,78 @@ its own slice, and the per-head contexts are concatenated back to ``d_k``.
 
 Keys are projected once per batch: a decoder calls ``project_keys(keys)`` before its loop and
 passes the result as ``projected_keys`` at every step. Nothing is kept on the module between
-calls.
+calls. The maths and conventions: docs/attention.md.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from attnseq.attention.masking import masked_softmax
+from attnseq.attention.registry import register, scorer_names
 from attnseq.errors import ConfigError, ShapeError
+
+DEFINED_BY_THE_BASE = ("forward", "score")
+"""Methods a scorer must not override: its score is its parts (``project_keys``, ``query_weight``,
+``split_query``, ``score_projected``), so that a fused decoder calling the parts computes what
+``forward`` computes."""
 
 
 class Attention(nn.Module):
     """Base class: shape checks, masking, multi-head split and the weighted average of values.
 
-    Subclasses implement ``project_keys`` (once per batch) and ``score``.
+    A scorer is a subclass that sets ``name`` (which registers it, ``scorer=<name>``), declares
+    its capabilities as the class attributes below, and implements the parts of its score:
+    ``project_keys`` (once per batch), ``query_weight`` (optional), ``split_query`` and
+    ``score_projected``.
     """
 
-    name: str = "attention"
+    name: ClassVar[str] = "attention"
+    """The name users pick the scorer with; a class that sets it in its own body is registered."""
+    same_size: ClassVar[bool] = False
+    """True when the score compares query and key directly, so d_q must equal d_k."""
+    options: ClassVar[Mapping[str, Any]] = {}
+    """The scorer's own settings (the keys of ``conf/scorer/<name>.yaml`` besides ``name``) with
+    their defaults; the constructor takes them as keyword arguments."""
+    fused_recurrence: ClassVar[str | None] = None
+    """The kernel of ``attnseq.kernels`` that computes exactly this score inside a fused decoder
+    recurrence (``"additive"``: e = vᵀ tanh(W_q s + K), K = ``project_keys``), or None. Read from
+    the class's own body only: a subclass that does not declare it again has none, whatever its
+    parent's, since a subclass may change the score."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for method in DEFINED_BY_THE_BASE:
+            if method in vars(cls):
+                raise TypeError(
+                    f"{cls.__qualname__} overrides Attention.{method}: a scorer defines the parts of its "
+                    "score (project_keys, query_weight, split_query, score_projected) and nothing else."
+                )
+        if "fused_recurrence" not in vars(cls):
+            cls.fused_recurrence = None
+        if "name" in vars(cls):
+            register(cls)
+
+    @classmethod
+    def settings(cls, options: Mapping[str, Any]) -> dict[str, Any]:
+        """``options`` completed with the defaults; one this scorer does not take raises ``ConfigError``."""
+        unknown = sorted(set(options) - set(cls.options))
+        if unknown:
+            takes = ", ".join(f"scorer.{key}" for key in cls.options) or "no settings"
+            raise ConfigError(
+                f"scorer.{unknown[0]} is not a setting of scorer={cls.name} (it takes {takes}).",
+                f"drop scorer.{unknown[0]} (on the command line: ~scorer.{unknown[0]}), or pick a scorer "
+                "whose conf/scorer/<name>.yaml lists it.",
+            )
+        return {**cls.options, **options}
+
+    @classmethod
+    def check_settings(cls, query_dim: int, key_dim: int, heads: int, settings: Mapping[str, Any]) -> None:
+        """Raise ``ConfigError`` when ``settings`` cannot work with these sizes; before any tensor exists."""
 
     def __init__(self, query_dim: int, key_dim: int, heads: int = 1) -> None:
         super().__init__()
@@ -48,6 +101,13 @@ class Attention(nn.Module):
                 f"heads={heads} equal groups ({key_dim} % {heads} = {key_dim % heads}).",
                 f"use a head count that divides {key_dim}, e.g. one of {divisors}, "
                 "or change the key size.",
+            )
+        if self.same_size and query_dim != key_dim:
+            raise ConfigError(
+                f"{self.name} attention scores query (B, d_q={query_dim}) against keys "
+                f"(B, T_enc, d_k={key_dim}) directly, which needs d_q == d_k.",
+                f"use a scorer that maps one to the other (one of {scorer_names(same_size=False)}), "
+                "or make the sizes equal.",
             )
         self.query_dim = query_dim
         self.key_dim = key_dim
@@ -68,7 +128,8 @@ class Attention(nn.Module):
         return None
 
     def split_query(self, query: Tensor) -> Tensor:
-        """The (already ``query_weight``-mapped) query ``(B, T_dec, ·)`` → ``(B, H or 1, T_dec, d_p)``."""
+        """The (already ``query_weight``-mapped) query ``(B, T_dec, ·)`` → ``(B, H or 1, T_dec, d_p)``
+        (1: every head compares the same query)."""
         raise NotImplementedError
 
     def score_projected(self, projected_query: Tensor, projected_keys: Tensor) -> Tensor:
@@ -164,4 +225,5 @@ class Attention(nn.Module):
 
     def extra_repr(self) -> str:
         return f"query_dim={self.query_dim}, key_dim={self.key_dim}, heads={self.heads}"
+
 

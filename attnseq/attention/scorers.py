@@ -1,30 +1,29 @@
-"""The classic attention scores (see SCIENCE.md, "Scores and their shapes").
+"""The built-in attention scores; their formulas, shapes and multi-head rules: docs/attention.md.
 
-| scorer     | score e_{t,i}                  | parameters                                   |
-|------------|--------------------------------|----------------------------------------------|
-| additive   | v_aᵀ tanh(W_a s + U_a h_i)     | W_a (d_attn, d_q), U_a (d_attn, d_k/H), v_a (d_attn,) |
-| dot        | sᵀ h_i                         | — (d_q == d_k)                               |
-| scaled_dot | sᵀ h_i / √d_h                  | — (d_q == d_k)                               |
-| general    | sᵀ W h_i                       | W (d_q, d_k)                                 |
-| concat     | v_aᵀ tanh(W_a [s; h_i])        | W_a (d_attn, d_q + d_k/H), v_a (d_attn,)     |
+| scorer     | score e_{t,i}               | parameters                                            |
+|------------|-----------------------------|-------------------------------------------------------|
+| additive   | v_aᵀ tanh(W_a s + U_a h_i)  | W_a (d_attn, d_q), U_a (d_attn, d_k/H), v_a (d_attn,) |
+| dot        | sᵀ h_i                      | — (d_q == d_k)                                        |
+| scaled_dot | sᵀ h_i / √d_h               | — (d_q == d_k)                                        |
+| general    | sᵀ W h_i                    | W (d_q, d_k)                                          |
+| concat     | v_aᵀ tanh(W_a [s; h_i])     | W_a (d_attn, d_q + d_k/H), v_a (d_attn,)              |
 
-Multi-head (H heads, d_h = d_k / H): head h scores the h-th slice of the keys.
-- dot / scaled_dot split the query the same way (d_q == d_k);
-- general gives head h the column block W[:, h·d_h:(h+1)·d_h], so the H per-head scores sum to
-  the single-head score and H = 1 is exactly Luong's general;
-- additive / concat give head h the row block h of W_a, U_a and v_a (d_attn / H rows each):
-  each head projects the full query and its own key slice into its own d_attn / H subspace.
+Each class registers itself by its ``name`` and declares what it needs (``same_size``,
+``options``, ``fused_recurrence``); see ``attnseq.attention.base.Attention``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from attnseq.attention.base import Attention
 from attnseq.errors import ConfigError
+from attnseq.kernels.activations import fast_tanh
 
 
 def _uniform_(tensor: Tensor, fan_in: int) -> Tensor:
@@ -33,46 +32,11 @@ def _uniform_(tensor: Tensor, fan_in: int) -> Tensor:
     return nn.init.uniform_(tensor, -bound, bound)
 
 
-class _SigmoidTanh(torch.autograd.Function):
-    """tanh(x) = 2σ(2x) − 1, evaluated through the sigmoid; the backward is tanh's own, 1 − y²."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor) -> Tensor:
-        y = torch.sigmoid(x * 2).mul_(2).sub_(1)
-        ctx.save_for_backward(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> Tensor:
-        (y,) = ctx.saved_tensors
-        return torch.ops.aten.tanh_backward(grad, y)
-
-
-def fast_tanh(x: Tensor) -> Tensor:
-    """``tanh`` for the additive scores: ATen's float32 CPU tanh is ~6× slower than its sigmoid
-    (0.74 ms vs 0.12 ms for the 64·35·128 pre-activations of one decoder step, PyTorch 2.13), so
-    it is evaluated as 2σ(2x) − 1 — the same function, within 3e-7 of ``torch.tanh`` everywhere
-    (a few float32 ulps of 1), with tanh's own backward. Other dtypes and devices use ``torch.tanh``.
-    """
-    if x.dtype != torch.float32 or x.device.type != "cpu":
-        return torch.tanh(x)
-    return _SigmoidTanh.apply(x)
-
-
 class DotAttention(Attention):
-    """Luong dot: e = sᵀh. Needs the query and key sizes to match."""
+    """Luong dot: e = sᵀh; each head compares its slice of the query with its slice of the keys."""
 
     name = "dot"
-
-    def __init__(self, query_dim: int, key_dim: int, heads: int = 1) -> None:
-        super().__init__(query_dim, key_dim, heads)
-        if query_dim != key_dim:
-            raise ConfigError(
-                f"{self.name} attention scores query (B, d_q={query_dim}) against keys "
-                f"(B, T_enc, d_k={key_dim}) with a plain dot product, which needs d_q == d_k.",
-                f"use scorer 'general' (learns W of shape ({query_dim}, {key_dim})), 'additive' "
-                f"or 'concat', or make the sizes equal.",
-            )
+    same_size = True
 
     def project_keys(self, keys: Tensor) -> Tensor:
         return self.split_heads(keys)  # (B, H, T_enc, d_h)
@@ -90,11 +54,12 @@ class ScaledDotAttention(DotAttention):
     name = "scaled_dot"
 
     def score_projected(self, projected_query: Tensor, projected_keys: Tensor) -> Tensor:
-        return super().score_projected(projected_query, projected_keys) / math.sqrt(self.head_dim)  # (B, H, T_dec, T_enc)
+        scores = super().score_projected(projected_query, projected_keys)  # (B, H, T_dec, T_enc)
+        return scores / math.sqrt(self.head_dim)
 
 
 class GeneralAttention(Attention):
-    """Luong general: e = sᵀ W h with W of shape (d_q, d_k)."""
+    """Luong general: e = sᵀ W h with W of shape (d_q, d_k); head h owns W's h-th column block."""
 
     name = "general"
 
@@ -115,21 +80,30 @@ class GeneralAttention(Attention):
 
 
 class AdditiveAttention(Attention):
-    """Bahdanau additive: e = v_aᵀ tanh(W_a s + U_a h)."""
+    """Bahdanau additive: e = v_aᵀ tanh(W_a s + U_a h); head h owns the h-th row block of W_a,
+    U_a and v_a (``attn_dim / heads`` rows each)."""
 
     name = "additive"
+    options = {"attn_dim": None}  # the attention size d_attn; None: the key size d_k
+    fused_recurrence = "additive"
 
-    def __init__(self, query_dim: int, key_dim: int, attn_dim: int | None = None, heads: int = 1) -> None:
-        super().__init__(query_dim, key_dim, heads)
-        attn_dim = key_dim if attn_dim is None else attn_dim
-        if not isinstance(attn_dim, int) or attn_dim < 1 or attn_dim % heads != 0:
+    @classmethod
+    def check_settings(cls, query_dim: int, key_dim: int, heads: int, settings: Mapping[str, Any]) -> None:
+        attn_dim = settings["attn_dim"]
+        if attn_dim is None:
+            return
+        if not isinstance(attn_dim, int) or isinstance(attn_dim, bool) or attn_dim < 1 or attn_dim % heads != 0:
             raise ConfigError(
-                f"{self.name} attention: attn_dim={attn_dim!r} must be a positive integer that "
-                f"heads={heads} divides (each head gets attn_dim / heads rows of W_a and U_a).",
-                f"set attn_dim to a multiple of {heads}, e.g. {heads * max(1, key_dim // heads)}.",
+                f"scorer.attn_dim={attn_dim!r} must be a positive multiple of model.heads={heads}: each "
+                f"head gets attn_dim / heads rows of W_a (d_attn, d_q={query_dim}).",
+                f"set scorer.attn_dim to a multiple of {heads}, or leave it null (uses d_k={key_dim}).",
             )
-        self.attn_dim = attn_dim
-        self.head_attn_dim = attn_dim // heads
+
+    def __init__(self, query_dim: int, key_dim: int, heads: int = 1, attn_dim: int | None = None) -> None:
+        super().__init__(query_dim, key_dim, heads)
+        self.check_settings(query_dim, key_dim, heads, {"attn_dim": attn_dim})
+        self.attn_dim = key_dim if attn_dim is None else attn_dim
+        self.head_attn_dim = self.attn_dim // heads
         self._init_parameters()
 
     def _init_parameters(self) -> None:
@@ -155,7 +129,7 @@ class AdditiveAttention(Attention):
 
     def score_projected(self, projected_query: Tensor, projected_keys: Tensor) -> Tensor:
         hidden = fast_tanh(projected_query.unsqueeze(3) + projected_keys.unsqueeze(2))  # (B, H, T_dec, T_enc, a)
-        if self.heads == 1:  # a matrix-vector product: ~25% faster than einsum's batched one, with its backward
+        if self.heads == 1:  # a matrix-vector product: cheaper than einsum's batched one, with its backward
             return (hidden.reshape(-1, self.head_attn_dim) @ self.v_a).view(hidden.shape[:-1])  # (B, 1, T_dec, T_enc)
         v_a = self.v_a.view(self.heads, self.head_attn_dim)  # (H, a)
         return torch.einsum("bhsta,ha->bhst", hidden, v_a)  # (B, H, T_dec, T_enc)
@@ -168,10 +142,12 @@ class ConcatAttention(AdditiveAttention):
     """Luong concat: e = v_aᵀ tanh(W_a [s; h]), one matrix over the concatenated pair.
 
     W_a's first d_q columns act on the query, the rest on the key slice, so the maths is the
-    additive score with W_a = [W_s | W_h]; keys are still projected once per batch.
+    additive score with W_a = [W_s | W_h] (and the same fused recurrence computes it); keys are
+    still projected once per batch.
     """
 
     name = "concat"
+    fused_recurrence = "additive"
 
     def _init_parameters(self) -> None:
         fan_in = self.query_dim + self.head_dim

@@ -148,6 +148,6 @@ def load_trained_run(client: MlflowClient, run: Run) -> TrainedRun:
         src_vocab = Vocabulary.load(paths["vocab/src.json"])
         tgt_vocab = Vocabulary.load(paths["vocab/tgt.json"])
         saved = load_model_file(paths["model/model.pt"])
-    model = build_seq2seq(ModelConfig(**saved["model_config"]))
+    model = build_seq2seq(ModelConfig.from_saved(saved["model_config"]))
     model.load_state_dict(saved["state_dict"], strict=True)
     return TrainedRun(run, config, src_vocab, tgt_vocab, model.eval())

@@ -3,14 +3,15 @@ tensor exists. Messages speak in the user's config keys (``model.heads``, ``enco
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
-from attnseq.attention import NO_ATTENTION, SCORERS
+from attnseq.attention import NO_ATTENTION, import_plugins, scorer_class, scorer_names
 from attnseq.errors import ConfigError
 
 CELLS = ("gru", "lstm")
 DECODERS = ("bahdanau", "luong")
-SAME_SIZE_SCORERS = ("dot", "scaled_dot")
 
 
 @dataclass(frozen=True)
@@ -26,10 +27,34 @@ class ModelConfig:
     cell: str = "gru"
     bidirectional: bool = False
     scorer: str = "additive"
-    attn_dim: int | None = None
+    scorer_options: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    """The scorer's own settings: ``conf/scorer/<name>.yaml`` less ``name`` (e.g. ``attn_dim``)."""
     heads: int = 1
     decoder: str = "bahdanau"
-    input_feeding: bool = True
+    input_feeding: bool | None = None
+    """Luong only: feed h̃_{t-1} into the next step (None: on). Setting it True with
+    ``decoder=bahdanau`` is an error; the Bahdanau convention has nothing to feed."""
+    plugins: tuple[str, ...] = ()
+    """Modules imported before validation, so that the scorers they define are registered."""
+
+    @classmethod
+    def from_saved(cls, saved: Mapping[str, Any]) -> ModelConfig:
+        """The config a run saved with its weights (``dataclasses.asdict``), including those saved
+        before the scorer's settings moved to its own group (a top-level ``attn_dim``)."""
+        fields = dict(saved)
+        options = dict(fields.pop("scorer_options", None) or {})
+        attn_dim = fields.pop("attn_dim", None)
+        if attn_dim is not None:
+            options.setdefault("attn_dim", attn_dim)
+        if fields.get("decoder") == "bahdanau":
+            fields["input_feeding"] = None  # saved as a meaningless True/False before
+        fields["plugins"] = tuple(fields.get("plugins", ()))
+        return cls(**fields, scorer_options=options)
+
+    @property
+    def feeds_input(self) -> bool:
+        """Whether the decoder is Luong's with input feeding."""
+        return self.decoder == "luong" and self.input_feeding is not False
 
     @property
     def query_dim(self) -> int:
@@ -47,6 +72,7 @@ class ModelConfig:
 
     def validate(self) -> None:
         """Raise ``ConfigError`` naming the value, the shapes involved and the fix."""
+        import_plugins(self.plugins)
         for key in ("src_vocab_size", "tgt_vocab_size", "embedding_dim", "hidden_size", "layers"):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -64,13 +90,15 @@ class ModelConfig:
             raise ConfigError(
                 f"unknown decoder convention {self.decoder!r}.", f"use decoder= one of {list(DECODERS)}."
             )
-        if self.scorer != NO_ATTENTION and self.scorer not in SCORERS:
+        if self.decoder == "bahdanau" and self.input_feeding:
             raise ConfigError(
-                f"unknown scorer {self.scorer!r}.",
-                f"use scorer= one of {[NO_ATTENTION, *SCORERS]}.",
+                "decoder.input_feeding=true with decoder=bahdanau: input feeding passes Luong's "
+                "attentional state h̃_{t-1} into the next step, which the Bahdanau convention does not have.",
+                "drop decoder.input_feeding, or use decoder=luong.",
             )
         if not self.uses_attention:
             return
+        scorer = scorer_class(self.scorer)
         if not isinstance(self.heads, int) or isinstance(self.heads, bool) or self.heads < 1:
             raise ConfigError(
                 f"model.heads={self.heads!r} must be a positive integer.", "set model.heads=1."
@@ -81,13 +109,14 @@ class ModelConfig:
             if self.bidirectional
             else f"model.hidden_size={self.hidden_size}"
         )
-        if self.scorer in SAME_SIZE_SCORERS and d_q != d_k:
+        if scorer.same_size and d_q != d_k:
             raise ConfigError(
                 f"scorer={self.scorer} compares the decoder query (B, d_q={d_q}) with the encoder "
-                f"keys (B, T_enc, d_k={d_k}; d_k = {keys_come_from}) by a dot product, which needs "
+                f"keys (B, T_enc, d_k={d_k}; d_k = {keys_come_from}) directly, which needs "
                 f"d_q == d_k.",
-                f"use scorer=general (learns W of shape ({d_q}, {d_k})), scorer=additive or "
-                "scorer=concat, or a unidirectional encoder (encoder=gru or encoder=lstm).",
+                f"use a scorer that maps one size to the other, e.g. "
+                f"{' or '.join(f'scorer={name}' for name in scorer_names(same_size=False))}, "
+                "or a unidirectional encoder (encoder=gru or encoder=lstm).",
             )
         if d_k % heads != 0:
             divisors = [h for h in range(1, d_k + 1) if d_k % h == 0][:8]
@@ -97,11 +126,4 @@ class ModelConfig:
                 f"({d_k} % {heads} = {d_k % heads}).",
                 f"set model.heads to one of {divisors}, or change model.hidden_size.",
             )
-        if self.scorer in ("additive", "concat"):
-            attn_dim = d_k if self.attn_dim is None else self.attn_dim
-            if not isinstance(attn_dim, int) or attn_dim < 1 or attn_dim % heads != 0:
-                raise ConfigError(
-                    f"model.attn_dim={attn_dim!r} must be a positive multiple of model.heads={heads}: "
-                    f"each head gets attn_dim / heads rows of W_a (d_attn, d_q={d_q}).",
-                    f"set model.attn_dim to a multiple of {heads}, or leave it null (uses d_k={d_k}).",
-                )
+        scorer.check_settings(d_q, d_k, heads, scorer.settings(self.scorer_options))

@@ -1,0 +1,90 @@
+"""One recurrent step written out on an ``nn.GRU``/``nn.LSTM``'s own parameters, and the GRU's
+local derivatives: the one definition the fast paths share.
+
+The fast paths split each step's gate pre-activations into the part computed for all steps at
+once (the input's, or the embedding's share of it) and the part that cannot be (the state's, the
+context's); these functions take the summed parts and apply the cell with PyTorch's gate order
+and equations, so parameters and checkpoints stay those of the ``nn.GRU``/``nn.LSTM`` module:
+
+- GRU (gates r, z, n), with x_· = (W_ih x + b_ih)_· and g_· = (W_hh h + b_hh)_·:
+  r = σ(x_r + g_r), z = σ(x_z + g_z), n = tanh(x_n + r ⊙ g_n), h' = (1 − z) ⊙ n + z ⊙ h,
+  computed as h' = n + z ⊙ (h − n);
+- LSTM (gates i, f, g, o): c' = σ(f) ⊙ c + σ(i) ⊙ tanh(g), h' = σ(o) ⊙ tanh(c').
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+
+def layer_parameters(rnn: nn.RNNBase, layer: int = 0, reverse: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(weight_ih, weight_hh, bias_ih, bias_hh)`` of one layer (its backward direction with
+    ``reverse``): ``(G·d, d_in)``, ``(G·d, d)``, ``(G·d,)`` × 2, G the gate count."""
+    suffix = "_reverse" if reverse else ""
+    return tuple(getattr(rnn, f"{name}_l{layer}{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"))
+
+
+class GRUActivations(NamedTuple):
+    """Where one GRU step writes what a hand-written backward reads again."""
+
+    reset_update: Tensor  # (B, 2d): r, z
+    candidate: Tensor  # (B, d): n
+    state: Tensor  # (B, d): h'
+
+
+def gru_cell(input_gates: Tensor, hidden_gates: Tensor, h: Tensor, out: GRUActivations | None = None) -> Tensor:
+    """One GRU step: ``input_gates = W_ih x + b_ih``, ``hidden_gates = W_hh h + b_hh`` (both
+    ``(B, 3d)``), ``h (B, d)`` → h' ``(B, d)``.
+
+    Without ``out`` it runs under autograd; with it, the activations are written into ``out``'s
+    buffers (no autograd: the kernels that pass it compute their own backward)."""
+    d = h.shape[-1]
+    reset_update = torch.add(
+        input_gates[:, : 2 * d], hidden_gates[:, : 2 * d], out=None if out is None else out.reset_update
+    ).sigmoid_()  # (B, 2d): r, z
+    reset, update = reset_update[:, :d], reset_update[:, d:]  # (B, d) each
+    candidate = torch.addcmul(
+        input_gates[:, 2 * d :], reset, hidden_gates[:, 2 * d :], out=None if out is None else out.candidate
+    ).tanh_()  # (B, d): n
+    return torch.addcmul(candidate, update, h - candidate, out=None if out is None else out.state)  # (B, d)
+
+
+class GRUPartials(NamedTuple):
+    """The derivatives of every step's new state h_t with respect to the step's own quantities,
+    ``(T, B, ...)``: they depend on the forward pass only, so a backward pass computes them for all
+    steps at once (``gru_partials``) and its reverse loop is left with products by the incoming
+    d h_t. With n_pre = x_n + r ⊙ g_n (and r_pre, z_pre the gates' pre-activations):
+
+    - ∂h_t/∂n_pre = (1 − z) ⊙ (1 − n²)
+    - ∂h_t/∂g_n   = (1 − z) ⊙ (1 − n²) ⊙ r
+    - ∂h_t/∂r_pre = (1 − z) ⊙ (1 − n²) ⊙ g_n ⊙ r ⊙ (1 − r)
+    - ∂h_t/∂z_pre = (h_{t-1} − n) ⊙ z ⊙ (1 − z)
+    - ∂h_t/∂h_{t-1}, outside the gates: z
+    """
+
+    hidden_gates: Tensor  # (T, B, 3, d): ∂h_t/∂[r_pre; z_pre; g_n], the blocks of W_hh h + b_hh
+    input_candidate: Tensor  # (T, B, d): ∂h_t/∂n_pre; the input gates' r, z blocks share the hidden ones'
+    carry: Tensor  # (T, B, d): z
+
+
+def gru_partials(reset_update: Tensor, candidate: Tensor, hidden_candidate: Tensor, previous: Tensor) -> GRUPartials:
+    """``GRUPartials`` from the forward's r, z ``(T, B, 2d)``, n ``(T, B, d)``, g_n ``(T, B, d)`` and
+    h_{t-1} ``(T, B, d)``."""
+    d = candidate.shape[-1]
+    reset, update = reset_update[..., :d], reset_update[..., d:]  # (T, B, d) each
+    blocks = candidate.new_empty(*candidate.shape[:-1], 4, d)  # (T, B, 4, d): r_pre, z_pre, g_n, n_pre
+    through_candidate = torch.mul(1 - update, 1 - candidate * candidate, out=blocks[..., 3, :])  # ∂h/∂n_pre
+    torch.mul(through_candidate * hidden_candidate, reset * (1 - reset), out=blocks[..., 0, :])  # ∂h/∂r_pre
+    torch.mul(previous - candidate, update * (1 - update), out=blocks[..., 1, :])  # ∂h/∂z_pre
+    torch.mul(through_candidate, reset, out=blocks[..., 2, :])  # ∂h/∂g_n
+    return GRUPartials(blocks[..., :3, :], through_candidate, update)
+
+
+def lstm_cell(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
+    """``gates = W_ih x + b_ih + W_hh h + b_hh`` ``(B, 4d)``, ``c (B, d)`` → ``(h', c')``."""
+    i, f, g, o = gates.chunk(4, dim=1)  # (B, d) each
+    c = f.sigmoid() * c + i.sigmoid() * g.tanh()  # (B, d)
+    return o.sigmoid() * c.tanh(), c  # (B, d), (B, d)

@@ -1,0 +1,162 @@
+"""Teacher forcing over a whole target, fused: the maths of a decoder's ``step`` over every step
+(tested equal, values and gradients), arranged so that each step does few, large operations.
+
+Before the loop: the embeddings and their share of the RNN's input gates for all steps, in one
+matmul. Per step: one matmul of the state for everything that reads it (the hidden gates, the
+scorer's query map W_q, Luong's W_c half), the scores, the context, and the cell
+(``kernels.cells``) on the RNN's own parameters. After the loop: the readout over all steps.
+
+A Bahdanau GRU decoder whose scorer declares ``fused_recurrence = "additive"`` goes further,
+through ``AdditiveGRURecurrence``: one autograd node with a hand-written backward pass.
+
+The decoder (``attnseq.model.decoders``) decides when these apply: one layer, an ``Attention``
+called through its parts with no hooks, full teacher forcing, ``FastPaths.fused_decoder``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from attnseq.attention import Attention, masked_softmax
+from attnseq.kernels import additive_recurrence
+from attnseq.kernels.additive_recurrence import AdditiveGRURecurrence
+from attnseq.kernels.cells import gru_cell, layer_parameters, lstm_cell
+
+
+class StepInputs(NamedTuple):
+    """What every step of a fused teacher-forced loop reads, computed once per batch."""
+
+    embedded: Tensor  # (B, T_dec, E): E y_{t-1} for every step
+    input_gates: Tensor  # (B, T_dec, G·d): W_ie E y_{t-1} + b_ih, the embedding's share of the input gates
+    extra_input_weight: Tensor  # (G·d, d_x): the RNN's input columns after the embedding's (context or feed)
+    state_weight: Tensor  # (G·d + rows, d_s): [W_hh; *state_maps; W_q], everything that reads the state
+    state_bias: Tensor  # (G·d + rows,): [b_hh; 0]
+    query_rows: int  # W_q's rows at the end of state_weight; 0: the scorer reads the state as it is
+
+
+class CellState(NamedTuple):
+    """A one-layer RNN's state between two steps of a fused loop."""
+
+    h: Tensor  # (B, d_s)
+    c: Tensor | None  # (B, d_s), LSTM only
+
+
+def split_state(rnn_state) -> CellState:
+    """A one-layer ``nn.GRU``/``nn.LSTM`` state ``(1, B, d)`` (an LSTM's pair of them) → ``CellState``."""
+    if isinstance(rnn_state, tuple):
+        return CellState(rnn_state[0][0], rnn_state[1][0])  # (B, d_s), (B, d_s)
+    return CellState(rnn_state[0], None)  # (B, d_s)
+
+
+def step_inputs(
+    embedding: nn.Module, dropout: nn.Module, rnn: nn.RNNBase, attention: Attention, tgt_in: Tensor, state_maps: list[Tensor]
+) -> StepInputs:
+    weight_ih, weight_hh, bias_ih, bias_hh = layer_parameters(rnn)
+    embedded = dropout(embedding(tgt_in))  # (B, T_dec, E)
+    emb_dim = embedded.shape[-1]
+    input_gates = F.linear(embedded, weight_ih[:, :emb_dim], bias_ih)  # (B, T_dec, G·d)
+    query_weight = attention.query_weight()  # (d_p·H, d_s) or None
+    maps = [weight_hh, *state_maps] + ([] if query_weight is None else [query_weight])
+    state_weight = torch.cat(maps) if len(maps) > 1 else weight_hh  # (G·d + rows, d_s)
+    extra = state_weight.shape[0] - bias_hh.shape[0]
+    state_bias = torch.cat([bias_hh, bias_hh.new_zeros(extra)]) if extra else bias_hh  # (G·d + rows,)
+    query_rows = 0 if query_weight is None else query_weight.shape[0]
+    return StepInputs(embedded, input_gates, weight_ih[:, emb_dim:], state_weight, state_bias, query_rows)
+
+
+def attend(
+    attention: Attention, projected: Tensor, h: Tensor, projected_keys: Tensor, valid: Tensor, values: Tensor, query_rows: int
+) -> tuple[Tensor, Tensor]:
+    """One step's scores from the state's projection (its last ``query_rows`` columns are W_q s,
+    else the query is ``h`` itself) → weights ``(B, H, 1, T_enc)`` and ``Σ_i α_i values_i`` per head,
+    concatenated ``(B, H·d_v)``."""
+    query = projected[:, -query_rows:] if query_rows else h  # (B, d_p·H) or (B, d_s)
+    scores = attention.score_projected(attention.split_query(query.unsqueeze(1)), projected_keys)  # (B, H, 1, T_enc)
+    weights = masked_softmax(scores, valid)  # (B, H, 1, T_enc)
+    averaged = weights @ values  # (B, H, 1, d_v)
+    return weights, averaged.view(averaged.shape[0], -1)  # (B, H, 1, T_enc), (B, H·d_v)
+
+
+def cell(x_gates: Tensor, hidden_gates: Tensor, state: CellState) -> CellState:
+    """One RNN step from its input-side and hidden-side gate pre-activations ``(B, G·d)``."""
+    if state.c is None:
+        return CellState(gru_cell(x_gates, hidden_gates, state.h), None)  # (B, d_s)
+    return CellState(*lstm_cell(x_gates + hidden_gates, state.c))  # (B, d_s), (B, d_s)
+
+
+def bahdanau(decoder, tgt_in: Tensor, state, memory) -> tuple[Tensor, Tensor]:
+    """``BahdanauDecoder``'s teacher forcing: per step one matmul of s_{t-1} (hidden gates and
+    W_q s_{t-1}), the scores, the context, its share of the input gates and the cell."""
+    attention: Attention = decoder.attention
+    start = split_state(state.rnn)
+    attention.check_shapes(start.h, memory.keys, memory.valid_mask)
+    inputs = step_inputs(decoder.embedding, decoder.dropout, decoder.rnn, attention, tgt_in, [])
+    if start.c is None and attention.fused_recurrence == "additive" and additive_recurrence.supports(inputs.input_gates):
+        doubled_keys = 2 * memory.projected_keys  # (B, H, T_enc, a): K2 = 2K
+        v = attention.v_a.view(attention.heads, -1)  # (H, a)
+        states, contexts, weights = AdditiveGRURecurrence.apply(
+            inputs.input_gates, start.h, memory.keys, doubled_keys, memory.valid_mask,
+            inputs.state_weight, inputs.state_bias, inputs.extra_input_weight, v,
+        )  # (B, T_dec, d_s), (B, T_dec, d_k), (B, H, T_dec, T_enc)
+        return decoder.read_out(states, contexts, inputs.embedded), weights
+    state_weight_t = inputs.state_weight.T  # (d_s, G·d [+ rows of W_q])
+    gates = inputs.extra_input_weight.shape[0]  # G·d
+    weight_context_t = inputs.extra_input_weight.T  # (d_k, G·d)
+    values = attention.split_heads(memory.keys)  # (B, H, T_enc, d_h)
+    valid = memory.valid_mask[:, None, None, :]  # (B, 1, 1, T_enc)
+    current = start
+    outputs: list[Tensor] = []
+    contexts: list[Tensor] = []
+    step_weights: list[Tensor] = []
+    for step_input_gates in inputs.input_gates.unbind(1):  # (B, G·d) each: W_ie E y_{t-1} + b_ih
+        projected = torch.addmm(inputs.state_bias, current.h, state_weight_t)  # (B, G·d [+ rows]): W_hh s_{t-1}, W_q s_{t-1}
+        weights, context = attend(
+            attention, projected, current.h, memory.projected_keys, valid, values, inputs.query_rows
+        )  # (B, H, 1, T_enc), (B, d_k)
+        x_gates = torch.addmm(step_input_gates, context, weight_context_t)  # (B, G·d): + W_ic c_t
+        current = cell(x_gates, projected[:, :gates], current)
+        outputs.append(current.h)
+        contexts.append(context)
+        step_weights.append(weights)
+    logits = decoder.read_out(torch.stack(outputs, dim=1), torch.stack(contexts, dim=1), inputs.embedded)  # (B, T_dec, V)
+    return logits, torch.cat(step_weights, dim=2)  # (B, T_dec, V), (B, H, T_dec, T_enc)
+
+
+def luong_input_feeding(decoder, tgt_in: Tensor, state, memory) -> tuple[Tensor, Tensor]:
+    """``LuongDecoder``'s teacher forcing with input feeding: per step the feed's share of the
+    input gates, the cell, one matmul of s_t (next hidden gates, W_cs s_t, W_q s_t) and W_cc c_t
+    straight from the weights (``values_through``); W_s over all steps after the loop."""
+    attention: Attention = decoder.attention
+    hidden = decoder.hidden_size
+    current = split_state(state.rnn)
+    attention.check_shapes(current.h, memory.keys, memory.valid_mask)
+    weight_cc, weight_cs = decoder.W_c.weight[:, : attention.key_dim], decoder.W_c.weight[:, attention.key_dim :]
+    inputs = step_inputs(decoder.embedding, decoder.dropout, decoder.rnn, attention, tgt_in, [weight_cs])
+    state_weight_t = inputs.state_weight.T  # (d_s, G·d + d_s [+ rows of W_q])
+    gates = inputs.extra_input_weight.shape[0]  # G·d
+    through = attention.values_through(memory.keys, weight_cc)  # (B, H, T_enc, d_s): values × W_cc
+    heads = through.shape[1]
+    valid = memory.valid_mask[:, None, None, :]  # (B, 1, 1, T_enc)
+    feed = state.feed  # (B, d_s): h̃_0
+    hidden_gates = torch.addmm(inputs.state_bias[:gates], current.h, state_weight_t[:, :gates])  # (B, G·d): W_hh s_0
+    step_attentional: list[Tensor] = []
+    step_weights: list[Tensor] = []
+    feed_weight_t = inputs.extra_input_weight.T  # (d_s, G·d)
+    for step_input_gates in inputs.input_gates.unbind(1):  # (B, G·d) each: W_ie E y_{t-1} + b_ih
+        current = cell(torch.addmm(step_input_gates, feed, feed_weight_t), hidden_gates, current)  # s_t
+        projected = torch.addmm(inputs.state_bias, current.h, state_weight_t)  # (B, G·d + d_s [+ rows])
+        hidden_gates = projected[:, :gates]  # (B, G·d): W_hh s_t, for the next step
+        weights, context_part = attend(
+            attention, projected, current.h, memory.projected_keys, valid, through, inputs.query_rows
+        )  # (B, H, 1, T_enc), (B, H·d_s)
+        if heads > 1:
+            context_part = context_part.view(-1, heads, hidden).sum(1)  # (B, d_s): Σ_h W_cc,h c_t,h
+        feed = torch.tanh(context_part + projected[:, gates : gates + hidden])  # (B, d_s): h̃_t = tanh(W_c [c_t; s_t])
+        step_attentional.append(feed)
+        step_weights.append(weights)
+    attentional = torch.stack(step_attentional, dim=1)  # (B, T_dec, d_s)
+    return decoder.W_s(decoder.dropout(attentional)), torch.cat(step_weights, dim=2)  # (B, T_dec, V), (B, H, T_dec, T_enc)
