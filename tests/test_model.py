@@ -390,3 +390,29 @@ def test_the_additive_recurrence_recomputing_sigma_equals_stepping(monkeypatch, 
 
     monkeypatch.setattr(fused, "KEEP_SIGMA_BYTES", 0)
     assert_teacher_forcing_equals_stepping(make_model("gru", scorer, "bahdanau", heads, layers=1).train())
+
+
+# ---------------------------------------------------------------------- the fast paths switched off
+@pytest.mark.parametrize("enc,scorer,dec,heads", valid_combinations())
+def test_without_fast_paths_the_model_computes_the_same_values_and_gradients(enc, scorer, dec, heads):
+    """``FastPaths(False, False)``: teacher forcing step by step, GRUs under autograd — the same
+    logits, weights and gradients as the default build with the same parameters."""
+    from attnseq.kernels import FastPaths
+
+    fast = make_model(enc, scorer, dec, heads).train()
+    config = fast.config
+    slow = build_seq2seq(config, FastPaths(fused_decoder=False, gru_sequence=False)).double().train()
+    slow.load_state_dict(fast.state_dict())
+    src, lengths, tgt_in = make_batch()
+    results = []
+    for model in (fast, slow):
+        logits, weights = model(src, lengths, tgt_in)
+        loss = logits.sin().sum() + (0 if weights is None else weights.square().sum())
+        loss.backward()
+        results.append((logits, weights, {n: p.grad for n, p in model.named_parameters()}))
+    (logits, weights, grads), (ref_logits, ref_weights, ref_grads) = results
+    torch.testing.assert_close(logits, ref_logits)
+    if ref_weights is not None:
+        torch.testing.assert_close(weights, ref_weights)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, ref_grads[name], msg=name)

@@ -34,6 +34,7 @@ from torch.nn import functional as F
 
 from attnseq.attention import AdditiveAttention, Attention, masked_softmax
 from attnseq.attention.scorers import fast_tanh
+from attnseq.kernels import ALL_FAST_PATHS, FastPaths
 from attnseq.model.cells import gru_cell, layer_parameters, lstm_cell
 from attnseq.model.fused import AdditiveGRURecurrence
 from attnseq.model.gru_sequence import gru_sequence
@@ -61,8 +62,10 @@ class Decoder(nn.Module):
         layers: int,
         dropout: float,
         padding_idx: int = 0,
+        fast_paths: FastPaths = ALL_FAST_PATHS,
     ) -> None:
         super().__init__()
+        self.fast_paths = fast_paths
         self.hidden_size = hidden_size
         self.embedding = nn.Embedding(vocab_size, embedding_dim, padding_idx=padding_idx)
         self.dropout = nn.Dropout(dropout)
@@ -92,9 +95,9 @@ class Decoder(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         """Decode a whole target ``(B, T_dec)`` → logits ``(B, T_dec, V)`` and weights
         ``(B, H, T_dec, T_enc)`` (None without attention)."""
-        if teacher_forcing >= 1.0 and self.parallel_teacher_forcing:
+        if teacher_forcing >= 1.0 and self.fast_paths.fused_decoder and self.parallel_teacher_forcing:
             return self.forward_parallel(tgt_in, state, memory)
-        if teacher_forcing >= 1.0 and self.can_fuse():
+        if teacher_forcing >= 1.0 and self.fast_paths.fused_decoder and self.can_fuse():
             return self.forward_fused(tgt_in, state, memory)
         step_logits: list[Tensor] = []
         step_weights: list[Tensor] = []
@@ -117,7 +120,7 @@ class Decoder(nn.Module):
         """The RNN over a whole input ``(B, T, d_in)`` → its outputs ``(B, T, d_s)``; a one-layer
         GRU through ``gru_sequence`` (its hand-written backward pass), anything else as it is."""
         if isinstance(self.rnn, nn.GRU) and self.rnn.num_layers == 1:
-            return gru_sequence(inputs, rnn_state[0], layer_parameters(self.rnn))  # (B, T, d_s)
+            return gru_sequence(inputs, rnn_state[0], layer_parameters(self.rnn), self.fast_paths.gru_sequence)  # (B, T, d_s)
         outputs, _ = self.rnn(inputs, rnn_state)  # (B, T, d_s)
         return outputs
 
@@ -196,9 +199,12 @@ class BahdanauDecoder(Decoder):
         cell: str = "gru",
         layers: int = 1,
         dropout: float = 0.0,
+        fast_paths: FastPaths = ALL_FAST_PATHS,
     ) -> None:
         key_dim = attention.key_dim
-        super().__init__(vocab_size, embedding_dim, hidden_size, embedding_dim + key_dim, cell, layers, dropout)
+        super().__init__(
+            vocab_size, embedding_dim, hidden_size, embedding_dim + key_dim, cell, layers, dropout, fast_paths=fast_paths
+        )
         self.attention = attention
         self.readout = nn.Linear(hidden_size + key_dim + embedding_dim, vocab_size)
 
@@ -263,9 +269,10 @@ class LuongDecoder(Decoder):
         layers: int = 1,
         dropout: float = 0.0,
         input_feeding: bool = True,
+        fast_paths: FastPaths = ALL_FAST_PATHS,
     ) -> None:
         rnn_input_size = embedding_dim + (hidden_size if input_feeding else 0)
-        super().__init__(vocab_size, embedding_dim, hidden_size, rnn_input_size, cell, layers, dropout)
+        super().__init__(vocab_size, embedding_dim, hidden_size, rnn_input_size, cell, layers, dropout, fast_paths=fast_paths)
         self.attention = attention
         self.input_feeding = input_feeding
         self.parallel_teacher_forcing = not input_feeding
@@ -351,8 +358,9 @@ class PlainDecoder(Decoder):
         cell: str = "gru",
         layers: int = 1,
         dropout: float = 0.0,
+        fast_paths: FastPaths = ALL_FAST_PATHS,
     ) -> None:
-        super().__init__(vocab_size, embedding_dim, hidden_size, embedding_dim, cell, layers, dropout)
+        super().__init__(vocab_size, embedding_dim, hidden_size, embedding_dim, cell, layers, dropout, fast_paths=fast_paths)
         self.output = nn.Linear(hidden_size, vocab_size)
 
     def step(self, prev_tokens: Tensor, state: DecoderState, memory: Memory) -> StepOutput:

@@ -7,6 +7,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from attnseq.kernels import ALL_FAST_PATHS, FastPaths
 from attnseq.model.cells import layer_parameters
 from attnseq.model.gru_sequence import gru_sequence
 from attnseq.model.state import RNNState
@@ -40,8 +41,10 @@ class RNNEncoder(nn.Module):
         layers: int = 1,
         dropout: float = 0.0,
         padding_idx: int = 0,
+        fast_paths: FastPaths = ALL_FAST_PATHS,
     ) -> None:
         super().__init__()
+        self.fast_paths = fast_paths
         self.cell = cell
         self.bidirectional = bidirectional
         self.layers = layers
@@ -106,7 +109,7 @@ class RNNEncoder(nn.Module):
     def _gru_direction(self, inputs: Tensor, reverse: bool) -> Tensor:
         """One direction of the one-layer GRU, from a zero state: ``(B, T, d)``."""
         h0 = inputs.new_zeros(inputs.shape[0], self.hidden_size)  # (B, d)
-        return gru_sequence(inputs, h0, layer_parameters(self.rnn, reverse=reverse))  # (B, T, d)
+        return gru_sequence(inputs, h0, layer_parameters(self.rnn, reverse=reverse), self.fast_paths.gru_sequence)  # (B, T, d)
 
     def _bridge(self, final: Tensor) -> Tensor:
         """``(L·dirs, B, d)`` → ``(L, B, hidden)``: the decoder's initial state per layer."""

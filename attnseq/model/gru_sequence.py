@@ -34,10 +34,10 @@ GRUWeights = tuple[Tensor, Tensor, Tensor, Tensor]
 """``(weight_ih (3d, E), weight_hh (3d, d), bias_ih (3d,), bias_hh (3d,))`` of one GRU layer."""
 
 
-def gru_sequence(inputs: Tensor, h0: Tensor, weights: GRUWeights) -> Tensor:
+def gru_sequence(inputs: Tensor, h0: Tensor, weights: GRUWeights, hand_written_backward: bool = True) -> Tensor:
     """``inputs (B, T, E)``, ``h0 (B, d)`` → the states h_1..h_T ``(B, T, d)``, as ``torch.gru``
     (batch first, one layer, one direction) computes them."""
-    if _fused_pays(inputs, h0, weights):
+    if hand_written_backward and _fused_pays(inputs, h0, weights):
         return GRUSequence.apply(inputs, h0, *weights)
     states, _ = torch.gru(inputs, h0.unsqueeze(0), list(weights), True, 1, 0.0, False, False, True)  # (B, T, d)
     return states

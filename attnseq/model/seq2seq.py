@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from attnseq.attention import build_attention, lengths_to_valid_mask
+from attnseq.kernels import ALL_FAST_PATHS, FastPaths
 from attnseq.model.config import ModelConfig
 from attnseq.model.decoders import BahdanauDecoder, Decoder, LuongDecoder, PlainDecoder
 from attnseq.model.encoder import RNNEncoder
@@ -45,8 +46,9 @@ class Seq2Seq(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
-def build_seq2seq(config: ModelConfig) -> Seq2Seq:
-    """Validate the configuration, then build the model it describes."""
+def build_seq2seq(config: ModelConfig, fast_paths: FastPaths = ALL_FAST_PATHS) -> Seq2Seq:
+    """Validate the configuration, then build the model it describes, taking the fast paths
+    ``fast_paths`` allows (they change the speed, never the values)."""
     config.validate()
     encoder = RNNEncoder(
         config.src_vocab_size,
@@ -56,6 +58,7 @@ def build_seq2seq(config: ModelConfig) -> Seq2Seq:
         bidirectional=config.bidirectional,
         layers=config.layers,
         dropout=config.dropout,
+        fast_paths=fast_paths,
     )
     shared = dict(
         vocab_size=config.tgt_vocab_size,
@@ -64,6 +67,7 @@ def build_seq2seq(config: ModelConfig) -> Seq2Seq:
         cell=config.cell,
         layers=config.layers,
         dropout=config.dropout,
+        fast_paths=fast_paths,
     )
     if not config.uses_attention:
         return Seq2Seq(encoder, PlainDecoder(**shared), config)

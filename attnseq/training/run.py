@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnseq.data import Seq2SeqDataModule
 from attnseq.errors import AttnSeqError, ConfigError
+from attnseq.kernels import ALL_FAST_PATHS, FastPaths
 from attnseq.model import ModelConfig, build_seq2seq
 from attnseq.training.artifacts import RunArtifacts
 from attnseq.training.guards import FiniteLossGuard, InterruptCheckpoint
@@ -82,10 +83,13 @@ def build_datamodule(cfg: DictConfig) -> Seq2SeqDataModule:
 
 
 def build_module(
-    cfg: DictConfig, datamodule: Seq2SeqDataModule, module_class: type[Seq2SeqLitModule] = Seq2SeqLitModule
+    cfg: DictConfig,
+    datamodule: Seq2SeqDataModule,
+    module_class: type[Seq2SeqLitModule] = Seq2SeqLitModule,
+    fast_paths: FastPaths = ALL_FAST_PATHS,
 ) -> Seq2SeqLitModule:
     """The model the config describes, sized by the (set-up) data's vocabularies, in its LightningModule."""
-    model = build_seq2seq(model_config(cfg, len(datamodule.src_vocab), len(datamodule.tgt_vocab)))
+    model = build_seq2seq(model_config(cfg, len(datamodule.src_vocab), len(datamodule.tgt_vocab)), fast_paths)
     return module_class(
         model,
         instantiate(cfg.optimizer),

@@ -1,0 +1,28 @@
+"""The fast paths: computations that give the model's own values and gradients with less work.
+
+The model (``attnseq.model``) is written as the maths, one decoder step at a time; the code here
+computes the same thing faster for training and is chosen by the model's construction switches.
+Nothing here defines what the model computes: every kernel is tested against the step it
+replaces (values and gradients), and ``FastPaths(False, False)`` turns them all off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class FastPaths:
+    """Which fast paths a model built by ``build_seq2seq`` may take; all on by default.
+
+    Turning one off changes the speed only, never a value or a gradient (tested).
+    """
+
+    fused_decoder: bool = True  # teacher forcing through the fused recurrence; False = step by step (what decoding runs)
+    gru_sequence: bool = True  # whole-sequence GRU with the hand-written backward; False = torch.gru under autograd
+
+
+ALL_FAST_PATHS = FastPaths()
+"""The default of every ``fast_paths`` argument: every fast path allowed."""
+
+__all__ = ["ALL_FAST_PATHS", "FastPaths"]
