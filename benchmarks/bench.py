@@ -90,13 +90,16 @@ class Bench:
         first = settings.cases[0]
         self.datamodule = setup_datamodule(self.cfgs[first])
         self.random_datamodule = setup_datamodule(benchmark_config(first, settings, workdir, bucketing=False))
-        epochs = {"bucketed": list(self.datamodule.train_dataloader()),
-                  "random": list(self.random_datamodule.train_dataloader())}
+        epochs = {
+            "bucketed": list(self.datamodule.train_dataloader()),
+            "random": list(self.random_datamodule.train_dataloader()),
+        }
         if len(epochs["bucketed"]) < settings.steps:
             raise ValueError(f"{len(epochs['bucketed'])} batches per epoch < {settings.steps} steps: raise train_size")
         self.tokens = {kind: [int(b.tgt_lengths.sum()) for b in batches] for kind, batches in epochs.items()}
         self.results.padding = {
-            kind: 1.0 - sum(int(b.src_lengths.sum()) + int(b.tgt_lengths.sum()) for b in batches)
+            kind: 1.0
+            - sum(int(b.src_lengths.sum()) + int(b.tgt_lengths.sum()) for b in batches)
             / sum(b.src.numel() + b.tgt_out.numel() for b in batches)
             for kind, batches in epochs.items()
         }
@@ -120,21 +123,27 @@ class Bench:
 
     def case_loops(self, case: Case) -> dict[str, Loop]:
         """The case's minimal loop and the baseline, which every trainer run holds in lock step."""
-        return {"minimal": self.loop(self.model(case), self.cfgs[case]),
-                BASELINE: self.loop(self.textbook(), self.cfgs[case])}
+        return {
+            "minimal": self.loop(self.model(case), self.cfgs[case]),
+            BASELINE: self.loop(self.textbook(), self.cfgs[case]),
+        }
 
     def variant_config(self, variant: Variant):
         return benchmark_config(variant.case, self.settings, self.workdir, extra=variant.overrides)
 
     # ---- measuring
 
-    def record(self, label: str, loop: str, durations: list[float], kind: str = "bucketed") -> None:
+    def rates(self, durations: list[float], kind: str = "bucketed") -> list[float]:
+        """Tokens per second over each timed window of a loop's step ``durations``."""
         s = self.settings
-        rates = window_rates(durations, self.tokens[kind], s.warmup, s.window, s.windows)
-        self.results.row(label).rates.setdefault(loop, []).extend(rates)
+        return window_rates(durations, self.tokens[kind], s.warmup, s.window, s.windows)
 
-    def measure(self, label: str, cfg, loops: dict[str, Loop], datamodule=None,
-                fast_paths: FastPaths = ALL_FAST_PATHS) -> None:
+    def record(self, label: str, loop: str, durations: list[float], kind: str = "bucketed") -> None:
+        self.results.row(label).rates.setdefault(loop, []).extend(self.rates(durations, kind))
+
+    def measure(
+        self, label: str, cfg, loops: dict[str, Loop], datamodule=None, fast_paths: FastPaths = ALL_FAST_PATHS
+    ) -> None:
         """One trainer run with ``loops`` in lock step: the row ``label`` gets the real path and
         the loop ``minimal``, every other loop its own row, all with this run's baseline."""
         began = time.perf_counter()
@@ -149,8 +158,10 @@ class Bench:
                 self.record(row, "minimal", loop.durations)
                 self.record(row, BASELINE, baseline)
         row = self.results.rows[label]
-        self.log(f"{label:45s} real {fmt(row.median('real')):>7s}  minimal {fmt(row.median('minimal')):>7s}  "
-                 f"{BASELINE} {fmt(row.median(BASELINE)):>7s} tok/s  ({time.perf_counter() - began:.0f} s)")
+        self.log(
+            f"{label:45s} real {fmt(row.median('real')):>7s}  minimal {fmt(row.median('minimal')):>7s}  "
+            f"{BASELINE} {fmt(row.median(BASELINE)):>7s} tok/s  ({time.perf_counter() - began:.0f} s)"
+        )
 
     def measure_case(self, case: Case, variants: list[Variant]) -> None:
         """The case's trainer run, with one more minimal loop per variant that varies the minimal loop."""
@@ -160,7 +171,9 @@ class Bench:
         self.measure(case.name, self.cfgs[case], loops)
         for variant in variants:
             self.results.rows[variant.label].kept = case.name
-        self.results.rows[case.name].activations = activation_bytes(self.model(case), self.longest, self.settings.device)
+        self.results.rows[case.name].activations = activation_bytes(
+            self.model(case), self.longest, self.settings.device
+        )
 
     def measure_real_variant(self, variant: Variant) -> None:
         """A trainer run of its own for a variant of the real path; the loops are the case's."""
@@ -183,12 +196,13 @@ class Bench:
         """torch.compile (dynamic shapes) of the whole model in the minimal loop, in lock step with
         the uncompiled one and the baseline; the compile time is the first step's."""
         cfg = self.cfgs[case]
-        loops = {"compiled": self.loop(torch.compile(self.model(case), dynamic=True), cfg),
-                 "plain": self.loop(self.model(case), cfg), "base": self.loop(self.textbook(), cfg)}
+        loops = {
+            "compiled": self.loop(torch.compile(self.model(case), dynamic=True), cfg),
+            "plain": self.loop(self.model(case), cfg),
+            "base": self.loop(self.textbook(), cfg),
+        }
         step_together(list(loops.values()), self.settings.steps - 1)
-        s = self.settings
-        rates = {name: statistics.median(window_rates(loop.durations, self.tokens["bucketed"], s.warmup, s.window, s.windows))
-                 for name, loop in loops.items()}
+        rates = {name: statistics.median(self.rates(loop.durations)) for name, loop in loops.items()}
         compile_s = loops["compiled"].durations[0]
         self.results.compiled[case.name] = {"compile_s": compile_s, **rates}
         self.log(f"{case.name} torch.compile: first step {compile_s:.0f} s, {rates}")
@@ -198,8 +212,9 @@ class Bench:
         trained = self.loop(self.model(case), self.cfgs[case])
         step_together([trained], min(self.settings.steps, 40))
         examples = self.datamodule.train_examples[: 64 * self.settings.decode_batches]
-        self.results.decoding = decoding(trained.model, examples, self.datamodule, self.cfgs[case],
-                                         self.settings.device, self.log)
+        self.results.decoding = decoding(
+            trained.model, examples, self.datamodule, self.cfgs[case], self.settings.device, self.log
+        )
         self.results.decode_case = case.name
 
 
@@ -239,29 +254,54 @@ def make_settings(args: argparse.Namespace) -> Settings:
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     threads = args.threads or torch.get_num_threads()
     if args.quick:
-        return Settings(warmup=1, window=2, windows=2, train_size=64 * 8, decode_batches=1, cases=quick_cases(),
-                        threads=threads, device=device, sizes=(16, 32), compile=args.compile, ablations=False, quick=True)
+        return Settings(
+            warmup=1,
+            window=2,
+            windows=2,
+            train_size=64 * 8,
+            decode_batches=1,
+            cases=quick_cases(),
+            threads=threads,
+            device=device,
+            sizes=(16, 32),
+            compile=args.compile,
+            ablations=False,
+        )
     key = quick_cases()
     key += [KEY_GENERAL] if KEY_GENERAL not in key else []
-    return Settings(warmup=args.warmup, window=args.window, windows=args.windows,
-                    train_size=64 * (args.warmup + args.window * args.windows + 2), decode_batches=4,
-                    cases=all_cases() if args.cases == "all" else key,
-                    threads=threads, device=device, compile=args.compile)
+    return Settings(
+        warmup=args.warmup,
+        window=args.window,
+        windows=args.windows,
+        train_size=64 * (args.warmup + args.window * args.windows + 2),
+        decode_batches=4,
+        cases=all_cases() if args.cases == "all" else key,
+        threads=threads,
+        device=device,
+        compile=args.compile,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="a few small cases, a few steps (what the tests run)")
-    parser.add_argument("--cases", choices=("all", "key"), default="all",
-                        help="the full matrix, or the quick cases and gru/general/luong-nofeed")
+    parser.add_argument(
+        "--cases",
+        choices=("all", "key"),
+        default="all",
+        help="the full matrix, or the quick cases and gru/general/luong-nofeed",
+    )
     parser.add_argument("--warmup", type=int, default=5, help="steps before the first timed window")
     parser.add_argument("--window", type=int, default=25, help="steps per timed window, and the logging interval")
     parser.add_argument("--windows", type=int, default=3, help="timed windows per run")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda (bf16 autocast on CUDA)")
     parser.add_argument("--compile", action="store_true", help="add torch.compile rows (each compile is timed)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="the Markdown file (default: benchmarks/results.md; none with --quick)")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="the Markdown file (default: benchmarks/results.md; none with --quick)"
+    )
     args = parser.parse_args(argv)
     settings = make_settings(args)
     results = run(settings, log=lambda line: print(line, file=sys.stderr, flush=True))

@@ -158,7 +158,6 @@ class Settings:
     sizes: tuple[int, int] = (64, 128)  # embedding, hidden
     compile: bool = False
     ablations: bool = True
-    quick: bool = False
 
     @property
     def steps(self) -> int:
@@ -171,19 +170,22 @@ class Settings:
 def benchmark_config(case: Case, settings: Settings, workdir: Path, bucketing: bool = True, extra: Iterable[str] = ()):
     """The real composed config with the benchmark's data, sizes and outputs, then ``extra``."""
     emb, hidden = settings.sizes
-    return compose_case(case, [
-        "dataset=copy",
-        "dataset.train_lengths=[5,40]",
-        "dataset.eval_lengths=[5,40]",
-        f"dataset.train_size={settings.train_size}",
-        "dataset.val_size=64",
-        "dataset.test_size=64",
-        f"dataset.length_bucketing={str(bucketing).lower()}",
-        f"model.embedding_dim={emb}",
-        f"model.hidden_size={hidden}",
-        f"trainer.log_every_n_steps={settings.window}",
-        f"paths.output_dir={workdir}/out",
-        f"mlflow.tracking_uri=sqlite:///{workdir}/mlflow.db",
-        "mlflow.experiment_name=benchmark",
-        *extra,
-    ])
+    return compose_case(
+        case,
+        [
+            "dataset=copy",
+            "dataset.train_lengths=[5,40]",
+            "dataset.eval_lengths=[5,40]",
+            f"dataset.train_size={settings.train_size}",
+            "dataset.val_size=64",
+            "dataset.test_size=64",
+            f"dataset.length_bucketing={str(bucketing).lower()}",
+            f"model.embedding_dim={emb}",
+            f"model.hidden_size={hidden}",
+            f"trainer.log_every_n_steps={settings.window}",
+            f"paths.output_dir={workdir}/out",
+            f"mlflow.tracking_uri=sqlite:///{workdir}/mlflow.db",
+            "mlflow.experiment_name=benchmark",
+            *extra,
+        ],
+    )

@@ -138,7 +138,9 @@ def window_rates(durations: list[float], tokens: list[int], warmup: int, window:
     return rates
 
 
-def real_path(module: Seq2SeqLitModule, cfg, datamodule, loops: dict[str, Loop], steps: int, device: str) -> list[float]:
+def real_path(
+    module: Seq2SeqLitModule, cfg, datamodule, loops: dict[str, Loop], steps: int, device: str
+) -> list[float]:
     """``steps`` steps of ``lightning.Trainer`` (the config's arguments, MLflow logging) on
     ``module``, with ``loops`` in lock step; returns the trainer's step durations."""
     logger = MLFlowLogger(experiment_name=cfg.mlflow.experiment_name, tracking_uri=cfg.mlflow.tracking_uri)

@@ -65,6 +65,11 @@ def fmt_percent(value: float | None) -> str:
     return "—" if value is None else f"{100 * (value - 1):+.1f}%"
 
 
+def cells(*values: str) -> str:
+    """One row of a Markdown table."""
+    return "| " + " | ".join(values) + " |"
+
+
 def fmt_mib(row: Row) -> str:
     return "—" if row.activations is None else f"{row.activations / 2**20:.1f}"
 
@@ -107,7 +112,10 @@ def render(results: Results, command: str) -> str:
         *padding_table(results),
         *tried_table(results),
         *decoding_table(results),
-        "", "## Targets", "", *targets(results),
+        "",
+        "## Targets",
+        "",
+        *targets(results),
     ]
     return "\n".join(lines) + "\n"
 
@@ -144,13 +152,24 @@ def training_table(results: Results) -> list[str]:
         "",
         "| encoder / scorer / decoder | real path | ×base | minimal loop | ×base | overhead | activations MiB |",
         "|---|---:|---:|---:|---:|---:|---:|",
-        f"| {BASELINE} (all runs pooled) | — | — | {fmt(base_row.median('minimal'))} | 1.00× | — | {fmt_mib(base_row)} |",
+        cells(
+            f"{BASELINE} (all runs pooled)", "—", "—", fmt(base_row.median("minimal")), "1.00×", "—", fmt_mib(base_row)
+        ),
     ]
     for case in results.settings.cases:
         row = rows[case.name]
+        real, minimal = row.median("real"), row.median("minimal")
+        overhead = row.ratio("minimal", "real")
         lines.append(
-            f"| {row.label} | {fmt(row.median('real'))} | {fmt_ratio(row.ratio('real'))} | {fmt(row.median('minimal'))} | "
-            f"{fmt_ratio(row.ratio('minimal'))} | {fmt_percent(row.ratio('minimal', 'real'))} | {fmt_mib(row)} |"
+            cells(
+                row.label,
+                fmt(real),
+                fmt_ratio(row.ratio("real")),
+                fmt(minimal),
+                fmt_ratio(row.ratio("minimal")),
+                fmt_percent(overhead),
+                fmt_mib(row),
+            )
         )
     lines += [
         "",
@@ -178,7 +197,9 @@ def padding_table(results: Results) -> list[str]:
         if random_rate is None:
             continue
         lift = None if bucketed is None else bucketed / random_rate
-        lines.append(f"| {label} | {fmt(bucketed)} | {fmt(random_rate)} | {fmt_ratio(random_rate / random_base)} | {fmt_ratio(lift)} |")
+        lines.append(
+            cells(label, fmt(bucketed), fmt(random_rate), fmt_ratio(random_rate / random_base), fmt_ratio(lift))
+        )
     return lines
 
 
@@ -187,7 +208,9 @@ def tried_table(results: Results) -> list[str]:
     if not variants and not results.compiled:
         return []
     lines = [
-        "", "## What was tried (measured in lock step with the kept variant and the baseline)", "",
+        "",
+        "## What was tried (measured in lock step with the kept variant and the baseline)",
+        "",
         "| variant | loop | tok/s | ×base | vs kept (×base / kept ×base) | overhead |",
         "|---|---|---:|---:|---:|---:|",
     ]
@@ -196,21 +219,38 @@ def tried_table(results: Results) -> list[str]:
         mine, theirs = row.ratio(loop), None if kept is None else kept.ratio(loop)
         versus = None if mine is None or not theirs else mine / theirs  # a ratio of ×base ratios
         overhead = row.ratio("minimal", "real") if loop == "real" else None
-        lines.append(f"| {row.label} | {loop} | {fmt(row.median(loop))} | {fmt_ratio(mine)} | {fmt_ratio(versus)} | "
-                     f"{fmt_percent(overhead)} |")
+        lines.append(
+            cells(row.label, loop, fmt(row.median(loop)), fmt_ratio(mine), fmt_ratio(versus), fmt_percent(overhead))
+        )
     for label, entry in results.compiled.items():
-        lines.append(f"| {label} (torch.compile, dynamic, first step {entry['compile_s']:.0f} s) | minimal | "
-                     f"{fmt(entry['compiled'])} | {fmt_ratio(entry['compiled'] / entry['base'])} | "
-                     f"{fmt_ratio(entry['compiled'] / entry['plain'])} |")
+        variant = f"{label} (torch.compile, dynamic, first step {entry['compile_s']:.0f} s)"
+        compiled = entry["compiled"]
+        lines.append(
+            cells(
+                variant,
+                "minimal",
+                fmt(compiled),
+                fmt_ratio(compiled / entry["base"]),
+                fmt_ratio(compiled / entry["plain"]),
+                "—",
+            )
+        )
     return lines
 
 
 def decoding_table(results: Results) -> list[str]:
     single = results.decoding["greedy, one sequence at a time"]
-    lines = ["", f"## Decoding (evaluation mode; {results.decode_case} after a few training steps)", "",
-             "| decoding | sequences/s | tokens/s | vs one at a time |", "|---|---:|---:|---:|"]
+    lines = [
+        "",
+        f"## Decoding (evaluation mode; {results.decode_case} after a few training steps)",
+        "",
+        "| decoding | sequences/s | tokens/s | vs one at a time |",
+        "|---|---:|---:|---:|",
+    ]
     for name, entry in results.decoding.items():
-        lines.append(f"| {name} | {entry['seq_s']:,.1f} | {entry['tok_s']:,.0f} | {fmt_ratio(entry['seq_s'] / single['seq_s'])} |")
+        lines.append(
+            cells(name, f"{entry['seq_s']:,.1f}", f"{entry['tok_s']:,.0f}", fmt_ratio(entry["seq_s"] / single["seq_s"]))
+        )
     return lines
 
 
@@ -229,20 +269,47 @@ def real_ratio(results: Results, case: Case) -> float | None:
 
 
 def targets(results: Results) -> list[str]:
-    out = [check(f"Bahdanau additive ({KEY_ADDITIVE.name}), real path vs the textbook baseline",
-                 real_ratio(results, KEY_ADDITIVE), 1.8)]
+    out = [
+        check(
+            f"Bahdanau additive ({KEY_ADDITIVE.name}), real path vs the textbook baseline",
+            real_ratio(results, KEY_ADDITIVE),
+            1.8,
+        )
+    ]
     for case in (KEY_DOT, KEY_GENERAL):
-        out.append(check(f"Luong {case.scorer} without input feeding ({case.name}), real path vs the baseline",
-                         real_ratio(results, case), 3.0))
-    overheads = [(100 * (ratio - 1), row.label) for row in results.rows.values()
-                 if row.kept is None and (ratio := row.ratio("minimal", "real")) is not None]
+        out.append(
+            check(
+                f"Luong {case.scorer} without input feeding ({case.name}), real path vs the baseline",
+                real_ratio(results, case),
+                3.0,
+            )
+        )
+    overheads = [
+        (100 * (ratio - 1), row.label)
+        for row in results.rows.values()
+        if row.kept is None and (ratio := row.ratio("minimal", "real")) is not None
+    ]
     if overheads:
         worst, label = max(overheads)
         median = statistics.median(overhead for overhead, _ in overheads)
-        out.append(check(f"framework overhead, median over cases ({median:+.1f}%); worst ({label})",
-                         worst, 10.0, at_most=True, percent=True))
+        out.append(
+            check(
+                f"framework overhead, median over cases ({median:+.1f}%); worst ({label})",
+                worst,
+                10.0,
+                at_most=True,
+                percent=True,
+            )
+        )
     decoded = results.decoding
-    out.append(check("batched greedy decoding vs one sequence at a time",
-                     decoded["greedy, batches of 64"]["seq_s"] / decoded["greedy, one sequence at a time"]["seq_s"], 5.0))
-    out.append(check("padding with length bucketing", 100 * results.padding["bucketed"], 10.0, at_most=True, percent=True))
+    out.append(
+        check(
+            "batched greedy decoding vs one sequence at a time",
+            decoded["greedy, batches of 64"]["seq_s"] / decoded["greedy, one sequence at a time"]["seq_s"],
+            5.0,
+        )
+    )
+    out.append(
+        check("padding with length bucketing", 100 * results.padding["bucketed"], 10.0, at_most=True, percent=True)
+    )
     return out
