@@ -1,32 +1,49 @@
-"""The benchmark's quick mode (benchmarks/bench.py --quick): every configuration trains through
-both loops and the baseline, and the report has every row. The performance targets themselves
-depend on the machine and are checked by the full run (benchmarks/results.md), not here."""
+"""The benchmark's quick mode (benchmarks/bench.py --quick): every case trains through both loops
+and the baseline, every variant of the full run trains, and the report has every row. The
+performance targets themselves depend on the machine and are checked by the full run
+(benchmarks/results.md), not here."""
 
 from __future__ import annotations
 
-import importlib.util
+import argparse
+import importlib
+import itertools
 import math
 import sys
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench.py"
+from attnseq.attention import NO_ATTENTION, SCORERS
+from attnseq.errors import ConfigError
+from attnseq.training.run import validate
+
+REPO = Path(__file__).resolve().parents[1]
+BENCHMARKS = REPO / "benchmarks"
+MODULES = ("bench", "cases", "loops", "report")  # the benchmark's scripts import each other by these names
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("attnseq_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    """benchmarks/bench.py imported as the script sees its siblings (its folder first on sys.path)."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        yield importlib.import_module("bench")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+        for name in MODULES:
+            sys.modules.pop(name, None)
+
+
+@pytest.fixture(scope="module")
+def cases(bench):
+    return sys.modules["cases"]
 
 
 @pytest.fixture(scope="module")
 def quick(bench, tmp_path_factory):
-    args = bench.argparse.Namespace(quick=True, device="cpu", threads=1, compile=False)
+    args = argparse.Namespace(quick=True, device="cpu", threads=1, compile=False)
     settings = bench.make_settings(args)
     results = bench.run(settings, log=lambda line: None, workdir=tmp_path_factory.mktemp("bench"))
     return settings, results, bench.render(results, "python benchmarks/bench.py --quick")
@@ -36,16 +53,40 @@ def finite_positive(value) -> bool:
     return value is not None and math.isfinite(value) and value > 0
 
 
-def test_the_quick_cases_cover_every_scorer_decoder_and_encoder(bench):
-    cases = bench.QUICK_CASES
-    assert {c.scorer for c in cases} == {"additive", "dot", "general", "concat", "scaled_dot", "none"}
-    assert {c.decoder for c in cases} == {"bahdanau", "luong", "luong-nofeed"}
-    assert {c.encoder for c in cases} == {"gru", "lstm", "bigru"}
+def conf_options(group: str) -> set[str]:
+    return {path.stem for path in (REPO / "conf" / group).glob("*.yaml")}
+
+
+def test_the_quick_cases_cover_every_scorer_decoder_and_encoder(bench, cases):
+    quick = bench.quick_cases()
+    assert {c.scorer for c in quick} == {*SCORERS, NO_ATTENTION}
+    assert {c.decoder for c in quick} == set(cases.DECODERS)
+    assert {c.encoder for c in quick} == conf_options("encoder")
+    assert len(quick) == len(set(quick))
+
+
+def test_the_full_matrix_is_every_combination_the_config_accepts(bench, cases, tmp_path):
+    """Every registered scorer × decoder × encoder is a case unless ``validate`` rejects it;
+    without attention, one case per encoder."""
+    full = bench.all_cases()
+    expected = {cases.Case(encoder, NO_ATTENTION) for encoder in conf_options("encoder")}
+    store = f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}"
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        for encoder, scorer, (decoder, overrides) in itertools.product(
+            conf_options("encoder"), SCORERS, cases.DECODERS.items()
+        ):
+            try:
+                validate(compose("train", overrides=[f"encoder={encoder}", f"scorer={scorer}", *overrides, store]))
+            except ConfigError:
+                continue
+            expected.add(cases.Case(encoder, scorer, decoder))
+    assert len(full) == len(set(full))
+    assert set(full) == expected
 
 
 def test_every_case_trains_through_the_real_path_the_minimal_loop_and_the_baseline(quick):
     settings, results, _ = quick
-    rows = results["rows"]
+    rows = results.rows
     for case in settings.cases:
         row = rows[case.name]
         assert len(row.rates["real"]) == settings.windows, case.name
@@ -58,8 +99,8 @@ def test_every_case_trains_through_the_real_path_the_minimal_loop_and_the_baseli
 
 def test_padding_and_decoding_are_measured(quick):
     _, results, _ = quick
-    assert 0 <= results["padding"]["bucketed"] < results["padding"]["random"] < 1
-    for entry in results["decoding"].values():
+    assert 0 <= results.padding["bucketed"] < results.padding["random"] < 1
+    for entry in results.decoding.values():
         assert finite_positive(entry["seq_s"]) and finite_positive(entry["tok_s"])
 
 
@@ -76,3 +117,23 @@ def test_the_report_has_every_row_and_every_target(quick):
     for goal in ("≥ 1.8×", "≥ 3×", "≤ 10%", "≥ 5×"):
         assert goal in targets
     assert "torch.get_num_threads() = " in report and "commit: " in report
+
+
+def test_every_variant_trains_and_is_reported_against_its_case(bench, cases, tmp_path):
+    """The full run's variants (fast paths off, config overrides), at the quick mode's sizes."""
+    quick = bench.make_settings(argparse.Namespace(quick=True, device="cpu", threads=1, compile=False))
+    variants = cases.VARIANTS
+    varied = [case for case in bench.all_cases() if case in {variant.case for variant in variants}]
+    settings = bench.Settings(**{**vars(quick), "cases": varied, "ablations": True})
+    assert settings.variants() == variants
+
+    results = bench.run(settings, log=lambda line: None, workdir=tmp_path)
+    report = bench.render(results, "test")
+
+    tried = report.split("## What was tried")[1].split("## Decoding")[0]
+    for variant in variants:
+        row = results.rows[variant.label]
+        assert (row.kept, row.varies) == (variant.case.name, variant.loop)
+        assert finite_positive(row.median(variant.loop)) and finite_positive(row.ratio(variant.loop))
+        (line,) = [line for line in tried.splitlines() if line.startswith(f"| {variant.label} |")]
+        assert "—" not in line.split("|")[3:6], line  # tok/s, ×base, vs kept

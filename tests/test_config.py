@@ -14,6 +14,7 @@ import lightning as L
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.utils import instantiate
 from lightning.fabric.utilities.exceptions import MisconfigurationException
@@ -302,3 +303,81 @@ def test_train_fast_dev_run_finishes_mlflow_run(tmp_path, monkeypatch):
     assert run.info.status == "FINISHED"
     assert run.data.params["scorer.name"] == "additive"
     assert run.info.artifact_uri.removeprefix("file://").startswith(str(tmp_path))
+
+
+# ---- 5. shared bases: trainer/base, dataset/base, the bottleneck sweep ------------------------
+#
+# cpu/gpu/ddp extend conf/trainer/base/common.yaml and copy/reverse/sort extend
+# conf/dataset/base/symbols.yaml. The values below are what each option composed to when every
+# file still spelled out all of its keys: the bases must change nothing.
+
+TRAINER_SHARED = {
+    "max_epochs": 5,
+    "gradient_clip_val": 1.0,
+    "log_every_n_steps": 50,
+    "num_sanity_val_steps": 2,
+    "enable_progress_bar": True,
+    "enable_model_summary": True,
+    "deterministic": False,
+}
+TRAINERS = {
+    "cpu": {"accelerator": "cpu", "devices": 1, **TRAINER_SHARED},
+    "gpu": {"accelerator": "gpu", "devices": 1, "precision": "bf16-mixed", **TRAINER_SHARED},
+    "ddp": {"accelerator": "cpu", "devices": 2, "strategy": "ddp", "use_distributed_sampler": False, **TRAINER_SHARED},
+}
+SYMBOL_TASK_KEYS = {  # in this order, `task` first
+    "task": None,
+    "num_symbols": 10,
+    "train_lengths": [1, 15],
+    "eval_lengths": [1, 30],
+    "bucket_width": 5,
+    "train_size": 12800,
+    "val_size": 1000,
+    "test_size": 1000,
+    "batch_size": 64,
+    "length_bucketing": True,
+    "num_workers": 0,
+}
+
+
+@pytest.mark.parametrize("trainer", sorted(TRAINERS))
+def test_trainer_option_composes_to_its_full_arguments(trainer, tmp_path):
+    cfg = compose_train([f"trainer={trainer}", *outputs(tmp_path)])
+    assert OmegaConf.to_container(cfg.trainer, resolve=True) == TRAINERS[trainer]
+
+
+def test_trainer_cpu_is_the_default(tmp_path):
+    cfg = compose_train(outputs(tmp_path), return_hydra_config=True)
+    assert cfg.hydra.runtime.choices.trainer == "cpu"
+    assert OmegaConf.to_container(cfg.trainer, resolve=True) == TRAINERS["cpu"]
+
+
+@pytest.mark.parametrize("task", ["copy", "reverse", "sort"])
+def test_symbol_task_composes_to_its_full_dataset(task, tmp_path):
+    cfg = compose_train([f"dataset={task}", *outputs(tmp_path)])
+    dataset = OmegaConf.to_container(cfg.dataset, resolve=True)
+    assert list(dataset) == list(SYMBOL_TASK_KEYS)
+    assert dataset == {**SYMBOL_TASK_KEYS, "task": task}
+
+
+@pytest.mark.parametrize("group", ["trainer", "dataset"])
+def test_a_base_is_not_offered_as_an_option(group):
+    """Hydra's list of options for ``<group>=`` (what ``--help`` and shell completion show)
+    holds the files of the group itself; the base sits in the subgroup ``<group>/base``."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        offered = loader.get_group_options(group)
+        bases = loader.get_group_options(f"{group}/base")
+    assert offered == options(group)
+    assert bases and not set(bases) & set(offered)
+
+
+def test_bottleneck_sweeps_every_scorer_option_none_included(tmp_path):
+    """The preset's sweep reads conf/scorer/ (``glob(*)``): a new scorer file joins the experiment."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=["experiment=bottleneck", *outputs(tmp_path)], return_hydra_config=True)
+        parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
+        (sweep,) = parser.parse_overrides([f"scorer={cfg.hydra.sweeper.params.scorer}"])
+        swept = list(sweep.sweep_string_iterator())
+    assert sorted(swept) == options("scorer")
+    assert "none" in swept

@@ -1,0 +1,315 @@
+"""What the benchmark reports: its results, and their Markdown (benchmarks/results.md) with the
+targets checked."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import statistics
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from cases import KEY_ADDITIVE, KEY_DOT, KEY_GENERAL, REPO, Case, Settings
+from loops import BASELINE
+
+
+@dataclass
+class Row:
+    """One line of the tables: a case, a variant or the baseline, with its loops' window rates."""
+
+    label: str
+    rates: dict[str, list[float]] = field(default_factory=dict)  # loop → window throughputs
+    activations: int | None = None
+    kept: str | None = None  # for a variant: the label of the case it varies
+    varies: str = "minimal"  # for a variant: the loop that differs from the kept case
+
+    def median(self, loop: str) -> float | None:
+        values = self.rates.get(loop)
+        return statistics.median(values) if values else None
+
+    def ratio(self, loop: str, other: str = BASELINE) -> float | None:
+        a, b = self.median(loop), self.median(other)
+        return None if a is None or not b else a / b
+
+
+@dataclass
+class Results:
+    settings: Settings
+    allocator_keeps_freed_memory: bool
+    rows: dict[str, Row] = field(default_factory=dict)
+    padding: dict[str, float] = field(default_factory=dict)  # bucketed | random → padding fraction
+    padding_worst_batch: float = 0.0
+    decoding: dict[str, dict[str, float]] = field(default_factory=dict)  # name → seq_s, tok_s
+    decode_case: str = ""
+    compiled: dict[str, dict[str, float]] = field(default_factory=dict)  # case → compile_s, compiled, plain, base
+    machine: str = ""
+    max_rss_mib: float = 0.0
+    minutes: float = 0.0
+
+    def row(self, label: str) -> Row:
+        return self.rows.setdefault(label, Row(label))
+
+
+def fmt(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.0f}"
+
+
+def fmt_ratio(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}×"
+
+
+def fmt_percent(value: float | None) -> str:
+    return "—" if value is None else f"{100 * (value - 1):+.1f}%"
+
+
+def cells(*values: str) -> str:
+    """One row of a Markdown table."""
+    return "| " + " | ".join(values) + " |"
+
+
+def fmt_mib(row: Row) -> str:
+    return "—" if row.activations is None else f"{row.activations / 2**20:.1f}"
+
+
+def machine_line(device: str) -> str:
+    import lightning
+    import mlflow
+
+    cpu = platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    accelerator = f", GPU {torch.cuda.get_device_name()}" if device == "cuda" else ""
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    return (
+        f"{os.cpu_count()} cores ({cpu}){accelerator}, device {device}, torch {torch.__version__} "
+        f"({torch.backends.cpu.get_cpu_capability()}), torch.get_num_threads() = {torch.get_num_threads()}, "
+        f"lightning {lightning.__version__}, mlflow {mlflow.__version__}, python {platform.python_version()}; "
+        f"load average at the end {load}"
+    )
+
+
+def git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def git_state() -> str:
+    try:
+        return git("rev-parse", "HEAD") + (" + uncommitted changes" if git("status", "--porcelain") else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def render(results: Results, command: str) -> str:
+    lines = [
+        *header(results, command),
+        *training_table(results),
+        *padding_table(results),
+        *tried_table(results),
+        *decoding_table(results),
+        "",
+        "## Targets",
+        "",
+        *targets(results),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def header(results: Results, command: str) -> list[str]:
+    settings = results.settings
+    emb, hidden = settings.sizes
+    return [
+        "# attnseq training and decoding throughput",
+        "",
+        f"- command: `{command}`",
+        f"- commit: {git_state()}",
+        f"- machine: {results.machine}; peak RSS {results.max_rss_mib:.0f} MiB; {results.minutes:.1f} min in all",
+        f"- allocator: glibc keeps freed memory for reuse (`attnseq.training.process.keep_freed_memory`, as train() "
+        f"does): {'yes' if results.allocator_keeps_freed_memory else 'no (not glibc)'}",
+        f"- task: copy, source lengths 5–40, batch 64, emb {emb} / hidden {hidden}, Adam (lr from the config) + "
+        f"gradient clipping 1.0; {settings.windows} windows of {settings.window} steps after {settings.warmup} "
+        "warm-up steps; medians over windows",
+        "- `real path`: Seq2SeqLitModule + lightning.Trainer (conf/trainer/cpu.yaml, logging every "
+        f"{settings.window} steps, Lightning's default progress bar as in train()) + MLFlowLogger on SQLite; "
+        "`minimal`: a bare loop over the same model and batches; both in lock step with the "
+        f"`{BASELINE}` baseline (Bahdanau additive as textbooks write it: U_a h_i re-projected every step, "
+        "nn.GRU stepped per token); `×base` is the ratio to that baseline in the same run; "
+        "`overhead` = minimal / real − 1",
+    ]
+
+
+def training_table(results: Results) -> list[str]:
+    rows = results.rows
+    base_row = rows[BASELINE]
+    lines = [
+        "",
+        "## Training throughput (target tokens/s, length-bucketed batches)",
+        "",
+        "| encoder / scorer / decoder | real path | ×base | minimal loop | ×base | overhead | activations MiB |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+        cells(
+            f"{BASELINE} (all runs pooled)", "—", "—", fmt(base_row.median("minimal")), "1.00×", "—", fmt_mib(base_row)
+        ),
+    ]
+    for case in results.settings.cases:
+        row = rows[case.name]
+        real, minimal = row.median("real"), row.median("minimal")
+        overhead = row.ratio("minimal", "real")
+        lines.append(
+            cells(
+                row.label,
+                fmt(real),
+                fmt_ratio(row.ratio("real")),
+                fmt(minimal),
+                fmt_ratio(row.ratio("minimal")),
+                fmt_percent(overhead),
+                fmt_mib(row),
+            )
+        )
+    lines += [
+        "",
+        "`bahdanau`: query s_{t-1}, the context feeds the RNN; `luong`: query s_t, with input feeding; "
+        "`luong-nofeed`: without it (the RNN runs over all steps in one call, attention in one call).",
+    ]
+    return lines
+
+
+def padding_table(results: Results) -> list[str]:
+    lines = [
+        "",
+        "## Padding and length bucketing",
+        "",
+        f"Padding over one training epoch (source + target positions): **{100 * results.padding['bucketed']:.1f}%** "
+        f"with length bucketing (worst batch {100 * results.padding_worst_batch:.1f}%), "
+        f"{100 * results.padding['random']:.1f}% with random batches.",
+        "",
+        "| minimal loop | bucketed tok/s | random batches tok/s | ×base (random) | bucketing lift |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    random_base = results.rows[BASELINE].median("random")
+    for label, row in results.rows.items():
+        random_rate, bucketed = row.median("random"), row.median("minimal")
+        if random_rate is None:
+            continue
+        lift = None if bucketed is None else bucketed / random_rate
+        lines.append(
+            cells(label, fmt(bucketed), fmt(random_rate), fmt_ratio(random_rate / random_base), fmt_ratio(lift))
+        )
+    return lines
+
+
+def tried_table(results: Results) -> list[str]:
+    variants = [row for row in results.rows.values() if row.kept is not None]
+    if not variants and not results.compiled:
+        return []
+    lines = [
+        "",
+        "## What was tried (measured in lock step with the kept variant and the baseline)",
+        "",
+        "| variant | loop | tok/s | ×base | vs kept (×base / kept ×base) | overhead |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for row in variants:
+        kept, loop = results.rows.get(row.kept), row.varies
+        mine, theirs = row.ratio(loop), None if kept is None else kept.ratio(loop)
+        versus = None if mine is None or not theirs else mine / theirs  # a ratio of ×base ratios
+        overhead = row.ratio("minimal", "real") if loop == "real" else None
+        lines.append(
+            cells(row.label, loop, fmt(row.median(loop)), fmt_ratio(mine), fmt_ratio(versus), fmt_percent(overhead))
+        )
+    for label, entry in results.compiled.items():
+        variant = f"{label} (torch.compile, dynamic, first step {entry['compile_s']:.0f} s)"
+        compiled = entry["compiled"]
+        lines.append(
+            cells(
+                variant,
+                "minimal",
+                fmt(compiled),
+                fmt_ratio(compiled / entry["base"]),
+                fmt_ratio(compiled / entry["plain"]),
+                "—",
+            )
+        )
+    return lines
+
+
+def decoding_table(results: Results) -> list[str]:
+    single = results.decoding["greedy, one sequence at a time"]
+    lines = [
+        "",
+        f"## Decoding (evaluation mode; {results.decode_case} after a few training steps)",
+        "",
+        "| decoding | sequences/s | tokens/s | vs one at a time |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, entry in results.decoding.items():
+        lines.append(
+            cells(name, f"{entry['seq_s']:,.1f}", f"{entry['tok_s']:,.0f}", fmt_ratio(entry["seq_s"] / single["seq_s"]))
+        )
+    return lines
+
+
+def check(text: str, value: float | None, goal: float, at_most: bool = False, percent: bool = False) -> str:
+    """One line of the targets: ``value`` against ``goal`` (at least, or ``at_most``)."""
+    if value is None:
+        return f"- {text}: not measured in this run"
+    met = value <= goal if at_most else value >= goal
+    shown, unit = (f"{value:.1f}%", "%") if percent else (f"{value:.2f}×", "×")
+    return f"- {text}: **{shown}** (goal {'≤' if at_most else '≥'} {goal:g}{unit}): {'met' if met else 'NOT met'}"
+
+
+def real_ratio(results: Results, case: Case) -> float | None:
+    row = results.rows.get(case.name)
+    return None if row is None else row.ratio("real")
+
+
+def targets(results: Results) -> list[str]:
+    out = [
+        check(
+            f"Bahdanau additive ({KEY_ADDITIVE.name}), real path vs the textbook baseline",
+            real_ratio(results, KEY_ADDITIVE),
+            1.8,
+        )
+    ]
+    for case in (KEY_DOT, KEY_GENERAL):
+        out.append(
+            check(
+                f"Luong {case.scorer} without input feeding ({case.name}), real path vs the baseline",
+                real_ratio(results, case),
+                3.0,
+            )
+        )
+    overheads = [
+        (100 * (ratio - 1), row.label)
+        for row in results.rows.values()
+        if row.kept is None and (ratio := row.ratio("minimal", "real")) is not None
+    ]
+    if overheads:
+        worst, label = max(overheads)
+        median = statistics.median(overhead for overhead, _ in overheads)
+        out.append(
+            check(
+                f"framework overhead, median over cases ({median:+.1f}%); worst ({label})",
+                worst,
+                10.0,
+                at_most=True,
+                percent=True,
+            )
+        )
+    decoded = results.decoding
+    out.append(
+        check(
+            "batched greedy decoding vs one sequence at a time",
+            decoded["greedy, batches of 64"]["seq_s"] / decoded["greedy, one sequence at a time"]["seq_s"],
+            5.0,
+        )
+    )
+    out.append(
+        check("padding with length bucketing", 100 * results.padding["bucketed"], 10.0, at_most=True, percent=True)
+    )
+    return out
