@@ -34,7 +34,7 @@ test-slow: $(STAMP) system-deps  ## only the tests marked slow
 test-gpu: $(STAMP)  ## only the tests that need a CUDA device
 	$(PY) -m pytest -m gpu $(PYTEST_ARGS)
 
-bottleneck: $(STAMP)  ## no attention vs every scorer: 6 trainings (2 at a time), evaluation to length 80, comparison
+bottleneck: $(STAMP)  ## no attention vs every scorer in conf/scorer/ (2 trainings at a time), evaluation to length 80, comparison
 	$(PY) train.py -m experiment=bottleneck
 	$(PY) evaluate.py parent_run_id=latest experiment_name=bottleneck eval.lengths=[1,80] eval.bucket_width=10
 
