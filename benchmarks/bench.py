@@ -63,7 +63,7 @@ from attnseq.data.sampler import padding_fraction
 from attnseq.data.vocab import BOS, EOS, PAD
 from attnseq.model import beam_search, build_seq2seq, greedy_decode
 from attnseq.model.cells import layer_parameters
-from attnseq.training import run as training_run
+from attnseq.training import build
 from attnseq.training.lit_module import Seq2SeqLitModule, decode_length_limit
 from attnseq.training.process import keep_freed_memory
 
@@ -342,7 +342,7 @@ def lightning_run(
     cfg, datamodule, loops: dict[str, Loop], settings: Settings, progress: bool = True, module_class=Seq2SeqLitModule
 ) -> list[float]:
     """The real training path with ``loops`` in lock step; returns the trainer's step durations."""
-    module = training_run.build_module(cfg, datamodule, module_class)
+    module = build.build_module(cfg, datamodule, module_class)
     logger = MLFlowLogger(experiment_name=cfg.mlflow.experiment_name, tracking_uri=cfg.mlflow.tracking_uri)
     clock = LockStep(loops, settings.device)
     trainer_args = OmegaConf.to_container(cfg.trainer, resolve=True)
@@ -459,9 +459,9 @@ def run(settings: Settings, log=print, workdir: Path | None = None) -> dict:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="attnseq-bench-")))
         cfgs = {case: compose_config(case, settings, workdir) for case in settings.cases}
         base_cfg = cfgs[settings.cases[0]]
-        datamodule = training_run.build_datamodule(base_cfg)
+        datamodule = build.build_datamodule(base_cfg)
         datamodule.setup()
-        random_dm = training_run.build_datamodule(compose_config(settings.cases[0], settings, workdir, bucketing=False))
+        random_dm = build.build_datamodule(compose_config(settings.cases[0], settings, workdir, bucketing=False))
         random_dm.setup()
         epochs = {"bucketed": list(datamodule.train_dataloader()), "random": list(random_dm.train_dataloader())}
         tokens = {kind: [int(b.tgt_lengths.sum()) for b in batches] for kind, batches in epochs.items()}
@@ -478,7 +478,7 @@ def run(settings: Settings, log=print, workdir: Path | None = None) -> dict:
 
         def model(case: Case) -> nn.Module:
             torch.manual_seed(0)
-            return build_seq2seq(training_run.model_config(cfgs[case], *vocab))
+            return build_seq2seq(build.model_config(cfgs[case], *vocab))
 
         def textbook() -> nn.Module:
             torch.manual_seed(0)
@@ -541,7 +541,7 @@ def run(settings: Settings, log=print, workdir: Path | None = None) -> dict:
             measure(label, cfg, loops_for(KEY_ADDITIVE, cfg), progress=False)
             rows[label].varies = "real"
             workers_cfg = OmegaConf.merge(cfg, {"dataset": {"num_workers": 1}})
-            workers_dm = training_run.build_datamodule(workers_cfg)
+            workers_dm = build.build_datamodule(workers_cfg)
             workers_dm.setup()
             label = f"{KEY_ADDITIVE.name} (1 DataLoader worker)"
             measure(label, workers_cfg, loops_for(KEY_ADDITIVE, cfg), dm=workers_dm)

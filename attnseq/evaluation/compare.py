@@ -12,8 +12,8 @@ from pathlib import Path
 from mlflow.entities import Run
 
 from attnseq.evaluation.evaluator import EvalResult
-from attnseq.evaluation.runs import TrainedRun
-from attnseq.training.plots import accuracy_vs_length, save_figure
+from attnseq.evaluation.trained_runs import TrainedRun
+from attnseq.tracking.plots import accuracy_vs_length, save_figure
 
 IGNORED_PREFIXES = ("paths.", "mlflow.", "hydra.", "tracking.", "trainer.enable_", "model.num_parameters")
 
