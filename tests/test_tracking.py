@@ -120,3 +120,10 @@ def test_each_tag_and_artifact_name_is_spelled_once(module):
         text = source.read_text()
         spelled = sorted(v for v in names.values() if re.search(rf"(?<![\w.]){re.escape(v)}(?!\w)", text))
         assert not spelled, f"{source.relative_to(REPO)} spells {spelled}: use {module.__name__}"
+
+
+def test_overrides_lose_secret_values_and_uri_credentials():
+    from attnseq.tracking.redaction import redact_overrides
+
+    overrides = [f"+db_password={SECRET}", f"mlflow.tracking_uri=http://user:{SECRET}@host:5000", "scorer=dot"]
+    assert redact_overrides(overrides) == ["+db_password=***", "mlflow.tracking_uri=http://***@host:5000", "scorer=dot"]

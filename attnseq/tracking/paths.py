@@ -16,7 +16,6 @@ MODEL_SUMMARY = "model/summary.txt"
 MODEL_FILE = "model/model.pt"
 """The model's config and weights, loadable with ``torch.load(weights_only=True)``."""
 CHECKPOINTS = "checkpoints"
-BEST_CHECKPOINT = "checkpoints/best.ckpt"
 LAST_CHECKPOINT = "checkpoints/last.ckpt"
 
 BUCKET_TABLE = "tables/val_length_buckets.json"

@@ -15,7 +15,7 @@ def check_tracking_uri(uri: str, timeout_s: float = 5.0) -> None:
     """Fail in seconds, before any training, when the tracking store cannot be used.
 
     A server must answer ``/health``; a SQLite file's folder must exist; the plain file store
-    (``./mlruns``) is not accepted by MLflow 3.17 any more.
+    (``./mlruns``) is no longer accepted by MLflow.
     """
     shown = redact("", uri)
     scheme = uri.split("://", 1)[0].lower() if "://" in uri else "file"
