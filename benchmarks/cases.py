@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from attnseq.attention import NO_ATTENTION, SCORERS
 from attnseq.errors import ConfigError
 from attnseq.kernels import ALL_FAST_PATHS, FastPaths
-from attnseq.training.run import model_config
+from attnseq.training.build import model_config
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"

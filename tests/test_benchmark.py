@@ -17,7 +17,7 @@ from hydra import compose, initialize_config_dir
 
 from attnseq.attention import NO_ATTENTION, SCORERS
 from attnseq.errors import ConfigError
-from attnseq.training.run import validate
+from attnseq.training.build import validate
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"

@@ -25,7 +25,7 @@ from attnseq.attention import NO_ATTENTION, SCORERS
 from attnseq.data.errors import DataError
 from attnseq.errors import ConfigError
 from attnseq.model import build_seq2seq
-from attnseq.training.run import build_datamodule, model_config, train, validate
+from attnseq.training import build_datamodule, model_config, train, validate
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 GROUPS = sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir())

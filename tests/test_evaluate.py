@@ -116,7 +116,7 @@ def test_comparison_has_one_row_per_run_and_a_figure(evaluated):
 def test_evaluation_rebuilds_the_model_from_the_run_alone(evaluated):
     """The evaluated model is the saved one: its eval accuracy is reproducible in-process."""
     from attnseq.evaluation.evaluator import EvalSettings, evaluate_run
-    from attnseq.evaluation.runs import load_trained_run
+    from attnseq.evaluation.trained_runs import load_trained_run
 
     client = evaluated["client"]
     run = evaluated["train"]["additive"]

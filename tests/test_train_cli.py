@@ -24,7 +24,7 @@ import pytest
 import torch
 import yaml
 from mlflow.tracking import MlflowClient
-from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_GIT_DIRTY, MLFLOW_PARENT_RUN_ID
 
 from attnseq.data import SPECIAL_TOKENS, Seq2SeqDataModule, Vocabulary
 from attnseq.model import ModelConfig, build_seq2seq
@@ -114,8 +114,8 @@ def test_single_run_name_and_tags(single):
     assert "model.hidden_size=16" in tags["attnseq.overrides"]
     head = git_head()
     if head is not None:
-        assert tags["git_commit"] == head
-        assert tags["git_dirty"] in ("True", "False")
+        assert tags[MLFLOW_GIT_COMMIT] == head
+        assert tags[MLFLOW_GIT_DIRTY] in ("true", "false")
 
 
 def test_single_run_resolved_config_matches_overrides(single):

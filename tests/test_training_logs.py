@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from lightning.pytorch.loggers import Logger
 
 from attnseq.data.sampler import padding_fraction
-from attnseq.training import run as training_run
+from attnseq.training import build
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 BATCHES_PER_EPOCH = 4
@@ -58,9 +58,9 @@ def fit(tmp_path: Path, log_every_n_steps: int):
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("train", overrides=overrides)
     L.seed_everything(0)
-    datamodule = training_run.build_datamodule(cfg)
+    datamodule = build.build_datamodule(cfg)
     datamodule.setup()
-    module = training_run.build_module(cfg, datamodule)
+    module = build.build_module(cfg, datamodule)
     logger = RecordingLogger()
     trainer = L.Trainer(
         max_epochs=EPOCHS, log_every_n_steps=log_every_n_steps, logger=logger, enable_checkpointing=False,

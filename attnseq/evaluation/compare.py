@@ -12,8 +12,8 @@ from pathlib import Path
 from mlflow.entities import Run
 
 from attnseq.evaluation.evaluator import EvalResult
-from attnseq.evaluation.runs import TrainedRun
-from attnseq.training.plots import accuracy_vs_length, save_figure
+from attnseq.evaluation.trained_runs import TrainedRun
+from attnseq.tracking.plots import accuracy_vs_length, save_figure
 
 IGNORED_PREFIXES = ("paths.", "mlflow.", "hydra.", "tracking.", "trainer.enable_", "model.num_parameters")
 
@@ -32,6 +32,8 @@ def differing_params(runs: Sequence[Run]) -> list[str]:
     for key in keys:
         if key.startswith(IGNORED_PREFIXES):
             continue
+        if any(key not in r.data.params for r in runs):
+            continue  # a setting only some group choices have (scorer.attn_dim): the choice itself varies
         if len({r.data.params.get(key) for r in runs}) > 1:
             varying.append(key)
     return varying

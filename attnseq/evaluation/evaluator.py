@@ -13,7 +13,7 @@ from torchmetrics.text import BLEUScore
 from attnseq.data import Batch, Example, Seq2SeqDataModule, collate, encode_examples
 from attnseq.data.vocab import EOS, PAD
 from attnseq.evaluation.counterfactual import MODES, CounterfactualTotals, with_counterfactual_attention
-from attnseq.evaluation.runs import TrainedRun
+from attnseq.evaluation.trained_runs import TrainedRun
 from attnseq.metrics import AttentionDiagnostics, LengthBucketedAccuracy, bucket_name
 from attnseq.metrics.length_buckets import bucket_digits
 from attnseq.model import Decoded, greedy_decode

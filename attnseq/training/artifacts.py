@@ -1,12 +1,13 @@
-"""``RunArtifacts``: everything a run writes to MLflow besides scalar metrics.
+"""``RunArtifacts``: everything a training run writes to MLflow besides scalar metrics (the
+paths are ``attnseq.tracking.paths``).
 
-- at start: the resolved config (``config/resolved.yaml``), the vocabularies (``vocab/*.json``),
-  the model summary;
+- at start: the resolved config, the vocabularies, the model summary and its parameter count;
 - every validation epoch: attention heatmaps of a fixed set of validation samples (short,
-  medium, longer than training) as time-stepped images (``attention/<label>``, step = epoch, so
-  the UI shows a step slider) and the per-bucket table, appended (``tables/val_length_buckets.json``);
+  medium, longer than training) as time-stepped images (step = epoch, so the UI shows a step
+  slider) and the per-bucket table, appended;
+- after every training epoch: the last checkpoint, so ``resume=`` works from another machine;
 - at the end: the accuracy-vs-length figure, the best and last checkpoints, and a portable
-  ``model/model.pt`` (config + weights, loadable with ``torch.load(weights_only=True)``).
+  model file (config + weights, loadable with ``torch.load(weights_only=True)``).
 
 All of it happens on rank 0 only, and never inside a training step.
 """
@@ -20,17 +21,14 @@ from pathlib import Path
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
-from mlflow.tracking import MlflowClient
 
 from attnseq.data import Example, collate
 from attnseq.data.vocab import EOS
 from attnseq.model import greedy_decode
+from attnseq.tracking import paths
+from attnseq.tracking.plots import accuracy_vs_length, attention_heatmap, figure_to_array
+from attnseq.tracking.run import TrackedRun
 from attnseq.training.lit_module import Seq2SeqLitModule, decode_length_limit
-from attnseq.training.plots import accuracy_vs_length, attention_heatmap, figure_to_array
-
-BUCKET_TABLE = "tables/val_length_buckets.json"
-LENGTH_FIGURE = "figures/accuracy_vs_length.png"
-MODEL_FILE = "model/model.pt"
 
 
 def pick_heatmap_samples(
@@ -53,16 +51,14 @@ def pick_heatmap_samples(
 class RunArtifacts(Callback):
     def __init__(
         self,
-        client: MlflowClient,
-        run_id: str,
+        run: TrackedRun,
         resolved_config: str,
         best: ModelCheckpoint,
         last: ModelCheckpoint,
         heatmap_samples: int = 3,
         heatmap_every_n_epochs: int = 1,
     ) -> None:
-        self.client = client
-        self.run_id = run_id
+        self.run = run
         self.resolved_config = resolved_config
         self.best = best
         self.last = last
@@ -75,11 +71,11 @@ class RunArtifacts(Callback):
         if not trainer.is_global_zero:
             return
         data = trainer.datamodule
-        self.client.log_text(self.run_id, self.resolved_config, "config/resolved.yaml")
-        self.client.log_text(self.run_id, data.src_vocab.to_json(), "vocab/src.json")
-        self.client.log_text(self.run_id, data.tgt_vocab.to_json(), "vocab/tgt.json")
-        self.client.log_text(self.run_id, str(pl_module.model), "model/summary.txt")
-        self.client.log_param(self.run_id, "model.num_parameters", pl_module.model.num_parameters())
+        self.run.log_text(self.resolved_config, paths.RESOLVED_CONFIG)
+        self.run.log_text(data.src_vocab.to_json(), paths.SRC_VOCAB)
+        self.run.log_text(data.tgt_vocab.to_json(), paths.TGT_VOCAB)
+        self.run.log_text(str(pl_module.model), paths.MODEL_SUMMARY)
+        self.run.log_params({"model.num_parameters": pl_module.model.num_parameters()})
         if self.heatmap_samples and pl_module.model.attention is not None:
             self.samples = pick_heatmap_samples(data.val_examples, pl_module.train_lengths, self.heatmap_samples)
 
@@ -92,7 +88,7 @@ class RunArtifacts(Callback):
         if rows:
             table = {key: [row[key] for row in rows] for key in rows[0]}
             table["epoch"] = [epoch] * len(rows)
-            self.client.log_table(self.run_id, table, BUCKET_TABLE)
+            self.run.log_table(table, paths.BUCKET_TABLE)
         if self.samples and epoch % self.heatmap_every_n_epochs == 0:
             self.log_heatmaps(trainer, pl_module, epoch)
 
@@ -100,7 +96,7 @@ class RunArtifacts(Callback):
         """After validation's checkpoint: a copy of ``last.ckpt`` in the run, for ``resume=`` elsewhere."""
         last = self.last.best_model_path
         if trainer.is_global_zero and last and Path(last).is_file():
-            self.client.log_artifact(self.run_id, last, "checkpoints")
+            self.run.log_file(last, paths.CHECKPOINTS)
 
     @torch.no_grad()
     def log_heatmaps(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule, epoch: int) -> None:
@@ -119,7 +115,7 @@ class RunArtifacts(Callback):
             correct = out_ids[:-1] == data.tgt_vocab.encode(example.tgt) and out_ids[-1:] == [EOS]
             title = f"{label} sample (source length {n_src}), epoch {epoch}: {'correct' if correct else 'wrong'}"
             figure = attention_heatmap(weights, example.src, out_tokens, title, gold=example.alignment)
-            self.client.log_image(self.run_id, figure_to_array(figure), key=f"attention/{label}", step=epoch)
+            self.run.log_image_step(figure_to_array(figure), paths.attention_image(label), epoch)
 
     # -- end -----------------------------------------------------------------------------
     def on_fit_end(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
@@ -132,13 +128,13 @@ class RunArtifacts(Callback):
                 pl_module.train_lengths,
                 f"validation accuracy vs source length, after {trainer.current_epoch} epochs",
             )
-            self.client.log_image(self.run_id, figure_to_array(figure), artifact_file=LENGTH_FIGURE)
+            self.run.log_image(figure_to_array(figure), paths.LENGTH_FIGURE)
         self.log_checkpoints(pl_module)
 
     def log_checkpoints(self, pl_module: Seq2SeqLitModule) -> None:
         for path in (self.best.best_model_path, self.last.best_model_path):
             if path and Path(path).is_file():
-                self.client.log_artifact(self.run_id, path, "checkpoints")
+                self.run.log_file(path, paths.CHECKPOINTS)
         best = self.best.best_model_path
         state = (
             torch.load(best, map_location="cpu", weights_only=True)["state_dict"]
@@ -147,6 +143,6 @@ class RunArtifacts(Callback):
         )
         weights = {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
         with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "model.pt"
+            path = Path(tmp) / paths.file_name(paths.MODEL_FILE)
             torch.save({"model_config": asdict(pl_module.model.config), "state_dict": weights}, path)
-            self.client.log_artifact(self.run_id, str(path), "model")
+            self.run.log_file(path, paths.folder(paths.MODEL_FILE))

@@ -9,10 +9,11 @@ from pathlib import Path
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities.exceptions import SIGTERMException
-from mlflow.tracking import MlflowClient
 
 from attnseq.errors import TrainingError
+from attnseq.tracking import paths
+from attnseq.tracking.run import TrackedRun
+from attnseq.training.signals import INTERRUPTS
 
 
 class FiniteLossGuard(Callback):
@@ -25,7 +26,6 @@ class FiniteLossGuard(Callback):
         self.last_checkpoint = last_checkpoint
         self.check_every_n_steps = check_every_n_steps
         self.seen_nonfinite: torch.Tensor | None = None
-        self.first_bad_step: int | None = None
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
@@ -60,16 +60,15 @@ class InterruptCheckpoint(Callback):
     save the newest state as ``last.ckpt`` and upload it to the run, so ``resume=<run id>``
     loses nothing. Other exceptions (a NaN loss) leave the last good checkpoint alone."""
 
-    def __init__(self, path: Path, client: MlflowClient, run_id: str) -> None:
+    def __init__(self, path: Path, run: TrackedRun) -> None:
         self.path = path
-        self.client = client
-        self.run_id = run_id
+        self.run = run
         self.exception: BaseException | None = None
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        if not isinstance(exception, (KeyboardInterrupt, SIGTERMException)):
+        if not isinstance(exception, INTERRUPTS):
             return
         self.exception = exception
         trainer.save_checkpoint(self.path)
         if trainer.is_global_zero:
-            self.client.log_artifact(self.run_id, str(self.path), "checkpoints")
+            self.run.log_file(self.path, paths.CHECKPOINTS)

@@ -2,7 +2,7 @@
 
 Metrics are updated on tensors (no host syncs in the steps) and logged once per epoch:
 ``train/loss`` and ``train/padding_fraction`` (means over the epoch's sequences, accumulated in
-``MeanMetric``s: a ``self.log`` call costs ~0.6 ms of Python, a tenth of a small model's step),
+``MeanMetric``s: a ``self.log`` call costs Python time a small model's step cannot spare),
 ``train/loss_step`` only on the steps the logger writes (every ``trainer.log_every_n_steps``),
 ``val/loss``, ``val/acc``, ``val/exact_match``, ``val/acc_best``, every length bucket
 (``val/acc_len/01-05``, ``val/exact_len/01-05``, …), the same restricted to the training lengths

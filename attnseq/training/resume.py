@@ -1,26 +1,25 @@
 """Resuming a run into the same MLflow run: ``python train.py resume=<run id>``.
 
-The run's own config (``config/resolved.yaml``) is used, so no overrides need repeating; the
+The run's own config (its resolved-config artifact) is used, so no overrides need repeating; the
 newest checkpoint — the local ``last.ckpt`` in the run's output folder, else the copy uploaded
 to the run's artifacts every epoch — restores weights, optimizer, schedule and loop counters;
-and ``ResumedMLFlowLogger`` drops any metric at a step the run already holds, so replayed
-steps are never logged twice.
+and ``RunLogger`` drops any metric at a step the run already holds (``Resumption.logged_through``),
+so replayed steps are never logged twice.
 """
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from lightning.pytorch.loggers import MLFlowLogger
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
 from attnseq.errors import ConfigError
-
-LAST_CHECKPOINT = "checkpoints/last.ckpt"
+from attnseq.tracking import paths, tags
 
 
 @dataclass
@@ -28,17 +27,6 @@ class Resumption:
     run_id: str
     checkpoint: Path
     logged_through: dict[str, int]  # metric → the highest step the run already holds
-
-
-class ResumedMLFlowLogger(MLFlowLogger):
-    def __init__(self, *args, logged_through: dict[str, int], **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.logged_through = logged_through
-
-    def log_metrics(self, metrics, step: int | None = None) -> None:
-        fresh = {k: v for k, v in metrics.items() if (step or 0) > self.logged_through.get(k, -1)}
-        if fresh:
-            super().log_metrics(fresh, step)
 
 
 def prepare_resume(client: MlflowClient, run_id: str, current: DictConfig) -> tuple[DictConfig, Resumption]:
@@ -50,32 +38,30 @@ def prepare_resume(client: MlflowClient, run_id: str, current: DictConfig) -> tu
             f"resume={run_id}: no such run in {client.tracking_uri}.",
             "copy the run id from the MLflow UI, and check mlflow.tracking_uri points at its store.",
         ) from None
-    if run.data.tags.get("attnseq.kind") != "train":
+    if run.data.tags.get(tags.KIND) != tags.TRAIN:
         raise ConfigError(f"resume={run_id}: run '{run.info.run_name}' is not a training run.", "pass a training run's id.")
     if run.info.status == "FINISHED":
         raise ConfigError(
             f"resume={run_id}: run '{run.info.run_name}' already FINISHED.",
             "start a new run instead; to train longer, pass trainer.max_epochs to a new run.",
         )
-    saved = OmegaConf.create(yaml.safe_load(_download(client, run_id, "config/resolved.yaml", "its config")))
+    saved = OmegaConf.create(yaml.safe_load(_download(client, run_id, paths.RESOLVED_CONFIG, "its config")))
     saved.resume = run_id
     saved.mlflow.tracking_uri = current.mlflow.tracking_uri  # the saved one may be redacted
-    local = Path(saved.paths.output_dir) / LAST_CHECKPOINT
+    local = Path(saved.paths.output_dir) / paths.LAST_CHECKPOINT
     if local.is_file():
         checkpoint = local
     else:
         saved.paths.output_dir = current.paths.output_dir
         target = Path(saved.paths.output_dir)
         target.mkdir(parents=True, exist_ok=True)
-        checkpoint = Path(_download(client, run_id, LAST_CHECKPOINT, "a checkpoint", target, text=False))
+        checkpoint = Path(_download(client, run_id, paths.LAST_CHECKPOINT, "a checkpoint", target, text=False))
     logged = {key: max(m.step for m in client.get_metric_history(run_id, key)) for key in run.data.metrics}
     return saved, Resumption(run_id, checkpoint, logged)
 
 
 def _download(client: MlflowClient, run_id: str, artifact: str, what: str, target: Path | None = None,
               text: bool = True) -> str:
-    import tempfile
-
     folder = str(target) if target is not None else tempfile.mkdtemp()
     try:
         path = client.download_artifacts(run_id, artifact, folder)

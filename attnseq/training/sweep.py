@@ -1,10 +1,12 @@
 """``SweepParentRun``: a Hydra callback that gives every multirun one MLflow parent run.
 
 Registered in ``conf/train.yaml`` under ``hydra.callbacks``. In the launching process it
-creates the experiment (and so the store's schema) and the parent run, then hands the parent's
-id and the varying override keys to the jobs through the environment; jobs become its children
-(``mlflow.parentRunId``) and are named after the overrides that vary. At the end it marks the
-parent FINISHED when every child finished, FAILED otherwise, and prints a summary.
+creates the experiment (and so the store's schema: concurrent first-time SQLite migrations from
+parallel jobs race) and the parent run, then hands the parent's id and the varying override keys
+to the jobs through the environment (``sweep_context`` reads them, in process or in a joblib
+worker); jobs become its children (``mlflow.parentRunId``) and are named after the overrides
+that vary. At the end it marks the parent FINISHED when every child finished, FAILED otherwise,
+and prints a summary.
 """
 
 from __future__ import annotations
@@ -18,20 +20,25 @@ from typing import Any
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from mlflow.tracking import MlflowClient
-from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from omegaconf import DictConfig, OmegaConf
 
-from attnseq.training.tracking import (
-    PARENT_RUN_ENV,
-    SWEEP_KEYS_ENV,
-    check_tracking_uri,
-    create_run,
-    ensure_experiment,
-    git_commit,
-    redact,
-)
+from attnseq.tracking import paths, tags
+from attnseq.tracking.redaction import redact_overrides
+from attnseq.tracking.run import TrackedRun
+from attnseq.tracking.store import check_tracking_uri, ensure_experiment
 
 log = logging.getLogger(__name__)
+
+PARENT_RUN_ENV = "ATTNSEQ_MLFLOW_PARENT_RUN_ID"
+SWEEP_KEYS_ENV = "ATTNSEQ_SWEEP_KEYS"
+"""Set by the sweep callback in the launching process, read by every job of the sweep."""
+
+
+def sweep_context() -> tuple[str | None, list[str]]:
+    """The parent run id and the varying override keys, when this process runs a sweep job."""
+    parent = os.environ.get(PARENT_RUN_ENV) or None
+    keys = json.loads(os.environ.get(SWEEP_KEYS_ENV, "[]"))
+    return parent, keys
 
 
 def sweep_keys(config: DictConfig) -> list[str]:
@@ -46,53 +53,45 @@ def sweep_keys(config: DictConfig) -> list[str]:
 
 class SweepParentRun(Callback):
     def __init__(self) -> None:
-        self.client: MlflowClient | None = None
-        self.parent_run_id: str | None = None
+        self.parent: TrackedRun | None = None
         self.experiment_id: str | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         uri = config.mlflow.tracking_uri
         check_tracking_uri(uri)
-        self.client = MlflowClient(tracking_uri=uri)
-        self.experiment_id = ensure_experiment(self.client, config.mlflow.experiment_name)
+        client = MlflowClient(tracking_uri=uri)
+        self.experiment_id = ensure_experiment(client, config.mlflow.experiment_name)
         keys = sweep_keys(config)
         sweep_dir = str(config.hydra.sweep.dir)
-        commit, dirty = git_commit()
-        tags = {
-            "attnseq.kind": "sweep",
-            "attnseq.sweep_dir": sweep_dir,
-            "attnseq.sweep_overrides": redact("overrides", " ".join(config.hydra.overrides.task)),
-            "attnseq.sweep_keys": ",".join(keys),
-        }
-        if commit:
-            tags.update({"git_commit": commit, "git_dirty": str(dirty)})
         name = f"sweep {os.path.basename(sweep_dir.rstrip('/'))}: {', '.join(keys) or 'jobs'}"
-        self.parent_run_id = create_run(self.client, self.experiment_id, name, tags, parent_run_id=None)
-        self.client.set_tag(self.parent_run_id, "attnseq.sweep_id", self.parent_run_id)
-        os.environ[PARENT_RUN_ENV] = self.parent_run_id
+        parent = TrackedRun.create(client, self.experiment_id, name, {
+            tags.KIND: tags.SWEEP,
+            tags.SWEEP_DIR: sweep_dir,
+            tags.SWEEP_OVERRIDES: " ".join(redact_overrides(config.hydra.overrides.task)),
+            tags.SWEEP_KEYS: ",".join(keys),
+        })
+        parent.set_tags({tags.SWEEP_ID: parent.run_id})
+        self.parent = parent
+        os.environ[PARENT_RUN_ENV] = parent.run_id
         os.environ[SWEEP_KEYS_ENV] = json.dumps(keys)
         atexit.register(self._close, "FAILED")  # a job that raised skips on_multirun_end
-        log.info("MLflow parent run %s for this sweep (%s)", self.parent_run_id, uri)
+        log.info("MLflow parent run %s for this sweep (%s)", parent.run_id, uri)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         self._close(None)
 
     def _close(self, forced_status: str | None) -> None:
-        if self.client is None or self.parent_run_id is None:
+        if self.parent is None:
             return
-        client, parent = self.client, self.parent_run_id
-        self.client = None  # close once
+        parent, self.parent = self.parent, None  # close once
         os.environ.pop(PARENT_RUN_ENV, None)
         os.environ.pop(SWEEP_KEYS_ENV, None)
-        children = client.search_runs(
-            [self.experiment_id], filter_string=f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent}'"
-        )
+        children = parent.client.search_runs([self.experiment_id], filter_string=tags.children_of(parent.run_id))
         rows = sorted((c.info.run_name or c.info.run_id, c.info.status) for c in children)
         failed = [name for name, status in rows if status != "FINISHED"]
         summary = "\n".join(f"{status:9s} {name}" for name, status in rows)
-        client.log_text(parent, summary + "\n", "sweep_summary.txt")
-        client.log_metric(parent, "sweep/jobs", len(rows))
-        client.log_metric(parent, "sweep/failed_jobs", len(failed))
+        parent.log_text(summary + "\n", paths.SWEEP_SUMMARY)
+        parent.log_metrics({"sweep/jobs": len(rows), "sweep/failed_jobs": len(failed)})
         status = forced_status or ("FAILED" if failed or not rows else "FINISHED")
-        client.set_terminated(parent, status)
-        print(f"\nSweep parent run {parent}: {len(rows)} jobs, {len(failed)} not finished\n{summary}")
+        parent.finish(status)
+        print(f"\nSweep parent run {parent.run_id}: {len(rows)} jobs, {len(failed)} not finished\n{summary}")

@@ -15,12 +15,11 @@ from tqdm import tqdm
 from attnseq.errors import ConfigError
 from attnseq.evaluation.compare import Compared, label_runs, markdown_table, table_rows, write_comparison
 from attnseq.evaluation.evaluator import EvalResult, EvalSettings, evaluate_run
-from attnseq.evaluation.runs import TrainedRun, load_trained_run, select_runs
-from attnseq.training.plots import accuracy_vs_length, attention_heatmap, figure_to_array, save_figure
-from attnseq.training.tracking import check_tracking_uri, create_run, git_commit
-
-EVAL_KIND = "eval"
-COMPARISON_KIND = "comparison"
+from attnseq.evaluation.trained_runs import TrainedRun, load_trained_run, select_runs
+from attnseq.tracking import paths, tags
+from attnseq.tracking.plots import accuracy_vs_length, attention_heatmap, figure_to_array, save_figure
+from attnseq.tracking.run import TrackedRun
+from attnseq.tracking.store import check_tracking_uri
 
 
 def settings_for(cfg: DictConfig, trained: TrainedRun) -> EvalSettings:
@@ -60,26 +59,21 @@ def log_evaluation(client: MlflowClient, trained: TrainedRun, settings: EvalSett
                    folder: Path) -> str:
     """An evaluation run nested under the evaluated run, holding metrics, tables and figures."""
     lo, hi = settings.lengths
-    tags = {"attnseq.kind": EVAL_KIND, "attnseq.evaluated_run": trained.run_id}
-    commit, dirty = git_commit()
-    if commit:
-        tags.update({"git_commit": commit, "git_dirty": str(dirty)})
     name = f"eval {trained.name} @ {lo}-{hi}" + (f" beam {settings.beam_size}" if settings.beam_size > 1 else "")
-    run_id = create_run(client, trained.run.info.experiment_id, name, tags, parent_run_id=trained.run_id)
+    run = TrackedRun.create(client, trained.run.info.experiment_id, name,
+                            {tags.KIND: tags.EVALUATION, tags.EVALUATED_RUN: trained.run_id},
+                            parent_run_id=trained.run_id)
     try:
-        for key, value in vars(settings).items():
-            client.log_param(run_id, f"eval.{key}", value)
-        for key, value in result.metrics.items():
-            client.log_metric(run_id, key, value)
+        run.log_params({f"eval.{key}": value for key, value in vars(settings).items()})
+        run.log_metrics(result.metrics)
         for path in write_bucket_files(result.bucket_rows, folder):
-            client.log_artifact(run_id, str(path), "eval")
+            run.log_file(path, paths.EVAL_TABLES)
         figure = accuracy_vs_length(
             {"token accuracy": result.bucket_rows,
              "exact match": [{**r, "acc": r["exact_match"]} for r in result.bucket_rows]},
             trained.train_lengths, f"{trained.name}: evaluation at lengths {lo}-{hi}",
         )
-        save_figure(figure, folder / "accuracy_vs_length.png")
-        client.log_artifact(run_id, str(folder / "accuracy_vs_length.png"), "figures")
+        log_figure(run, figure, folder, paths.LENGTH_FIGURE)
         if result.counterfactual:
             curves = {f"{mode}: flip rate": [{**r, "acc": r[f"cf_{mode}_flip_rate"]} for r in result.bucket_rows]
                       for mode in result.counterfactual}
@@ -88,34 +82,39 @@ def log_evaluation(client: MlflowClient, trained: TrainedRun, settings: EvalSett
             figure = accuracy_vs_length(curves, trained.train_lengths,
                                         f"{trained.name}: how much the output moves when attention is replaced",
                                         ylabel="flip rate / total variation")
-            save_figure(figure, folder / "counterfactual.png")
-            client.log_artifact(run_id, str(folder / "counterfactual.png"), "figures")
+            log_figure(run, figure, folder, paths.COUNTERFACTUAL_FIGURE)
         for i, (example, decoded) in enumerate(result.long_samples):
             out_tokens = trained.tgt_vocab.decode(decoded.tokens.tolist())
             weights = decoded.attention[:, :, : len(example.src)].float().numpy()  # (H, T_out, T_src)
             title = f"{trained.name}: source length {len(example.src)}"
             image = figure_to_array(attention_heatmap(weights, example.src, out_tokens, title, gold=example.alignment))
-            client.log_image(run_id, image, artifact_file=f"heatmaps/long_{i}_len{len(example.src)}.png")
+            run.log_image(image, paths.long_heatmap(i, len(example.src)))
     except BaseException:
-        client.set_terminated(run_id, "FAILED")
+        run.finish("FAILED")
         raise
-    client.set_terminated(run_id, "FINISHED")
-    return run_id
+    run.finish("FINISHED")
+    return run.run_id
+
+
+def log_figure(run: TrackedRun, figure, folder: Path, artifact: str) -> None:
+    """Save the figure in the local output folder too, then upload it to ``artifact``."""
+    local = folder / paths.file_name(artifact)
+    save_figure(figure, local)
+    run.log_file(local, paths.folder(artifact))
 
 
 def log_comparison(client: MlflowClient, compared: list[Compared], out_dir: Path, parent: str | None) -> str:
-    paths = write_comparison(compared, out_dir, title=f"{len(compared)} runs")
+    written = write_comparison(compared, out_dir, title=f"{len(compared)} runs")
     experiment_id = compared[0].trained.run.info.experiment_id
-    tags = {"attnseq.kind": COMPARISON_KIND, "attnseq.compared_runs": ",".join(c.trained.run_id for c in compared)}
-    run_id = create_run(client, experiment_id, f"comparison of {len(compared)} runs", tags, parent_run_id=parent)
-    for path in paths.values():
-        client.log_artifact(run_id, str(path), "comparison")
-    for item in compared:
-        for key in ("eval/acc", "eval/exact_match"):
-            if key in item.result.metrics:
-                client.log_metric(run_id, f"{key}/{item.label}".replace("=", "_"), item.result.metrics[key])
-    client.set_terminated(run_id, "FINISHED")
-    return run_id
+    run = TrackedRun.create(client, experiment_id, f"comparison of {len(compared)} runs",
+                            {tags.KIND: tags.COMPARISON, tags.COMPARED_RUNS: ",".join(c.trained.run_id for c in compared)},
+                            parent_run_id=parent)
+    for path in written.values():
+        run.log_file(path, paths.COMPARISON)
+    run.log_metrics({f"{key}/{item.label}".replace("=", "_"): item.result.metrics[key]
+                     for item in compared for key in ("eval/acc", "eval/exact_match") if key in item.result.metrics})
+    run.finish("FINISHED")
+    return run.run_id
 
 
 def evaluate(cfg: DictConfig) -> list[EvalResult]:

@@ -1,5 +1,5 @@
 """Finding trained runs in MLflow and rebuilding each model from the run's own artifacts
-(``config/resolved.yaml``, ``vocab/*.json``, ``model/model.pt``) — no Hydra command line needed.
+(its resolved config, vocabularies and model file) — no Hydra command line needed.
 
 Nothing is unpickled: the config is YAML, the vocabularies JSON, and the weights are read with
 ``torch.load(..., weights_only=True)``.
@@ -17,13 +17,11 @@ import yaml
 from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
-from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from attnseq.data import Vocabulary
 from attnseq.errors import ConfigError
 from attnseq.model import ModelConfig, Seq2Seq, build_seq2seq
-
-TRAIN_KIND = "train"
+from attnseq.tracking import paths, tags
 
 
 @dataclass
@@ -68,7 +66,7 @@ def latest_sweep(client: MlflowClient, experiment_name: str | None) -> str:
         experiment_ids = [experiment.experiment_id]
     else:
         experiment_ids = [e.experiment_id for e in client.search_experiments()]
-    sweeps = client.search_runs(experiment_ids, filter_string="tags.`attnseq.kind` = 'sweep'",
+    sweeps = client.search_runs(experiment_ids, filter_string=tags.tag_equals(tags.KIND, tags.SWEEP),
                                 order_by=["attributes.start_time DESC"], max_results=1)
     if not sweeps:
         raise ConfigError(
@@ -105,18 +103,18 @@ def select_runs(
         return [get_run(client, r) for r in run_ids]
     if parent_run_id:
         parent = get_run(client, parent_run_id)
-        query = f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent_run_id}' and tags.`attnseq.kind` = '{TRAIN_KIND}'"
+        query = f"{tags.children_of(parent_run_id)} and {tags.tag_equals(tags.KIND, tags.TRAIN)}"
         runs = client.search_runs([parent.info.experiment_id], filter_string=query, max_results=5000)
         if not runs:
             raise ConfigError(
                 f"run {parent_run_id} has no training runs as children.",
                 "pass the parent run of a sweep (`train.py -m ...` prints it at the end), or run_id=<id>.",
             )
-        return sorted(runs, key=lambda r: int(r.data.tags.get("attnseq.job_num", 0)))
+        return sorted(runs, key=lambda r: int(r.data.tags.get(tags.JOB_NUM, 0)))
     experiment = client.get_experiment_by_name(experiment_name)
     if experiment is None:
         raise ConfigError(f"no MLflow experiment named {experiment_name!r}.", "check the name in the MLflow UI.")
-    query = f"tags.`attnseq.kind` = '{TRAIN_KIND}' and attributes.status = 'FINISHED'"
+    query = f"{tags.tag_equals(tags.KIND, tags.TRAIN)} and attributes.status = 'FINISHED'"
     if filter_string:
         query += f" and {filter_string}"
     runs = client.search_runs([experiment.experiment_id], filter_string=query, max_results=5000)
@@ -126,17 +124,17 @@ def select_runs(
 
 
 def load_model_file(path: Path) -> dict[str, Any]:
-    """A run's ``model/model.pt``: tensors and plain values only — never arbitrary objects."""
+    """A run's model file: tensors and plain values only — never arbitrary objects."""
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def load_trained_run(client: MlflowClient, run: Run) -> TrainedRun:
     """Rebuild a run's model from its artifacts; a clear error when one is missing."""
     with tempfile.TemporaryDirectory() as tmp:
-        paths = {}
-        for artifact in ("config/resolved.yaml", "vocab/src.json", "vocab/tgt.json", "model/model.pt"):
+        local = {}
+        for artifact in (paths.RESOLVED_CONFIG, paths.SRC_VOCAB, paths.TGT_VOCAB, paths.MODEL_FILE):
             try:
-                paths[artifact] = Path(client.download_artifacts(run.info.run_id, artifact, tmp))
+                local[artifact] = Path(client.download_artifacts(run.info.run_id, artifact, tmp))
             except (MlflowException, OSError):
                 raise ConfigError(
                     f"run {run.info.run_id} ({run.info.run_name}, status {run.info.status}) has no "
@@ -144,10 +142,10 @@ def load_trained_run(client: MlflowClient, run: Run) -> TrainedRun:
                     "evaluate a run that finished training (a run killed before its first epoch "
                     "ended has no checkpoint), or resume it first.",
                 ) from None
-        config = yaml.safe_load(paths["config/resolved.yaml"].read_text())
-        src_vocab = Vocabulary.load(paths["vocab/src.json"])
-        tgt_vocab = Vocabulary.load(paths["vocab/tgt.json"])
-        saved = load_model_file(paths["model/model.pt"])
+        config = yaml.safe_load(local[paths.RESOLVED_CONFIG].read_text())
+        src_vocab = Vocabulary.load(local[paths.SRC_VOCAB])
+        tgt_vocab = Vocabulary.load(local[paths.TGT_VOCAB])
+        saved = load_model_file(local[paths.MODEL_FILE])
     model = build_seq2seq(ModelConfig.from_saved(saved["model_config"]))
     model.load_state_dict(saved["state_dict"], strict=True)
     return TrainedRun(run, config, src_vocab, tgt_vocab, model.eval())

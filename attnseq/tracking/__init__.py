@@ -1,0 +1,12 @@
+"""The tracking layer: everything a process records about its work leaves through here.
+
+Training, sweeps and evaluation stand on it; it imports neither of them.
+
+- ``store``: the tracking URI's fail-fast check and experiments;
+- ``run``: ``TrackedRun``, one MLflow run and the only way params, tags, metrics and artifacts
+  reach it, so that rules such as redaction apply once to every run;
+- ``tags`` and ``paths``: the name of every tag, kind of run and artifact, defined once;
+- ``redaction``, ``params``, ``provenance``: what is masked, how a config becomes params, which
+  commit a run was made from;
+- ``plots``: the figures runs carry.
+"""

@@ -1,0 +1,53 @@
+"""Where each artifact lives inside a run, each path named once.
+
+A training run's output folder keeps the same layout for its checkpoints
+(``<output_dir>/checkpoints/last.ckpt``), so the two are found the same way.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+RESOLVED_CONFIG = "config/resolved.yaml"
+"""The resolved training config, secrets masked: what ``resume=`` and evaluation rebuild from."""
+SRC_VOCAB = "vocab/src.json"
+TGT_VOCAB = "vocab/tgt.json"
+MODEL_SUMMARY = "model/summary.txt"
+MODEL_FILE = "model/model.pt"
+"""The model's config and weights, loadable with ``torch.load(weights_only=True)``."""
+CHECKPOINTS = "checkpoints"
+LAST_CHECKPOINT = "checkpoints/last.ckpt"
+
+BUCKET_TABLE = "tables/val_length_buckets.json"
+"""The per-bucket validation table, one block of rows per epoch."""
+LENGTH_FIGURE = "figures/accuracy_vs_length.png"
+COUNTERFACTUAL_FIGURE = "figures/counterfactual.png"
+
+
+def attention_image(label: str) -> str:
+    """The key of a training run's time-stepped heatmap (``short``, ``medium``, ``long``)."""
+    return f"attention/{label}"
+
+
+EVAL_TABLES = "eval"
+"""An evaluation run's per-bucket tables (``buckets.json``, ``buckets.csv``)."""
+
+
+def long_heatmap(index: int, source_length: int) -> str:
+    """An evaluation run's heatmap of one of its longest examples."""
+    return f"heatmaps/long_{index}_len{source_length}.png"
+
+
+COMPARISON = "comparison"
+"""A comparison run's figures and tables."""
+SWEEP_SUMMARY = "sweep_summary.txt"
+
+
+def folder(artifact: str) -> str:
+    """The folder an artifact path lies in: ``model/model.pt`` → ``model``."""
+    return str(PurePosixPath(artifact).parent)
+
+
+def file_name(artifact: str) -> str:
+    """The file name of an artifact path: ``model/model.pt`` → ``model.pt``."""
+    return PurePosixPath(artifact).name

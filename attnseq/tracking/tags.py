@@ -1,0 +1,46 @@
+"""The tags attnseq sets on its MLflow runs, and the kinds of run, each named once.
+
+MLflow's own tags (run name, parent run, source commit) keep MLflow's names, from
+``mlflow.utils.mlflow_tags``.
+"""
+
+from __future__ import annotations
+
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+KIND = "attnseq.kind"
+"""What a run is: one of the kinds below."""
+TRAIN = "train"
+SWEEP = "sweep"
+EVALUATION = "eval"
+COMPARISON = "comparison"
+
+CHOICES = "attnseq.choices"
+"""A training run's config choices, ``copy-gru-additive-bahdanau-h1``."""
+OVERRIDES = "attnseq.overrides"
+"""A training run's command-line overrides, secrets masked."""
+ERROR = "attnseq.error"
+"""Why a sweep job was rejected before training."""
+RESUMED_FROM = "attnseq.resumed_from"
+"""The checkpoint a resumed training run continued from."""
+
+SWEEP_ID = "attnseq.sweep_id"
+"""The sweep's parent run id, on the parent and on every job."""
+JOB_NUM = "attnseq.job_num"
+SWEEP_DIR = "attnseq.sweep_dir"
+SWEEP_OVERRIDES = "attnseq.sweep_overrides"
+SWEEP_KEYS = "attnseq.sweep_keys"
+"""The override keys whose values vary across the sweep, comma-separated."""
+
+EVALUATED_RUN = "attnseq.evaluated_run"
+COMPARED_RUNS = "attnseq.compared_runs"
+
+
+def tag_equals(key: str, value: str) -> str:
+    """A clause of MLflow's run search: ``tags.`attnseq.kind` = 'train'``."""
+    return f"tags.`{key}` = '{value}'"
+
+
+def children_of(parent_run_id: str) -> str:
+    """The search clause for the runs nested under ``parent_run_id``."""
+    return tag_equals(MLFLOW_PARENT_RUN_ID, parent_run_id)

@@ -1,0 +1,52 @@
+"""What a training run is called and tagged: its name from the config's choices (or, in a sweep,
+from the overrides that vary), its overrides, and its place in a sweep."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from attnseq.tracking import tags
+from attnseq.tracking.redaction import redact_overrides
+from attnseq.training.sweep import sweep_context
+
+
+class RunIdentity(NamedTuple):
+    name: str
+    tags: dict[str, str]
+    parent_run_id: str | None  # the sweep's parent run, when this job belongs to one
+
+
+def describe_choices(cfg: DictConfig) -> str:
+    """A default run name from the choices users sweep over: ``copy-gru-additive-bahdanau-h1``."""
+    scorer = cfg.scorer.name
+    parts = [cfg.dataset.task, cfg.encoder.name, scorer]
+    if scorer != "none":
+        parts += [cfg.decoder.convention, f"h{cfg.model.heads}"]
+    return "-".join(str(p) for p in parts)
+
+
+def sweep_run_name(task_overrides: Iterable[str], sweep_keys: Iterable[str], job_num: int | None) -> str:
+    """A sweep job's name from the overrides that vary across the sweep: ``scorer=dot model.heads=4``."""
+    keys = set(sweep_keys)
+    varying = [o for o in task_overrides if o.split("=", 1)[0].lstrip("+~") in keys]
+    name = " ".join(varying) or "job"
+    return f"{name} (#{job_num})" if job_num is not None else name
+
+
+def run_identity(cfg: DictConfig) -> RunIdentity:
+    parent, keys = sweep_context()
+    run_tags = {tags.KIND: tags.TRAIN, tags.CHOICES: describe_choices(cfg)}
+    name = cfg.mlflow.run_name or describe_choices(cfg)
+    if HydraConfig.initialized():
+        hydra = HydraConfig.get()
+        overrides = redact_overrides(hydra.overrides.task)
+        run_tags[tags.OVERRIDES] = " ".join(overrides)
+        if parent:
+            job_num = hydra.job.get("num")
+            name = cfg.mlflow.run_name or sweep_run_name(overrides, keys, job_num)
+            run_tags.update({tags.SWEEP_ID: parent, tags.JOB_NUM: str(job_num)})
+    return RunIdentity(name, run_tags, parent)

@@ -1,0 +1,204 @@
+"""``train(cfg)``: one configuration from its composed config to a finished MLflow run, in named
+steps — prepare, build the data and model, open the run, fit, finish. ``train.py`` is a thin Hydra entry point over
+it, and tests call it directly with a composed config."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from mlflow.tracking import MlflowClient
+from omegaconf import DictConfig, OmegaConf
+
+from attnseq.data import Seq2SeqDataModule
+from attnseq.errors import AttnSeqError
+from attnseq.tracking import paths, tags
+from attnseq.tracking.params import config_params, config_yaml
+from attnseq.tracking.run import TrackedRun
+from attnseq.tracking.store import check_tracking_uri, ensure_experiment
+from attnseq.training.artifacts import RunArtifacts
+from attnseq.training.build import build_datamodule, build_module, validate
+from attnseq.training.guards import FiniteLossGuard, InterruptCheckpoint
+from attnseq.training.identity import run_identity
+from attnseq.training.lit_module import Seq2SeqLitModule
+from attnseq.training.logger import RunLogger
+from attnseq.training.process import keep_freed_memory
+from attnseq.training.resume import Resumption, prepare_resume
+from attnseq.training.signals import (
+    INTERRUPTS,
+    exit_code,
+    lightning_handles_sigterm,
+    release_interrupted_frames,
+    sigterm_raises,
+)
+from attnseq.training.sweep import sweep_context
+
+log = logging.getLogger(__name__)
+
+RUN_ID_ENV = "ATTNSEQ_MLFLOW_RUN_ID"
+"""Set by rank 0 before ``fit``: the run that Lightning's data-parallel workers log into."""
+
+
+class TrainingRun(NamedTuple):
+    """The MLflow run this process trains into."""
+
+    tracked: TrackedRun
+    experiment_id: str
+    owned: bool  # False in a data-parallel worker: rank 0 creates, marks and reports the run
+
+
+def train(cfg: DictConfig) -> float | None:
+    """Train one configuration end to end (or resume one with ``resume=<run id>``); return
+    ``cfg.optimized_metric`` for sweepers."""
+    with sigterm_raises():
+        cfg, resumption = prepare(cfg)
+        datamodule, module = build_data_and_model(cfg)
+        run = open_run(cfg, resumption)
+        interrupts = InterruptCheckpoint(Path(cfg.paths.output_dir) / paths.LAST_CHECKPOINT, run.tracked)
+        os.environ[RUN_ID_ENV] = run.tracked.run_id  # inherited by data-parallel workers, which fit starts
+        try:
+            if resumption is None and run.owned:
+                run.tracked.log_params(config_params(cfg))
+            result = fit(cfg, run, module, datamodule, resumption, interrupts)
+        except BaseException as error:
+            stop(run, error, interrupts.exception)
+            raise
+        finally:
+            os.environ.pop(RUN_ID_ENV, None)
+        finish(run, cfg.mlflow.tracking_uri)
+        return result
+
+
+def prepare(cfg: DictConfig) -> tuple[DictConfig, Resumption | None]:
+    """The config to train (a resumed run's own), validated, and this process set up for it."""
+    resumption = None
+    if cfg.get("resume"):
+        check_tracking_uri(cfg.mlflow.tracking_uri)
+        cfg, resumption = prepare_resume(MlflowClient(tracking_uri=cfg.mlflow.tracking_uri), str(cfg.resume), cfg)
+    try:
+        validate(cfg)
+    except AttnSeqError as error:
+        if resumption is None:
+            record_failed_sweep_job(cfg, error)
+        raise
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    keep_freed_memory()  # the training step's buffers are reused, not faulted in again every step
+    L.seed_everything(cfg.seed, workers=True)
+    Path(cfg.paths.output_dir).mkdir(parents=True, exist_ok=True)
+    return cfg, resumption
+
+
+def build_data_and_model(cfg: DictConfig) -> tuple[Seq2SeqDataModule, Seq2SeqLitModule]:
+    """The data (set up: the vocabularies size the model) and the model in its LightningModule."""
+    datamodule = build_datamodule(cfg)
+    datamodule.setup()
+    return datamodule, build_module(cfg, datamodule)
+
+
+def open_run(cfg: DictConfig, resumption: Resumption | None) -> TrainingRun:
+    """A new run; the resumed run, RUNNING again; or, in a data-parallel worker, rank 0's run."""
+    client = MlflowClient(tracking_uri=cfg.mlflow.tracking_uri)  # for SQLite this creates the store
+    experiment_id = ensure_experiment(client, cfg.mlflow.experiment_name)
+    if os.environ.get("LOCAL_RANK", "0") != "0" and RUN_ID_ENV in os.environ:
+        return TrainingRun(TrackedRun(client, os.environ[RUN_ID_ENV], "ddp worker"), experiment_id, owned=False)
+    if resumption is None:
+        name, run_tags, parent = run_identity(cfg)
+        return TrainingRun(TrackedRun.create(client, experiment_id, name, run_tags, parent), experiment_id, owned=True)
+    tracked = TrackedRun.reopen(client, resumption.run_id)
+    tracked.set_tags({tags.RESUMED_FROM: str(resumption.checkpoint)})
+    return TrainingRun(tracked, experiment_id, owned=True)
+
+
+def fit(
+    cfg: DictConfig,
+    run: TrainingRun,
+    module: Seq2SeqLitModule,
+    datamodule: Seq2SeqDataModule,
+    resumption: Resumption | None,
+    interrupts: InterruptCheckpoint,
+) -> float | None:
+    """Fit (from the resumed checkpoint, if any), test the best checkpoint if asked; the optimized metric."""
+    checkpoints = Path(cfg.paths.output_dir) / paths.CHECKPOINTS
+    best = ModelCheckpoint(
+        dirpath=checkpoints,
+        filename="best",
+        monitor=cfg.checkpoint.monitor,
+        mode=cfg.checkpoint.mode,
+        auto_insert_metric_name=False,
+        enable_version_counter=False,
+    )
+    last = ModelCheckpoint(dirpath=checkpoints, filename="last", enable_version_counter=False)  # every epoch
+    artifacts = RunArtifacts(
+        run.tracked,
+        config_yaml(cfg),
+        best=best,
+        last=last,
+        heatmap_samples=cfg.tracking.heatmap_samples,
+        heatmap_every_n_epochs=cfg.tracking.heatmap_every_n_epochs,
+    )
+    guard = FiniteLossGuard(interrupts.path, check_every_n_steps=cfg.trainer.get("log_every_n_steps", 50))
+    logged_through = resumption.logged_through if resumption else None
+    trainer = L.Trainer(
+        **OmegaConf.to_container(cfg.trainer, resolve=True),
+        logger=RunLogger(run.tracked, run.experiment_id, logged_through),
+        callbacks=[guard, best, last, artifacts, interrupts],
+        default_root_dir=str(cfg.paths.output_dir),
+    )
+    with lightning_handles_sigterm():
+        trainer.fit(module, datamodule=datamodule, weights_only=True,  # never unpickle objects
+                    ckpt_path=str(resumption.checkpoint) if resumption else None)
+    if cfg.training.test_after_fit:
+        trainer.test(module, datamodule=datamodule, ckpt_path=best.best_model_path or None, weights_only=True)
+    result = trainer.callback_metrics.get(cfg.optimized_metric)
+    return None if result is None else float(result)
+
+
+def stop(run: TrainingRun, error: BaseException, caught_interrupt: BaseException | None) -> None:
+    """After an exception: mark the run FAILED, or KILLED and exit 130/143 when it was interrupted
+    (``caught_interrupt``: Lightning turns Ctrl-C during fit into ``exit(1)``)."""
+    interrupt = caught_interrupt or (error if isinstance(error, INTERRUPTS) else None)
+    if interrupt is not None:
+        release_interrupted_frames(error, caught_interrupt)
+    if run.owned:
+        run.tracked.finish("FAILED" if interrupt is None else "KILLED")
+    if interrupt is not None:
+        run_id = run.tracked.run_id
+        print(f"\nInterrupted: MLflow run {run_id} marked KILLED; continue it with "
+              f"`python train.py resume={run_id}`", file=sys.stderr, flush=True)
+        raise SystemExit(exit_code(interrupt)) from error
+
+
+def finish(run: TrainingRun, uri: str) -> None:
+    """Mark the run FINISHED and say where to find it."""
+    if not run.owned:
+        return
+    tracked = run.tracked
+    tracked.finish("FINISHED")
+    ui = f"mlflow ui --backend-store-uri {uri}" if not uri.startswith("http") else uri
+    print(
+        f"\nMLflow run '{tracked.name}' ({tracked.run_id}) in experiment {run.experiment_id}, store {uri}\n"
+        f"Open it with: {ui}   (or `make ui`)",
+        flush=True,
+    )
+
+
+def record_failed_sweep_job(cfg: DictConfig, error: AttnSeqError) -> None:
+    """In a sweep every job leaves a run: one rejected before training is a FAILED run that says why."""
+    if not sweep_context()[0]:
+        return
+    try:
+        client = MlflowClient(tracking_uri=cfg.mlflow.tracking_uri)
+        name, run_tags, parent = run_identity(cfg)
+        experiment_id = ensure_experiment(client, cfg.mlflow.experiment_name)
+        tracked = TrackedRun.create(client, experiment_id, name, {**run_tags, tags.ERROR: str(error)}, parent)
+        tracked.log_params(config_params(cfg))
+        tracked.finish("FAILED")
+    except Exception:  # noqa: BLE001 - the store itself may be what failed; the job's error stands
+        log.warning("could not record the failed job in MLflow", exc_info=True)
