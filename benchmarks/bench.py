@@ -67,8 +67,8 @@ from torch import nn
 from attnseq.data.sampler import padding_fraction
 from attnseq.kernels import ALL_FAST_PATHS, FastPaths
 from attnseq.model import build_seq2seq
-from attnseq.training.process import keep_freed_memory
 from attnseq.training.build import build_datamodule, build_module, model_config
+from attnseq.training.process import keep_freed_memory
 
 
 def setup_datamodule(cfg):

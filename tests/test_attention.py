@@ -108,7 +108,9 @@ def test_query_and_key_sizes_may_differ_where_the_maths_allows(scorer):
     query = query[..., :6].contiguous()
     params = {name: p.detach().numpy() for name, p in attention.named_parameters()}
     context, weights = attention(query, keys, valid)
-    ref_context, ref_weights = reference_attention(scorer, params, 2, query[1, 2].numpy(), keys[1].numpy(), valid[1].numpy())
+    ref_context, ref_weights = reference_attention(
+        scorer, params, 2, query[1, 2].numpy(), keys[1].numpy(), valid[1].numpy()
+    )
     np.testing.assert_allclose(weights[1, :, 2].detach().numpy(), ref_weights, atol=1e-10)
     np.testing.assert_allclose(context[1, 2].detach().numpy(), ref_context, atol=1e-10)
 

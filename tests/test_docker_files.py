@@ -73,7 +73,9 @@ def test_compose_refuses_to_start_without_the_secrets(tmp_path):
     proc = compose("config", "--quiet", env_file=empty)
     assert proc.returncode != 0
     for variable in ("POSTGRES_PASSWORD", "S3_SECRET_KEY"):
-        assert re.search(rf"required variable {variable} is missing a value: set it in docker/\.env", proc.stderr), proc.stderr
+        assert re.search(
+            rf"required variable {variable} is missing a value: set it in docker/\.env", proc.stderr
+        ), proc.stderr
 
 
 def test_default_services_and_profiles():
@@ -229,7 +231,9 @@ def test_dockerfile_layers_put_dependencies_before_code():
 
     torch = index(lambda op, a: op == "RUN" and "torch==" in a, "installing torch")
     manifest = index(lambda op, a: op == "COPY" and a.split()[0] == "pyproject.toml", "copying pyproject.toml alone")
-    deps = index(lambda op, a: op == "RUN" and "requirements" in a and "pip install" in a, "installing the dependencies")
+    deps = index(
+        lambda op, a: op == "RUN" and "requirements" in a and "pip install" in a, "installing the dependencies"
+    )
     code = index(lambda op, a: op == "COPY" and a.split()[0] != "pyproject.toml", "copying code")
     assert torch < manifest < deps < code, steps
     copied = {src for op, a in steps if op == "COPY" for src in a.split()[:-1]}

@@ -8,9 +8,6 @@ import csv
 
 import pytest
 import torch
-from mlflow.tracking import MlflowClient
-from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
-
 from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
     EVALUATE_PY,
     all_runs,
@@ -21,6 +18,8 @@ from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
     tiny,
     tracking_uri,
 )
+from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 EVAL_LENGTHS = (1, 14)  # past the tiny runs' training lengths (1-6)
 WIDTH = 5
@@ -74,7 +73,9 @@ def test_evaluation_metrics_cover_every_bucket(evaluated, scorer):
     if scorer == "none":  # nothing to align or to replace
         assert not any(k.startswith(("eval/align_acc", "eval/cf_")) for k in metrics)
     else:
-        assert {"eval/align_acc", "eval/attn_entropy", "eval/cf_permute_flip_rate", "eval/cf_uniform_tv"} <= set(metrics)
+        assert {
+            "eval/align_acc", "eval/attn_entropy", "eval/cf_permute_flip_rate", "eval/cf_uniform_tv"
+        } <= set(metrics)
         for name in expected_buckets():
             assert 0.0 <= metrics[f"eval/cf_uniform_flip_len/{name}"] <= 1.0
     assert run.data.params["eval.lengths"] == str(EVAL_LENGTHS)
@@ -108,7 +109,9 @@ def test_comparison_has_one_row_per_run_and_a_figure(evaluated):
     assert sorted(r["run"] for r in rows) == sorted(f"scorer={s}" for s in SCORERS)  # labelled by what varied
     assert all(int(r["params"].replace(",", "")) > 0 for r in rows)
     lo, hi = EVAL_LENGTHS
-    assert [c for c in rows[0] if c.startswith("acc ")] == [f"acc {b}-{min(b + WIDTH - 1, hi)}" for b in range(lo, hi + 1, WIDTH)]
+    assert [c for c in rows[0] if c.startswith("acc ")] == [
+        f"acc {b}-{min(b + WIDTH - 1, hi)}" for b in range(lo, hi + 1, WIDTH)
+    ]
     # readable without the UI: the terminal shows the same table
     assert "| scorer=additive |" in evaluated["stdout"] and "| scorer=none |" in evaluated["stdout"]
 

@@ -23,7 +23,9 @@ def grads(output: torch.Tensor, upstream: torch.Tensor, leaves) -> list[torch.Te
     return list(torch.autograd.grad(output, leaves, upstream))
 
 
-@pytest.mark.parametrize("batch, steps, features, hidden", [(1, 1, 1, 1), (3, 1, 4, 5), (4, 7, 3, 6), (16, 23, 8, 12), (2, 40, 5, 3)])
+@pytest.mark.parametrize(
+    "batch, steps, features, hidden", [(1, 1, 1, 1), (3, 1, 4, 5), (4, 7, 3, 6), (16, 23, 8, 12), (2, 40, 5, 3)]
+)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_values_and_every_gradient_equal_nn_gru(batch, steps, features, hidden, dtype):
     torch.manual_seed(steps * 100 + hidden)

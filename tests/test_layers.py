@@ -32,6 +32,7 @@ def test_the_model_library_needs_no_training_framework(module):
 def test_the_data_package_loads_lightning_only_for_its_data_module():
     assert "lightning" not in top_level(modules_loaded_by("attnseq.data"))
     from attnseq.data import DATA_TASKS, Seq2SeqDataModule
-    from attnseq.data.datamodule import DATA_TASKS as defined, Seq2SeqDataModule as module_class
+    from attnseq.data.datamodule import DATA_TASKS as defined
+    from attnseq.data.datamodule import Seq2SeqDataModule as module_class
 
     assert Seq2SeqDataModule is module_class and DATA_TASKS == defined

@@ -225,7 +225,10 @@ def test_dot_with_a_bidirectional_encoder_is_rejected():
     "overrides,fragments",
     [
         (dict(heads=3, hidden_size=128), ["model.heads=3", "d_k=128", "Fix:"]),
-        (dict(heads=3, hidden_size=64, bidirectional=True, scorer="general"), ["model.heads=3", "d_k=128", "bidirectional"]),
+        (
+            dict(heads=3, hidden_size=64, bidirectional=True, scorer="general"),
+            ["model.heads=3", "d_k=128", "bidirectional"],
+        ),
         (dict(hidden_size=0), ["model.hidden_size=0", "positive"]),
         (dict(embedding_dim=-4), ["model.embedding_dim=-4"]),
         (dict(layers=0), ["model.layers=0"]),
@@ -294,7 +297,9 @@ def assert_teacher_forcing_equals_stepping(model) -> None:
 @pytest.mark.parametrize("enc", ["gru", "lstm"])
 def test_fused_path_in_float32_matches_stepping_to_1e_5(enc, dec):
     torch.manual_seed(3)
-    config = ModelConfig(V_SRC, V_TGT, embedding_dim=16, hidden_size=32, scorer="additive", **ENCODERS[enc], **DECODERS[dec])
+    config = ModelConfig(
+        V_SRC, V_TGT, embedding_dim=16, hidden_size=32, scorer="additive", **ENCODERS[enc], **DECODERS[dec]
+    )
     model = build_seq2seq(config).eval()
     src, lengths, tgt_in = make_batch(lengths=(9, 4, 1, 7), tgt_len=8)
     logits, weights = model(src, lengths, tgt_in)

@@ -15,9 +15,6 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from mlflow.tracking import MlflowClient
-from omegaconf import OmegaConf
-
 from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
     CLI_TIMEOUT_S,
     TRAIN_PY,
@@ -30,6 +27,8 @@ from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
     tiny,
     tracking_uri,
 )
+from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
 
 
 def user_env(**extra: str) -> dict[str, str]:

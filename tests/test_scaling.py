@@ -9,9 +9,6 @@ import sys
 
 import pytest
 import yaml
-from mlflow.tracking import MlflowClient
-from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
-
 from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
     TRAIN_PY,
     all_runs,
@@ -22,6 +19,8 @@ from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
     tiny,
     tracking_uri,
 )
+from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 VAL_SIZE = 48
 

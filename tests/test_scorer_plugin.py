@@ -13,13 +13,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_helpers import all_runs, clean_env, explain, outputs_under, run_cli, tiny  # noqa: E402
 from mlflow.tracking import MlflowClient
 
 from attnseq.attention import SCORERS, AdditiveAttention, Attention, build_attention, lengths_to_valid_mask
 from attnseq.errors import ConfigError
 from attnseq.model import ModelConfig, build_seq2seq
-
-from cli_helpers import all_runs, clean_env, explain, outputs_under, run_cli, tiny  # noqa: E402
 
 V = 11
 
@@ -117,7 +116,9 @@ def teacher_forced_and_stepped(model):
     for forward in (lambda: model(src, lengths, tgt_in), stepped):
         model.zero_grad()
         logits, weights = forward()
-        (logits.sin().sum() + (weights * torch.linspace(-1, 1, weights.shape[-1], dtype=weights.dtype)).sum()).backward()
+        (
+            logits.sin().sum() + (weights * torch.linspace(-1, 1, weights.shape[-1], dtype=weights.dtype)).sum()
+        ).backward()
         results.append((logits, weights, {n: p.grad.clone() for n, p in model.named_parameters()}))
     return results
 
@@ -155,7 +156,9 @@ def test_a_new_scorer_registers_and_scores_by_its_own_formula(plugin):
             for h in range(2):
                 rows, cols = slice(2 * h, 2 * h + 2), slice(4 * h, 4 * h + 4)
                 n = int(valid[b].sum())
-                scores = torch.stack([v[rows] @ torch.tanh((W_q[rows] @ query[b, t]) * (U[rows] @ keys[b, i, cols])) for i in range(n)])
+                scores = torch.stack(
+                    [v[rows] @ torch.tanh((W_q[rows] @ query[b, t]) * (U[rows] @ keys[b, i, cols])) for i in range(n)]
+                )
                 torch.testing.assert_close(weights[b, h, t, :n], scores.softmax(-1))
                 assert torch.all(weights[b, h, t, n:] == 0)
 
@@ -218,7 +221,9 @@ def test_a_subclass_of_additive_with_another_score_does_not_take_the_additive_ke
         name = "cubed_additive"
 
         def score_projected(self, projected_query, projected_keys):
-            hidden = torch.tanh(projected_query.unsqueeze(3) + projected_keys.unsqueeze(2)) ** 3  # (B, H, T_dec, T_enc, a)
+            hidden = torch.tanh(
+                projected_query.unsqueeze(3) + projected_keys.unsqueeze(2)
+            ) ** 3  # (B, H, T_dec, T_enc, a)
             return torch.einsum("bhsta,ha->bhst", hidden, self.v_a.view(self.heads, -1))  # (B, H, T_dec, T_enc)
 
     assert CubedAdditive.fused_recurrence is None and AdditiveAttention.fused_recurrence == "additive"

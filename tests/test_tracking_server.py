@@ -35,10 +35,9 @@ import psycopg
 import pytest
 import torch
 from botocore.config import Config
+from cli_helpers import all_runs, artifact_paths  # noqa: E402  (tests/ is on sys.path under pytest)
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
-
-from cli_helpers import all_runs, artifact_paths  # noqa: E402  (tests/ is on sys.path under pytest)
 
 REPO = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = REPO / "docker" / "compose.yaml"
@@ -236,7 +235,9 @@ def stack(tmp_path_factory):
         moto = running.enter_context(background(
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(s3_port)], root / "s3.log", base_env()
         ))
-        wait_until(lambda: http_ok(f"http://127.0.0.1:{s3_port}/moto-api/"), "the S3 server (moto)", moto, root / "s3.log")
+        wait_until(
+            lambda: http_ok(f"http://127.0.0.1:{s3_port}/moto-api/"), "the S3 server (moto)", moto, root / "s3.log"
+        )
 
         mlflow_port = free_port()
         addresses = {
@@ -259,7 +260,11 @@ def stack(tmp_path_factory):
         server = services["mlflow"]
         command = list(server["command"])
         assert command[:2] == ["mlflow", "server"], command
-        local = {"--host=0.0.0.0": "--host=127.0.0.1", "--port=5000": f"--port={mlflow_port}", "--workers=2": "--workers=1"}
+        local = {
+            "--host=0.0.0.0": "--host=127.0.0.1",
+            "--port=5000": f"--port={mlflow_port}",
+            "--workers=2": "--workers=1",
+        }
         assert set(local) <= set(command), f"the test maps these arguments of the compose command: {sorted(local)}"
         argv = [sys.executable, "-m", "mlflow", "server"] + [local.get(arg, arg) for arg in command[2:]]
         env = base_env() | {k: mapped(v, addresses) for k, v in server["environment"].items()}
@@ -317,7 +322,9 @@ def single(stack):
 @pytest.fixture(scope="module")
 def sweep(stack, single):  # after `single`, so each fixture can tell its own runs apart
     before = {r.info.run_id for r in all_runs(stack["client"])}
-    train(stack, "sweep", "-m", f"scorer={','.join(SWEEP_SCORERS)}", "trainer.max_epochs=1", "tracking.heatmap_samples=0")
+    train(
+        stack, "sweep", "-m", f"scorer={','.join(SWEEP_SCORERS)}", "trainer.max_epochs=1", "tracking.heatmap_samples=0"
+    )
     new = [r for r in all_runs(stack["client"]) if r.info.run_id not in before]
     parents = [r for r in new if MLFLOW_PARENT_RUN_ID not in r.data.tags]
     assert len(parents) == 1, [(r.info.run_name, r.data.tags.get("attnseq.kind")) for r in new]
@@ -409,7 +416,13 @@ def status_with_host(port: int, host: str) -> int:
 
 @pytest.mark.parametrize(
     ("host", "status"),
-    [("mlflow:5000", 200), ("mlflow", 200), ("127.0.0.1:5000", 200), ("localhost:5000", 200), ("attacker.example", 403)],
+    [
+        ("mlflow:5000", 200),
+        ("mlflow", 200),
+        ("127.0.0.1:5000", 200),
+        ("localhost:5000", 200),
+        ("attacker.example", 403),
+    ],
 )
 def test_allowed_hosts_from_compose(stack, host, status):
     """The trainer reaches the server as http://mlflow:5000, the browser as 127.0.0.1: both are

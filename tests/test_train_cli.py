@@ -23,33 +23,32 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
+    BUCKET_WIDTH,
+    CLI_TIMEOUT_S,
+    EVAL_LENGTHS,
+    EXPERIMENT,
+    HEATMAP_LABELS,
+    MAX_EPOCHS,
+    NUM_SYMBOLS,
+    REPO,
+    TRAIN_LENGTHS,
+    TRAIN_PY,
+    all_runs,
+    artifact_paths,
+    clean_env,
+    explain,
+    is_child,
+    outputs_under,
+    run_cli,
+    tiny,
+    tracking_uri,
+)
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_GIT_DIRTY, MLFLOW_PARENT_RUN_ID
 
 from attnseq.data import SPECIAL_TOKENS, Seq2SeqDataModule, Vocabulary
 from attnseq.model import ModelConfig, build_seq2seq
-
-from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
-    REPO,
-    TRAIN_PY,
-    EXPERIMENT,
-    TRAIN_LENGTHS,
-    EVAL_LENGTHS,
-    BUCKET_WIDTH,
-    NUM_SYMBOLS,
-    MAX_EPOCHS,
-    HEATMAP_LABELS,
-    CLI_TIMEOUT_S,
-    tiny,
-    tracking_uri,
-    outputs_under,
-    clean_env,
-    run_cli,
-    explain,
-    all_runs,
-    artifact_paths,
-    is_child,
-)
 
 
 def flatten(tree: dict, prefix: str = "") -> dict:

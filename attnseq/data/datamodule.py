@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from attnseq.data.batch import collate
 from attnseq.data.errors import DataError
 from attnseq.data.example import EncodedExample, Example, encode_examples
-from attnseq.data.lengths import is_int, filter_by_source_length, validate_length_range
+from attnseq.data.lengths import filter_by_source_length, is_int, validate_length_range
 from attnseq.data.sampler import LengthBucketBatchSampler
 from attnseq.data.splits import split_examples
 from attnseq.data.tasks import TASKS, generate, make_task
@@ -212,12 +212,15 @@ class Seq2SeqDataModule(L.LightningDataModule):
         replicas, rank = self._replicas()
         if bucketing:
             sampler = LengthBucketBatchSampler(
-                [len(x.src) for x in items], batch_size, shuffle=shuffle, seed=self.seed, num_replicas=replicas, rank=rank
+                [len(x.src) for x in items], batch_size,
+                shuffle=shuffle, seed=self.seed, num_replicas=replicas, rank=rank,
             )
             return DataLoader(items, batch_sampler=sampler, collate_fn=collate, num_workers=self.num_workers)
         if replicas > 1:
             shard = DistributedSampler(items, replicas, rank, shuffle=shuffle, seed=self.seed, drop_last=shuffle)
-            return DataLoader(items, batch_size=batch_size, sampler=shard, collate_fn=collate, num_workers=self.num_workers)
+            return DataLoader(
+                items, batch_size=batch_size, sampler=shard, collate_fn=collate, num_workers=self.num_workers
+            )
         generator = torch.Generator().manual_seed(self.seed)
         return DataLoader(
             items, batch_size=batch_size, shuffle=shuffle, generator=generator,

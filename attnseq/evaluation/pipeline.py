@@ -107,7 +107,8 @@ def log_comparison(client: MlflowClient, compared: list[Compared], out_dir: Path
     written = write_comparison(compared, out_dir, title=f"{len(compared)} runs")
     experiment_id = compared[0].trained.run.info.experiment_id
     run = TrackedRun.create(client, experiment_id, f"comparison of {len(compared)} runs",
-                            {tags.KIND: tags.COMPARISON, tags.COMPARED_RUNS: ",".join(c.trained.run_id for c in compared)},
+                            {tags.KIND: tags.COMPARISON,
+                             tags.COMPARED_RUNS: ",".join(c.trained.run_id for c in compared)},
                             parent_run_id=parent)
     for path in written.values():
         run.log_file(path, paths.COMPARISON)

@@ -119,7 +119,10 @@ def select_runs(
         query += f" and {filter_string}"
     runs = client.search_runs([experiment.experiment_id], filter_string=query, max_results=5000)
     if not runs:
-        raise ConfigError(f"no finished training runs in {experiment_name!r} match {filter_string!r}.", "loosen the filter.")
+        raise ConfigError(
+            f"no finished training runs in {experiment_name!r} match {filter_string!r}.",
+            "loosen the filter.",
+        )
     return runs
 
 

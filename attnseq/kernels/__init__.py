@@ -18,7 +18,8 @@ class FastPaths:
     Turning one off changes the speed only, never a value or a gradient (tested).
     """
 
-    fused_decoder: bool = True  # teacher forcing through the fused recurrence; False = step by step (what decoding runs)
+    # teacher forcing through the fused recurrence; False = step by step (what decoding runs)
+    fused_decoder: bool = True
     gru_sequence: bool = True  # whole-sequence GRU with the hand-written backward; False = torch.gru under autograd
 
 

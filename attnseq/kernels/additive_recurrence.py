@@ -99,7 +99,9 @@ class AdditiveGRURecurrence(torch.autograd.Function):
             step_projected = torch.addmm(b_state, h, w_state_t, out=projected[t])  # (B, 3d + H·a): [g_t; q_t]
             hidden_gates = step_projected[:, :gates]  # (B, 3d): g_t
             query = step_projected[:, gates:].view(batch, heads, 1, a)  # (B, H, 1, a): q_t
-            sigma = torch.add(doubled_keys, query, alpha=2, out=sigmas[t] if keep else sigma_buffer).sigmoid_()  # (B, H, T_enc, a)
+            sigma = torch.add(
+                doubled_keys, query, alpha=2, out=sigmas[t] if keep else sigma_buffer
+            ).sigmoid_()  # (B, H, T_enc, a)
             if heads == 1:
                 scores = (sigma.view(-1, a) @ two_v.view(a)).view(batch, 1, t_enc)  # (B, 1, T_enc)
             else:
@@ -113,7 +115,8 @@ class AdditiveGRURecurrence(torch.autograd.Function):
         # The intermediates (made here, neither inputs nor outputs) rule out double backward, which
         # ``once_differentiable`` states; saved this way, autograd's saved-tensor hooks see them.
         ctx.save_for_backward(
-            s0, keys, doubled_keys, w_state, w_ic, v, states, contexts, weights, projected, sigmas, reset_update, candidate
+            s0, keys, doubled_keys, w_state, w_ic, v,
+            states, contexts, weights, projected, sigmas, reset_update, candidate,
         )
         out_states = states.transpose(0, 1)  # (B, T_dec, d)
         out_contexts = contexts.view(steps, batch, heads * d_h).transpose(0, 1)  # (B, T_dec, d_k)
@@ -157,7 +160,9 @@ class AdditiveGRURecurrence(torch.autograd.Function):
             torch.mul(dh.unsqueeze(1), partials.hidden_gates[t], out=dp[:, :gates].view(batch, 3, d))  # δg_t
             dx[:, : 2 * d] = dp[:, : 2 * d]
             torch.mul(dh, partials.input_candidate[t], out=dx[:, 2 * d :])  # δx_t
-            d_context = torch.mm(dx, w_ic, out=d_contexts[t].view(batch, -1)).view(batch, heads, 1, d_h)  # (B, H, 1, d_h)
+            d_context = torch.mm(
+                dx, w_ic, out=d_contexts[t].view(batch, -1)
+            ).view(batch, heads, 1, d_h)  # (B, H, 1, d_h)
             if grad_contexts is not None:
                 d_context += grad_contexts[t].unsqueeze(2)
             d_alpha = (d_context @ values.transpose(-1, -2)).squeeze(2)  # (B, H, T_enc): δα_t

@@ -53,7 +53,12 @@ def split_state(rnn_state) -> CellState:
 
 
 def step_inputs(
-    embedding: nn.Module, dropout: nn.Module, rnn: nn.RNNBase, attention: Attention, tgt_in: Tensor, state_maps: list[Tensor]
+    embedding: nn.Module,
+    dropout: nn.Module,
+    rnn: nn.RNNBase,
+    attention: Attention,
+    tgt_in: Tensor,
+    state_maps: list[Tensor],
 ) -> StepInputs:
     weight_ih, weight_hh, bias_ih, bias_hh = layer_parameters(rnn)
     embedded = dropout(embedding(tgt_in))  # (B, T_dec, E)
@@ -69,7 +74,13 @@ def step_inputs(
 
 
 def attend(
-    attention: Attention, projected: Tensor, h: Tensor, projected_keys: Tensor, valid: Tensor, values: Tensor, query_rows: int
+    attention: Attention,
+    projected: Tensor,
+    h: Tensor,
+    projected_keys: Tensor,
+    valid: Tensor,
+    values: Tensor,
+    query_rows: int,
 ) -> tuple[Tensor, Tensor]:
     """One step's scores from the state's projection (its last ``query_rows`` columns are W_q s,
     else the query is ``h`` itself) → weights ``(B, H, 1, T_enc)`` and ``Σ_i α_i values_i`` per head,
@@ -95,7 +106,11 @@ def bahdanau(decoder, tgt_in: Tensor, state, memory) -> tuple[Tensor, Tensor]:
     start = split_state(state.rnn)
     attention.check_shapes(start.h, memory.keys, memory.valid_mask)
     inputs = step_inputs(decoder.embedding, decoder.dropout, decoder.rnn, attention, tgt_in, [])
-    if start.c is None and attention.fused_recurrence == "additive" and additive_recurrence.supports(inputs.input_gates):
+    if (
+        start.c is None
+        and attention.fused_recurrence == "additive"
+        and additive_recurrence.supports(inputs.input_gates)
+    ):
         doubled_keys = 2 * memory.projected_keys  # (B, H, T_enc, a): K2 = 2K
         v = attention.v_a.view(attention.heads, -1)  # (H, a)
         states, contexts, weights = AdditiveGRURecurrence.apply(
@@ -113,7 +128,9 @@ def bahdanau(decoder, tgt_in: Tensor, state, memory) -> tuple[Tensor, Tensor]:
     contexts: list[Tensor] = []
     step_weights: list[Tensor] = []
     for step_input_gates in inputs.input_gates.unbind(1):  # (B, G·d) each: W_ie E y_{t-1} + b_ih
-        projected = torch.addmm(inputs.state_bias, current.h, state_weight_t)  # (B, G·d [+ rows]): W_hh s_{t-1}, W_q s_{t-1}
+        projected = torch.addmm(
+            inputs.state_bias, current.h, state_weight_t
+        )  # (B, G·d [+ rows]): W_hh s_{t-1}, W_q s_{t-1}
         weights, context = attend(
             attention, projected, current.h, memory.projected_keys, valid, values, inputs.query_rows
         )  # (B, H, 1, T_enc), (B, d_k)
@@ -122,7 +139,9 @@ def bahdanau(decoder, tgt_in: Tensor, state, memory) -> tuple[Tensor, Tensor]:
         outputs.append(current.h)
         contexts.append(context)
         step_weights.append(weights)
-    logits = decoder.read_out(torch.stack(outputs, dim=1), torch.stack(contexts, dim=1), inputs.embedded)  # (B, T_dec, V)
+    logits = decoder.read_out(
+        torch.stack(outputs, dim=1), torch.stack(contexts, dim=1), inputs.embedded
+    )  # (B, T_dec, V)
     return logits, torch.cat(step_weights, dim=2)  # (B, T_dec, V), (B, H, T_dec, T_enc)
 
 
@@ -159,4 +178,7 @@ def luong_input_feeding(decoder, tgt_in: Tensor, state, memory) -> tuple[Tensor,
         step_attentional.append(feed)
         step_weights.append(weights)
     attentional = torch.stack(step_attentional, dim=1)  # (B, T_dec, d_s)
-    return decoder.W_s(decoder.dropout(attentional)), torch.cat(step_weights, dim=2)  # (B, T_dec, V), (B, H, T_dec, T_enc)
+    return (
+        decoder.W_s(decoder.dropout(attentional)),  # (B, T_dec, V)
+        torch.cat(step_weights, dim=2),  # (B, H, T_dec, T_enc)
+    )

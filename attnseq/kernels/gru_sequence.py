@@ -93,8 +93,12 @@ class GRUSequence(torch.autograd.Function):
         dh = grad_tm[steps - 1]  # (B, d)
         for t in range(steps - 1, -1, -1):
             d_states[t] = dh
-            d_g = torch.mul(dh.unsqueeze(1), partials.hidden_gates[t], out=d_hidden_gates[t].view(batch, 3, d))  # (B, 3, d)
-            carried = torch.addcmul(grad_tm[t - 1], dh, partials.carry[t]) if t > 0 else dh * partials.carry[t]  # (B, d)
+            d_g = torch.mul(
+                dh.unsqueeze(1), partials.hidden_gates[t], out=d_hidden_gates[t].view(batch, 3, d)
+            )  # (B, 3, d)
+            carried = (
+                torch.addcmul(grad_tm[t - 1], dh, partials.carry[t]) if t > 0 else dh * partials.carry[t]
+            )  # (B, d)
             dh = torch.addmm(carried, d_g.view(batch, 3 * d), weight_hh)  # (B, d): d h_{t-1}
         # Every step's parameter and input gradients at once.
         d_hidden_flat = d_hidden_gates.view(steps * batch, 3 * d)  # (T·B, 3d)

@@ -124,7 +124,9 @@ class Decoder(nn.Module):
     def run_rnn(self, inputs: Tensor, rnn_state: RNNState) -> Tensor:
         """The RNN over a whole input ``(B, T, d_in)`` → its outputs ``(B, T, d_s)``."""
         if isinstance(self.rnn, nn.GRU) and self.rnn.num_layers == 1:
-            return gru_sequence(inputs, rnn_state[0], layer_parameters(self.rnn), self.fast_paths.gru_sequence)  # (B, T, d_s)
+            return gru_sequence(
+                inputs, rnn_state[0], layer_parameters(self.rnn), self.fast_paths.gru_sequence
+            )  # (B, T, d_s)
         outputs, _ = self.rnn(inputs, rnn_state)  # (B, T, d_s)
         return outputs
 
@@ -149,7 +151,8 @@ class BahdanauDecoder(Decoder):
     ) -> None:
         key_dim = attention.key_dim
         super().__init__(
-            vocab_size, embedding_dim, hidden_size, embedding_dim + key_dim, cell, layers, dropout, fast_paths=fast_paths
+            vocab_size, embedding_dim, hidden_size, embedding_dim + key_dim, cell, layers, dropout,
+            fast_paths=fast_paths,
         )
         self.attention = attention
         self.readout = nn.Linear(hidden_size + key_dim + embedding_dim, vocab_size)
@@ -191,7 +194,9 @@ class LuongDecoder(Decoder):
         fast_paths: FastPaths = ALL_FAST_PATHS,
     ) -> None:
         rnn_input_size = embedding_dim + (hidden_size if input_feeding else 0)
-        super().__init__(vocab_size, embedding_dim, hidden_size, rnn_input_size, cell, layers, dropout, fast_paths=fast_paths)
+        super().__init__(
+            vocab_size, embedding_dim, hidden_size, rnn_input_size, cell, layers, dropout, fast_paths=fast_paths
+        )
         self.attention = attention
         self.input_feeding = input_feeding
         self.W_c = nn.Linear(attention.key_dim + hidden_size, hidden_size, bias=False)
@@ -246,7 +251,9 @@ class PlainDecoder(Decoder):
         dropout: float = 0.0,
         fast_paths: FastPaths = ALL_FAST_PATHS,
     ) -> None:
-        super().__init__(vocab_size, embedding_dim, hidden_size, embedding_dim, cell, layers, dropout, fast_paths=fast_paths)
+        super().__init__(
+            vocab_size, embedding_dim, hidden_size, embedding_dim, cell, layers, dropout, fast_paths=fast_paths
+        )
         self.output = nn.Linear(hidden_size, vocab_size)
 
     def step(self, prev_tokens: Tensor, state: DecoderState, memory: Memory) -> StepOutput:

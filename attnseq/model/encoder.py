@@ -90,7 +90,8 @@ class RNNEncoder(nn.Module):
         batch, steps, _ = embedded.shape
         positions = torch.arange(steps, device=embedded.device)  # (T,)
         valid = positions[None, :] < lengths[:, None]  # (B, T)
-        last = (lengths - 1).view(batch, 1, 1).expand(batch, 1, self.hidden_size)  # (B, 1, d): index of the last real token
+        # index of the last real token
+        last = (lengths - 1).view(batch, 1, 1).expand(batch, 1, self.hidden_size)  # (B, 1, d)
         forward_states = self._gru_direction(embedded, reverse=False)  # (B, T, d)
         finals = [forward_states.gather(1, last).squeeze(1)]  # (B, d)
         outputs = [forward_states]
@@ -109,7 +110,9 @@ class RNNEncoder(nn.Module):
     def _gru_direction(self, inputs: Tensor, reverse: bool) -> Tensor:
         """One direction of the one-layer GRU, from a zero state: ``(B, T, d)``."""
         h0 = inputs.new_zeros(inputs.shape[0], self.hidden_size)  # (B, d)
-        return gru_sequence(inputs, h0, layer_parameters(self.rnn, reverse=reverse), self.fast_paths.gru_sequence)  # (B, T, d)
+        return gru_sequence(
+            inputs, h0, layer_parameters(self.rnn, reverse=reverse), self.fast_paths.gru_sequence
+        )  # (B, T, d)
 
     def _bridge(self, final: Tensor) -> Tensor:
         """``(L·dirs, B, d)`` → ``(L, B, hidden)``: the decoder's initial state per layer."""

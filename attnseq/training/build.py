@@ -27,7 +27,9 @@ def model_config(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> M
         cell=cfg.encoder.cell,
         bidirectional=cfg.encoder.bidirectional,
         scorer=cfg.scorer.name,
-        scorer_options={key: value for key, value in OmegaConf.to_container(cfg.scorer, resolve=True).items() if key != "name"},
+        scorer_options={
+            key: value for key, value in OmegaConf.to_container(cfg.scorer, resolve=True).items() if key != "name"
+        },
         heads=cfg.model.heads,
         decoder=cfg.decoder.convention,
         input_feeding=cfg.decoder.get("input_feeding"),
@@ -75,7 +77,10 @@ def validate(cfg: DictConfig) -> None:
     except AttnSeqError:
         raise
     except ValueError as error:
-        raise ConfigError(f"dataset: {error}", "set the dataset.* value it names, e.g. dataset.batch_size=64.") from None
+        raise ConfigError(
+            f"dataset: {error}",
+            "set the dataset.* value it names, e.g. dataset.batch_size=64.",
+        ) from None
     try:
         instantiate(cfg.optimizer)([torch.nn.Parameter(torch.zeros(1))])
         if cfg.get("scheduler"):

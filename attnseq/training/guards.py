@@ -27,7 +27,9 @@ class FiniteLossGuard(Callback):
         self.check_every_n_steps = check_every_n_steps
         self.seen_nonfinite: torch.Tensor | None = None
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int
+    ) -> None:
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
         bad = ~torch.isfinite(loss.detach())
         self.seen_nonfinite = bad if self.seen_nonfinite is None else self.seen_nonfinite | bad

@@ -83,7 +83,9 @@ class Seq2SeqLitModule(L.LightningModule):
         logits, _ = self.model(batch.src, batch.src_lengths, batch.tgt_in, teacher_forcing=self.teacher_forcing)
         loss = self.loss(logits, batch.tgt_out)
         size = len(batch)
-        padding = 1.0 - (batch.src_lengths.sum() + batch.tgt_lengths.sum()) / (batch.src.numel() + batch.tgt_out.numel())
+        padding = 1.0 - (batch.src_lengths.sum() + batch.tgt_lengths.sum()) / (
+            batch.src.numel() + batch.tgt_out.numel()
+        )
         self.train_loss.update(loss.detach(), weight=size)
         self.train_padding.update(padding, weight=size)
         if self._logger_writes_this_step():
@@ -115,7 +117,9 @@ class Seq2SeqLitModule(L.LightningModule):
     # -- evaluation ----------------------------------------------------------------------
     def _evaluate(self, batch: Batch, metrics: MetricCollection, stage: str) -> None:
         logits, attention = self.model(batch.src, batch.src_lengths, batch.tgt_in)  # teacher forced
-        self.log(f"{stage}/loss", self.loss(logits, batch.tgt_out), on_epoch=True, batch_size=len(batch), sync_dist=True)
+        self.log(
+            f"{stage}/loss", self.loss(logits, batch.tgt_out), on_epoch=True, batch_size=len(batch), sync_dist=True
+        )
         limit = decode_length_limit(batch.src_lengths, self.decode_ratio, self.decode_extra)
         decoded = greedy_decode(self.model, batch.src, batch.src_lengths, max_length=limit)
         metrics["buckets"].update(decoded.tokens, batch.tgt_out, batch.tgt_lengths, batch.src_lengths)

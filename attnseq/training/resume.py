@@ -39,7 +39,10 @@ def prepare_resume(client: MlflowClient, run_id: str, current: DictConfig) -> tu
             "copy the run id from the MLflow UI, and check mlflow.tracking_uri points at its store.",
         ) from None
     if run.data.tags.get(tags.KIND) != tags.TRAIN:
-        raise ConfigError(f"resume={run_id}: run '{run.info.run_name}' is not a training run.", "pass a training run's id.")
+        raise ConfigError(
+            f"resume={run_id}: run '{run.info.run_name}' is not a training run.",
+            "pass a training run's id.",
+        )
     if run.info.status == "FINISHED":
         raise ConfigError(
             f"resume={run_id}: run '{run.info.run_name}' already FINISHED.",
