@@ -47,6 +47,8 @@ def reference_scores(scorer: str, params: dict, heads: int, q: np.ndarray, keys:
                 else:
                     pre = params["W_a"][rows] @ np.concatenate([q, k])
                 out[h, i] = params["v_a"][rows] @ np.tanh(pre)
+            else:
+                raise NotImplementedError(f"no reference formula for scorer {scorer!r}: write its score here")
     return out
 
 

@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from attnseq.attention import lengths_to_valid_mask
+from attnseq.attention import NO_ATTENTION, SCORERS, lengths_to_valid_mask
 from attnseq.data.vocab import EOS, PAD
 from attnseq.model import ModelConfig, build_seq2seq, greedy_decode
 from attnseq.model.beam import beam_search, length_penalty_factor, sequence_log_prob
@@ -35,8 +35,8 @@ def one_thread():
 
 
 def model_cases(variants=VARIANTS):
-    for scorer, dec, variant in itertools.product(["none", "additive", "general", "dot"], DECODERS, variants):
-        if scorer == "none" and dec != "bahdanau":
+    for scorer, dec, variant in itertools.product([NO_ATTENTION, *SCORERS], DECODERS, variants):
+        if scorer == NO_ATTENTION and dec != "bahdanau":
             continue  # the baseline has no attention, so the query convention does not exist
         yield pytest.param(scorer, dec, variant, id=f"{scorer}-{dec}-{variant}")
 
@@ -46,7 +46,7 @@ def make_model(scorer, dec, variant, tgt_vocab=V_TGT):
     these inputs width-2/4 beams beat greedy for about half the items."""
     options = dict(VARIANTS[variant])
     torch.manual_seed(options.pop("seed"))
-    if scorer == "none":
+    if scorer == NO_ATTENTION:
         options.pop("heads", None)
     config = ModelConfig(
         V_SRC, tgt_vocab, embedding_dim=8, hidden_size=16, scorer=scorer, **DECODERS[dec], **options
@@ -77,7 +77,7 @@ def test_beam_of_one_is_greedy_decoding_exactly(scorer, dec, variant):
     beam = beam_search(model, src, lengths, beam_size=1, max_length=7)
     assert torch.equal(beam.tokens, greedy.tokens)
     assert torch.equal(beam.lengths, greedy.lengths)
-    if scorer == "none":
+    if scorer == NO_ATTENTION:
         assert beam.attention is None and greedy.attention is None
     else:
         assert torch.equal(beam.attention, greedy.attention)
@@ -187,7 +187,7 @@ def test_output_holds_eos_then_pad_and_attention_stops_at_the_end(scorer, dec, v
     eos_before_last = (out.tokens == EOS) & (positions[None, :] < (out.lengths - 1)[:, None])  # (B, T_out)
     assert not eos_before_last.any()
     assert (out.tokens[~inside] == PAD).all()
-    if scorer == "none":
+    if scorer == NO_ATTENTION:
         assert out.attention is None
         return
     heads = 2 if variant == "s1-lstm-h2" else 1

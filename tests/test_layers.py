@@ -1,15 +1,20 @@
-"""Lower layers never import higher ones: each import runs in a fresh interpreter and the test
-reads which packages it pulled into ``sys.modules``."""
+"""Lower layers never import higher ones: read from every module's source, and for the model
+library in a fresh interpreter, from which packages one import pulls into ``sys.modules``."""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+import attnseq
+
 FRAMEWORKS = ("lightning", "pytorch_lightning", "mlflow", "hydra", "omegaconf")
+PACKAGE_ROOT = Path(attnseq.__file__).parent
 
 
 def modules_loaded_by(module: str) -> set[str]:
@@ -36,3 +41,45 @@ def test_the_data_package_loads_lightning_only_for_its_data_module():
     from attnseq.data.datamodule import Seq2SeqDataModule as module_class
 
     assert Seq2SeqDataModule is module_class and DATA_TASKS == defined
+
+
+LAYERS = {
+    # package: the attnseq packages it may import (besides attnseq.errors)
+    "kernels": set(),
+    "attention": {"kernels"},
+    "data": set(),
+    "metrics": set(),
+    "model": {"kernels", "attention", "data"},
+    "tracking": set(),
+    "training": {"kernels", "attention", "data", "metrics", "model", "tracking"},
+    "evaluation": {"kernels", "attention", "data", "metrics", "model", "tracking"},
+}
+"""The layering the README's "Layout" describes, bottom first."""
+
+
+def attnseq_imports(path) -> set[str]:
+    """The attnseq packages a module imports, read from its source (lazy imports included)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return {name.split(".")[1] for name in names if name.startswith("attnseq.") and name.count(".") >= 1}
+
+
+@pytest.mark.parametrize("package", sorted(LAYERS))
+def test_each_layer_imports_only_the_layers_below_it(package):
+    allowed = LAYERS[package] | {package, "errors"}
+    offending = {
+        str(path.relative_to(PACKAGE_ROOT)): sorted(attnseq_imports(path) - allowed)
+        for path in sorted((PACKAGE_ROOT / package).glob("*.py"))
+        if attnseq_imports(path) - allowed
+    }
+    assert not offending, offending
+
+
+def test_every_package_has_its_place_in_the_layering():
+    packages = {path.name for path in PACKAGE_ROOT.iterdir() if (path / "__init__.py").exists()}
+    assert packages == set(LAYERS)

@@ -82,8 +82,8 @@ class Batch:
 
 
 def _long_tensor(values: list[int]) -> torch.Tensor:
-    """A 1-D long tensor over a flat run of ints, through a C array: half the time of
-    ``torch.tensor`` on a list of ~1,500 ids (48 vs 88 µs)."""
+    """A 1-D long tensor over a flat run of ints, through a C array (cheaper than ``torch.tensor``
+    on a long Python list)."""
     return torch.frombuffer(array.array("q", values), dtype=torch.long) if values else torch.empty(0, dtype=torch.long)
 
 
@@ -91,8 +91,8 @@ def collate(examples: Sequence[EncodedExample]) -> Batch:
     """Pack encoded examples into a padded ``Batch`` (adds BOS to ``tgt_in``, EOS to ``tgt_out``).
 
     One flat tensor per field, scattered through a length mask, rather than a few small
-    tensors per example: 0.55 ms instead of 2.2 ms for 64 copy examples (benchmarks/bench.py),
-    which is ~8% of a small model's training step on CPU."""
+    tensors per example: collation is a visible share of a small model's training step on CPU
+    (the comparison is in benchmarks/results.md's history)."""
     if len(examples) == 0:
         raise ValueError("collate needs at least one example")
     chain = itertools.chain.from_iterable

@@ -1,7 +1,8 @@
 """Attention diagnostics for tasks with a gold alignment: alignment accuracy and entropy.
 
 These describe where the attention looks, not why the model predicts what it does (Jain &
-Wallace 2019, SCIENCE.md): report them next to an ablation, never as evidence on their own.
+Wallace 2019): report them next to an ablation (the counterfactual check in
+``attnseq.evaluation``), never as evidence on their own.
 
 The attention must come from the teacher-forced pass, so its decoder steps line up with
 ``tgt_out``: weights (B, H, T_dec, T_enc) with T_dec == T_tgt; (B, T_dec, T_enc) is read as

@@ -13,7 +13,7 @@ token with probability ``teacher_forcing``, else the model's own previous argmax
 switch: ``step`` by step, or — under full teacher forcing, where ``takes_fast_path()`` — the
 decoder's ``teacher_forced`` fast path, which computes the same values and gradients:
 
-- Bahdanau, and Luong with input feeding: ``attnseq.kernels.fused_decoders`` (one layer, an
+- Bahdanau, and Luong with input feeding: ``attnseq.model.fused_decoders`` (one layer, an
   ``Attention`` called through its parts without hooks);
 - Luong without input feeding, and the plain decoder: the RNN over the whole target in one call
   (the recurrence does not read the attention), then attention over all steps in one call.
@@ -27,10 +27,11 @@ import torch
 from torch import Tensor, nn
 
 from attnseq.attention import Attention
-from attnseq.kernels import ALL_FAST_PATHS, FastPaths, fused_decoders
+from attnseq.kernels import ALL_FAST_PATHS, FastPaths
 from attnseq.kernels.activations import fast_tanh
 from attnseq.kernels.cells import layer_parameters
 from attnseq.kernels.gru_sequence import gru_sequence
+from attnseq.model import fused_decoders
 from attnseq.model.encoder import RNN_CLASSES
 from attnseq.model.state import DecoderState, Memory, RNNState, top_layer
 
