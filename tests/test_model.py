@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 import torch
+from model_checks import assert_same_outputs_and_gradients, forward_and_gradients, outputs_and_gradients, step_by_step
 
 from attnseq.attention import NO_ATTENTION, SCORERS, lengths_to_valid_mask
 from attnseq.errors import ConfigError
@@ -251,16 +252,6 @@ def test_invalid_configurations_name_the_value_and_the_fix(overrides, fragments)
 
 
 # ---------------------------------------------------------------------- the fused teacher-forced path
-def step_by_step(model, src, lengths, tgt_in):
-    """Teacher forcing written with ``decoder.step`` alone: the reference for the fused path."""
-    memory, state = model.encode(src, lengths)
-    logits, weights = [], []
-    for t in range(tgt_in.shape[1]):
-        step_logits, step_weights, state = model.decoder.step(tgt_in[:, t], state, memory)
-        logits.append(step_logits)
-        weights.append(step_weights)
-    stacked = None if weights[0] is None else torch.stack(weights, dim=2)  # (B, H, T_dec, T_enc)
-    return torch.stack(logits, dim=1), stacked  # (B, T_dec, V)
 
 
 @pytest.mark.parametrize("enc,scorer,dec,heads", valid_combinations())
@@ -275,22 +266,7 @@ def test_one_layer_teacher_forcing_equals_stepping_values_and_gradients(enc, sco
 def assert_teacher_forcing_equals_stepping(model) -> None:
     """``model(...)`` (whichever teacher-forced path it takes) against ``step_by_step``: logits,
     weights and every parameter's gradient."""
-    src, lengths, tgt_in = make_batch()
-    results = []
-    for forward in (lambda: model(src, lengths, tgt_in), lambda: step_by_step(model, src, lengths, tgt_in)):
-        model.zero_grad()
-        logits, weights = forward()
-        loss = logits.sin().sum()  # every logit gets its own gradient
-        if weights is not None:  # and the weights one of their own, as a loss on them would
-            loss = loss + (weights * torch.linspace(-1, 1, weights.shape[-1], dtype=weights.dtype)).sum()
-        loss.backward()
-        results.append((logits, weights, {n: p.grad.clone() for n, p in model.named_parameters()}))
-    (logits, weights, grads), (ref_logits, ref_weights, ref_grads) = results
-    torch.testing.assert_close(logits, ref_logits)
-    if ref_weights is not None:
-        torch.testing.assert_close(weights, ref_weights)
-    for name, grad in grads.items():
-        torch.testing.assert_close(grad, ref_grads[name], msg=name)
+    assert_same_outputs_and_gradients(*forward_and_gradients(model, *make_batch()))
 
 
 @pytest.mark.parametrize("dec", ["bahdanau", "luong"])
@@ -406,15 +382,8 @@ def test_without_fast_paths_the_model_computes_the_same_values_and_gradients(enc
     slow = build_seq2seq(config, FastPaths(fused_decoder=False, gru_sequence=False)).double().train()
     slow.load_state_dict(fast.state_dict())
     src, lengths, tgt_in = make_batch()
-    results = []
-    for model in (fast, slow):
-        logits, weights = model(src, lengths, tgt_in)
-        loss = logits.sin().sum() + (0 if weights is None else weights.square().sum())
-        loss.backward()
-        results.append((logits, weights, {n: p.grad for n, p in model.named_parameters()}))
-    (logits, weights, grads), (ref_logits, ref_weights, ref_grads) = results
-    torch.testing.assert_close(logits, ref_logits)
-    if ref_weights is not None:
-        torch.testing.assert_close(weights, ref_weights)
-    for name, grad in grads.items():
-        torch.testing.assert_close(grad, ref_grads[name], msg=name)
+    src, lengths, tgt_in = make_batch()
+    assert_same_outputs_and_gradients(
+        outputs_and_gradients(fast, lambda: fast(src, lengths, tgt_in)),
+        outputs_and_gradients(slow, lambda: slow(src, lengths, tgt_in)),
+    )

@@ -15,6 +15,7 @@ import pytest
 import torch
 from cli_helpers import all_runs, clean_env, explain, outputs_under, run_cli, tiny  # noqa: E402
 from mlflow.tracking import MlflowClient
+from model_checks import assert_same_outputs_and_gradients, forward_and_gradients
 
 from attnseq.attention import SCORERS, AdditiveAttention, Attention, build_attention, lengths_to_valid_mask
 from attnseq.errors import ConfigError
@@ -99,36 +100,9 @@ def make_batch():
 
 
 def teacher_forced_and_stepped(model):
-    """Logits, weights and parameter gradients of ``model(...)`` (full teacher forcing, the fast
-    path) and of ``decoder.step`` by step, on the same batch."""
-    src, lengths, tgt_in = make_batch()
-
-    def stepped():
-        memory, state = model.encode(src, lengths)
-        logits, weights = [], []
-        for t in range(tgt_in.shape[1]):
-            step_logits, step_weights, state = model.decoder.step(tgt_in[:, t], state, memory)
-            logits.append(step_logits)
-            weights.append(step_weights)
-        return torch.stack(logits, dim=1), torch.stack(weights, dim=2)  # (B, T_dec, V), (B, H, T_dec, T_enc)
-
-    results = []
-    for forward in (lambda: model(src, lengths, tgt_in), stepped):
-        model.zero_grad()
-        logits, weights = forward()
-        (
-            logits.sin().sum() + (weights * torch.linspace(-1, 1, weights.shape[-1], dtype=weights.dtype)).sum()
-        ).backward()
-        results.append((logits, weights, {n: p.grad.clone() for n, p in model.named_parameters()}))
-    return results
-
-
-def assert_same(fast, reference):
-    (logits, weights, grads), (ref_logits, ref_weights, ref_grads) = fast, reference
-    torch.testing.assert_close(weights, ref_weights)
-    torch.testing.assert_close(logits, ref_logits)
-    for name, grad in grads.items():
-        torch.testing.assert_close(grad, ref_grads[name], msg=name)
+    """``model(...)`` (full teacher forcing, the fast path) and ``decoder.step`` by step on the
+    same batch: each as logits, weights and parameter gradients."""
+    return forward_and_gradients(model, *make_batch())
 
 
 DECODERS = {
@@ -174,7 +148,7 @@ def test_a_new_scorer_teacher_forced_equals_step_by_step(plugin, dec, heads):
     )
     model = build_seq2seq(config).double().train()
     assert model.decoder.takes_fast_path()
-    assert_same(*teacher_forced_and_stepped(model))
+    assert_same_outputs_and_gradients(*teacher_forced_and_stepped(model))
 
 
 def test_a_new_scorer_trains_through_the_cli_and_its_saved_model_loads_again(plugin, tmp_path):
@@ -234,7 +208,7 @@ def test_a_subclass_of_additive_with_another_score_does_not_take_the_additive_ke
         model = model.double().train()
         fast, reference = teacher_forced_and_stepped(model)
         assert "AdditiveGRURecurrence" not in str(fast[1].grad_fn) and fast[1].grad_fn is not None
-        assert_same(fast, reference)
+        assert_same_outputs_and_gradients(fast, reference)
         additive = AdditiveAttention(12, 12, heads=heads).double()  # the same parameters, the additive score
         additive.load_state_dict(model.attention.state_dict())
         src, lengths, _ = make_batch()

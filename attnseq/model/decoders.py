@@ -32,7 +32,7 @@ from attnseq.kernels.activations import fast_tanh
 from attnseq.kernels.cells import layer_parameters
 from attnseq.kernels.gru_sequence import gru_sequence
 from attnseq.model import fused_decoders
-from attnseq.model.encoder import RNN_CLASSES
+from attnseq.model.encoder import build_rnn
 from attnseq.model.state import DecoderState, Memory, RNNState, top_layer
 
 StepOutput = tuple[Tensor, Tensor | None, DecoderState]
@@ -61,13 +61,7 @@ class Decoder(nn.Module):
         self.hidden_size = hidden_size
         self.embedding = nn.Embedding(vocab_size, embedding_dim, padding_idx=padding_idx)
         self.dropout = nn.Dropout(dropout)
-        self.rnn = RNN_CLASSES[cell](
-            rnn_input_size,
-            hidden_size,
-            num_layers=layers,
-            batch_first=True,
-            dropout=dropout if layers > 1 else 0.0,
-        )
+        self.rnn = build_rnn(cell, rnn_input_size, hidden_size, layers, dropout)
 
     def init_state(self, encoder_final: RNNState) -> DecoderState:
         return DecoderState(encoder_final)

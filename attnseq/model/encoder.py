@@ -15,6 +15,20 @@ from attnseq.model.state import RNNState
 RNN_CLASSES = {"gru": nn.GRU, "lstm": nn.LSTM}
 
 
+def build_rnn(
+    cell: str, input_size: int, hidden_size: int, layers: int, dropout: float, bidirectional: bool = False
+) -> nn.RNNBase:
+    """A batch-first ``nn.GRU``/``nn.LSTM``; dropout applies between stacked layers only."""
+    return RNN_CLASSES[cell](
+        input_size,
+        hidden_size,
+        num_layers=layers,
+        batch_first=True,
+        bidirectional=bidirectional,
+        dropout=dropout if layers > 1 else 0.0,
+    )
+
+
 class RNNEncoder(nn.Module):
     """Source tokens ``(B, T_enc)`` → encoder states ``(B, T_enc, d_k)`` and the decoder's
     initial RNN state ``(L, B, d_s)`` (a pair of them for LSTM).
@@ -52,14 +66,7 @@ class RNNEncoder(nn.Module):
         self.key_dim = hidden_size * (2 if bidirectional else 1)
         self.embedding = nn.Embedding(vocab_size, embedding_dim, padding_idx=padding_idx)
         self.dropout = nn.Dropout(dropout)
-        self.rnn = RNN_CLASSES[cell](
-            embedding_dim,
-            hidden_size,
-            num_layers=layers,
-            batch_first=True,
-            bidirectional=bidirectional,
-            dropout=dropout if layers > 1 else 0.0,
-        )
+        self.rnn = build_rnn(cell, embedding_dim, hidden_size, layers, dropout, bidirectional)
         self.bridge = nn.Linear(2 * hidden_size, hidden_size) if bidirectional else None
 
     def forward(self, src: Tensor, src_lengths: Tensor) -> tuple[Tensor, RNNState]:

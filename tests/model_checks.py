@@ -1,0 +1,53 @@
+"""Shared checks of a Seq2Seq model's teacher-forced paths against stepping its decoder."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+Outputs = tuple[Tensor, Tensor | None, dict[str, Tensor]]
+"""logits ``(B, T_dec, V)``, weights ``(B, H, T_dec, T_enc)`` or None, and every parameter's gradient."""
+
+
+def step_by_step(model, src: Tensor, lengths: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor | None]:
+    """Teacher forcing written with ``decoder.step`` alone: the reference for every fast path."""
+    memory, state = model.encode(src, lengths)
+    logits, weights = [], []
+    for t in range(tgt_in.shape[1]):
+        step_logits, step_weights, state = model.decoder.step(tgt_in[:, t], state, memory)
+        logits.append(step_logits)
+        weights.append(step_weights)
+    stacked = None if weights[0] is None else torch.stack(weights, dim=2)  # (B, H, T_dec, T_enc)
+    return torch.stack(logits, dim=1), stacked  # (B, T_dec, V)
+
+
+def outputs_and_gradients(model, forward: Callable[[], tuple[Tensor, Tensor | None]]) -> Outputs:
+    """Run ``forward`` and backpropagate a loss that gives every logit and every attention weight a
+    gradient of its own (a plain sum of the weights would be constant: each row sums to 1)."""
+    model.zero_grad()
+    logits, weights = forward()
+    loss = logits.sin().sum()
+    if weights is not None:
+        loss = loss + (weights * torch.linspace(-1, 1, weights.shape[-1], dtype=weights.dtype)).sum()
+    loss.backward()
+    return logits, weights, {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+def forward_and_gradients(model, src: Tensor, lengths: Tensor, tgt_in: Tensor) -> tuple[Outputs, Outputs]:
+    """``model(...)`` (whichever teacher-forced path it takes) and ``step_by_step``, on one batch."""
+    return (
+        outputs_and_gradients(model, lambda: model(src, lengths, tgt_in)),
+        outputs_and_gradients(model, lambda: step_by_step(model, src, lengths, tgt_in)),
+    )
+
+
+def assert_same_outputs_and_gradients(outputs: Outputs, reference: Outputs) -> None:
+    (logits, weights, grads), (ref_logits, ref_weights, ref_grads) = outputs, reference
+    torch.testing.assert_close(logits, ref_logits)
+    if ref_weights is not None:
+        torch.testing.assert_close(weights, ref_weights)
+    assert grads.keys() == ref_grads.keys()
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, ref_grads[name], msg=name)
