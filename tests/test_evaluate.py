@@ -21,9 +21,13 @@ from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
+from attnseq.attention import NO_ATTENTION
+from attnseq.model import ModelConfig
+
 EVAL_LENGTHS = (1, 14)  # past the tiny runs' training lengths (1-6)
 WIDTH = 5
-SCORERS = ("none", "additive")
+SCORERS = (NO_ATTENTION, ModelConfig.scorer)
+"""The fixed-vector baseline and the default scorer: the pair the README compares first."""
 
 
 def expected_buckets(lo_hi=EVAL_LENGTHS, width=WIDTH) -> list[str]:
