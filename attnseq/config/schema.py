@@ -64,6 +64,15 @@ class Check:
     example: Any
     required: bool = True
     """False for keys only some options of a group have (``dataset.path``, ``scorer.attn_dim``)."""
+    repair: Callable[[Any], Any] | None = None
+    """The value the user most likely meant, from the bad one (``[5, 2]`` → ``[2, 5]``); None: the example."""
+
+    def example_for(self, value: Any) -> Any:
+        try:
+            repaired = self.repair(value) if self.repair is not None else None
+        except (TypeError, ValueError, IndexError):
+            repaired = None
+        return self.example if repaired is None else repaired
 
     def accepts(self, value: Any) -> bool:
         try:
@@ -139,7 +148,13 @@ def length_range(*, example: Sequence[int]) -> Check:
         return (isinstance(v, (list, tuple, ListConfig)) and len(v) == 2 and all(is_whole(x) for x in v)
                 and 1 <= v[0] <= v[1])
 
-    return Check("a [lo, hi] pair of whole numbers with 1 ≤ lo ≤ hi", test, list(example))
+    def repair(v: Any) -> list[int] | None:
+        if not (isinstance(v, (list, tuple, ListConfig)) and len(v) == 2 and all(is_whole(x) for x in v)):
+            return None
+        lo, hi = sorted(v)
+        return [max(lo, 1), max(hi, 1)]
+
+    return Check("a [lo, hi] pair of whole numbers with 1 ≤ lo ≤ hi", test, list(example), repair=repair)
 
 
 def optional(check: Check) -> Check:
@@ -186,7 +201,7 @@ def check_table(cfg: DictConfig, table: Mapping[str, Check]) -> None:
                 )
             continue
         if not check.accepts(value):
-            raise rejected(key, value, check.what, check.example)
+            raise rejected(key, value, check.what, check.example_for(value))
 
 
 def _is_unset(cfg: DictConfig, key: str) -> bool:
