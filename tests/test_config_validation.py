@@ -119,6 +119,13 @@ def test_a_directory_as_the_tsv_path_is_called_a_directory(tmp_path):
     assert "not found" not in str(caught.value) and "dataset.path" in caught.value.fix
 
 
+def test_a_value_that_cannot_be_resolved_names_its_key(tmp_path, monkeypatch):
+    monkeypatch.delenv("ATTNSEQ_TEST_UNSET", raising=False)
+    cfg = compose_config("train", [*outputs(tmp_path), "mlflow.tracking_uri=${oc.env:ATTNSEQ_TEST_UNSET}"])
+    with pytest.raises(ConfigError, match=r"mlflow.tracking_uri=\$\{oc.env:ATTNSEQ_TEST_UNSET\} cannot be resolved"):
+        validate(cfg)
+
+
 def test_the_default_config_and_every_learning_rate_schedule_step_are_accepted(tmp_path, sixteen_gib):
     validate(compose_config("train", outputs(tmp_path)))
     validate(compose_config("train", ["scheduler=null", "trainer.max_epochs=50", *outputs(tmp_path)]))

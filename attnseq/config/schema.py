@@ -25,11 +25,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from attnseq.errors import ConfigError
 
 ABSENT = object()
 """What ``value_at`` returns for a key the config does not have."""
+AT_RUN_TIME = object()
+"""What ``value_at`` returns for a value Hydra fills in at run time, read without a Hydra run."""
 
 
 def shown(value: Any) -> str:
@@ -169,15 +172,27 @@ def absent_ok(check: Check) -> Check:
 
 
 def value_at(cfg: DictConfig, key: str) -> Any:
-    """The resolved value at a dotted key, ``ABSENT`` if there is none; a ``???`` value is ``ABSENT`` too
-    (the builders say which key must be set)."""
+    """The resolved value at a dotted key; ``ABSENT`` if there is none or it is ``???`` (the builders
+    say which key must be set); ``AT_RUN_TIME`` if Hydra fills it in at run time (``${hydra:...}``)
+    and there is no Hydra run (a config composed in a test or a notebook)."""
     node: Any = cfg
+    parent: Any = None
     for part in key.split("."):
         if not isinstance(node, DictConfig) or part not in node:
             return ABSENT
         if OmegaConf.is_missing(node, part):
             return ABSENT
-        node = node[part]
+        parent = node
+        try:
+            node = node[part]
+        except OmegaConfBaseException as error:
+            raw = OmegaConf.to_container(parent, resolve=False)[part]
+            if isinstance(raw, str) and "${hydra:" in raw:
+                return AT_RUN_TIME
+            raise ConfigError(
+                f"{key}={raw} cannot be resolved: {str(error).splitlines()[0]}",
+                f"set {key} to a plain value, or make what it refers to exist (e.g. the environment variable).",
+            ) from None
     if isinstance(node, (DictConfig, ListConfig)):
         return OmegaConf.to_container(node, resolve=True)
     return node
@@ -193,6 +208,8 @@ def check_table(cfg: DictConfig, table: Mapping[str, Check]) -> None:
     """Raise ``ConfigError`` for the first key of ``table`` whose value fails its check (in table order)."""
     for key, check in table.items():
         value = value_at(cfg, key)
+        if value is AT_RUN_TIME:
+            continue
         if value is ABSENT:
             if check.required and not _is_unset(cfg, key):
                 raise ConfigError(
