@@ -22,7 +22,14 @@ from attnseq.evaluation import evaluate
 from attnseq.evaluation.validation import EVALUATE_SCHEMA
 from attnseq.training import build_datamodule, build_module, validate
 from attnseq.training import validation as train_validation
-from attnseq.training.validation import TRAIN_SCHEMA, check_memory, config_keys, logged_metrics, memory_needs
+from attnseq.training.validation import (
+    TRAIN_SCHEMA,
+    Budget,
+    check_memory,
+    config_keys,
+    logged_metrics,
+    memory_needs,
+)
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 GiB = 2**30
@@ -45,7 +52,7 @@ def user_env() -> dict[str, str]:
 @pytest.fixture
 def sixteen_gib(monkeypatch):
     """The memory check compares with this machine's memory: fix it, so the verdicts do not depend on it."""
-    monkeypatch.setattr(train_validation, "physical_memory", lambda: 16 * GiB)
+    monkeypatch.setattr(train_validation, "memory_budget", lambda cfg: Budget(host=16 * GiB))
 
 
 # ---- the issue's cases: rejected by validate(cfg), each naming its key and the fix ---------------
@@ -74,7 +81,7 @@ BAD = [
     (["dataset.num_workers=-1"], ["dataset.num_workers=-1", "≥ 0"], ["dataset.num_workers=0"]),
     (["dataset.train_size=abc"], ["dataset.train_size=abc"], ["dataset.train_size=12800"]),
     (["dataset.eval_lengths=[10,5]"], ["dataset.eval_lengths=[10, 5]", "1 ≤ lo ≤ hi"],
-     ["dataset.eval_lengths=[1, 30]"]),
+     ["dataset.eval_lengths=[5, 10]"]),
     # more of the same kinds
     (["+trainer.logger=false"], ["trainer.logger is set by attnseq"], ["~trainer.logger"]),
     (["trainer.enable_progress_bar=maybe"], ["trainer.enable_progress_bar=maybe", "true or false, or null"],
@@ -179,21 +186,29 @@ def test_the_metrics_the_monitor_may_name_are_exactly_those_the_module_logs(tmp_
 
 def test_lengths_that_cannot_fit_are_rejected_and_the_suggested_ones_fit(tmp_path):
     cfg = compose_config("train", ["dataset.train_lengths=[1,100000]", *outputs(tmp_path)])
+    budget = Budget(host=16 * GiB)
     with pytest.raises(ConfigError) as caught:
-        check_memory(cfg, available=16 * GiB)
+        check_memory(cfg, budget)
     suggested = int(caught.value.fix.split("dataset.train_lengths=[1, ")[1].split("]")[0])
     assert 1 < suggested < 100000
-    needs = [memory_needs(cfg, train_hi=hi)[0].bytes for hi in (suggested, suggested + 1)]
-    assert needs[0] <= 16 * GiB < needs[1]
+    assert budget.holds(memory_needs(cfg, train_hi=suggested)[0])
+    assert not budget.holds(memory_needs(cfg, train_hi=suggested + 1)[0])
     # a batch of attention weights alone: B × T_dec × T_enc × 4 bytes
-    assert memory_needs(cfg)[0].bytes >= 64 * 100001 * 100000 * 4
-    check_memory(compose_config("train", outputs(tmp_path)), available=16 * GiB)  # the default fits
+    assert memory_needs(cfg)[0].batch >= 64 * 100001 * 100000 * 4
+    check_memory(compose_config("train", outputs(tmp_path)), budget)  # the default fits
+
+
+def test_on_an_accelerator_the_batch_is_weighed_against_its_memory(tmp_path):
+    cfg = compose_config("train", ["dataset.train_lengths=[1,6000]", *outputs(tmp_path)])
+    check_memory(cfg, Budget(host=16 * GiB, device=16 * GiB))
+    with pytest.raises(ConfigError, match="of accelerator memory"):
+        check_memory(cfg, Budget(host=16 * GiB, device=4 * GiB))
 
 
 def test_evaluation_lengths_that_cannot_fit_name_eval_lengths(tmp_path):
     cfg = compose_config("train", ["dataset.eval_lengths=[1,50000]", *outputs(tmp_path)])
     with pytest.raises(ConfigError, match=r"dataset\.eval_lengths=\[1, 50000\]"):
-        check_memory(cfg, available=16 * GiB)
+        check_memory(cfg, Budget(host=16 * GiB))
 
 
 # ---- reading a signature's annotations -------------------------------------------------------------

@@ -323,16 +323,17 @@ source, target and alignment of both the ``Example`` and the ``EncodedExample``.
 
 
 class Need(NamedTuple):
-    """A lower bound on the memory one part of training takes, and the key whose value sets it."""
+    """A lower bound on the memory one side of training takes, and the key whose value sets it."""
 
     key: str
-    bytes: int
+    data: int  # the generated examples, in host memory
+    batch: int  # one batch of the longest sequences, on the accelerator
     why: str
 
 
 def memory_needs(cfg: DictConfig, train_hi: int | None = None, eval_hi: int | None = None) -> list[Need]:
     """Lower bounds, in bytes, on what the training split and the evaluation splits take: the
-    generated examples plus one batch of the longest sequences' attention weights,
+    generated examples, and one batch of the longest sequences' attention weights,
     (B, heads, T_dec, T_enc) float32 (kept for the backward pass in training; for every greedy
     decoding step in validation). Deliberately low: a config it rejects cannot fit."""
     ds = cfg.dataset
@@ -345,17 +346,32 @@ def memory_needs(cfg: DictConfig, train_hi: int | None = None, eval_hi: int | No
     def data(size: int, lo: int, hi: int) -> int:
         return 0 if ds.task == "tsv" else int(size * (lo + hi) / 2 * BYTES_PER_DATA_TOKEN)
 
-    train_batch = 4 * batch * heads * (train_hi + 1) * train_hi
-    eval_batch = 4 * batch * heads * max(decoded, eval_hi + 1) * eval_hi
-    lo_train, lo_eval = int(ds.train_lengths[0]), int(ds.eval_lengths[0])
+    evaluated = int(ds.val_size) + int(ds.test_size)
     return [
-        Need("dataset.train_lengths", data(int(ds.train_size), lo_train, train_hi) + train_batch,
+        Need("dataset.train_lengths", data(int(ds.train_size), int(ds.train_lengths[0]), train_hi),
+             4 * batch * heads * (train_hi + 1) * train_hi,
              f"{int(ds.train_size)} training examples and a batch of {batch} sources of {train_hi} tokens"),
-        Need("dataset.eval_lengths",
-             data(int(ds.val_size) + int(ds.test_size), lo_eval, eval_hi) + eval_batch,
-             f"{int(ds.val_size) + int(ds.test_size)} validation and test examples and a batch of {batch} "
-             f"sources of {eval_hi} tokens decoded up to {decoded} steps"),
+        Need("dataset.eval_lengths", data(evaluated, int(ds.eval_lengths[0]), eval_hi),
+             4 * batch * heads * max(decoded, eval_hi + 1) * eval_hi,
+             f"{evaluated} validation and test examples and a batch of {batch} sources of {eval_hi} tokens "
+             f"decoded up to {decoded} steps"),
     ]
+
+
+class Budget(NamedTuple):
+    """The memory there is: the host's, and the accelerator's (None: batches live in host memory too)."""
+
+    host: int
+    device: int | None = None
+
+    def holds(self, need: Need) -> bool:
+        if self.device is None:
+            return need.data + need.batch <= self.host
+        return need.data <= self.host and need.batch <= self.device
+
+    def __str__(self) -> str:
+        device = f" and {_size(self.device)} of accelerator memory" if self.device is not None else ""
+        return f"this machine's {_size(self.host)} of memory{device}"
 
 
 def physical_memory() -> int | None:
@@ -366,42 +382,46 @@ def physical_memory() -> int | None:
         return None
 
 
-def check_memory(cfg: DictConfig, available: int | None = None) -> None:
+def memory_budget(cfg: DictConfig) -> Budget | None:
+    host = physical_memory()
+    if not host:
+        return None
+    on_gpu = str(cfg.trainer.get("accelerator", "cpu")) in ("gpu", "cuda") and torch.cuda.is_available()
+    return Budget(host, torch.cuda.get_device_properties(0).total_memory if on_gpu else None)
+
+
+def check_memory(cfg: DictConfig, budget: Budget | None = None) -> None:
     """Reject lengths (with this batch size and heads) that cannot fit in this machine's memory,
     before minutes of data generation end in a failed allocation."""
-    available = physical_memory() if available is None else available
-    if not available:
+    budget = memory_budget(cfg) if budget is None else budget
+    if budget is None:
         return
-    for need in memory_needs(cfg):
-        if need.bytes <= available:
+    for index, need in enumerate(memory_needs(cfg)):
+        if budget.holds(need):
             continue
-        side = "train" if need.key == "dataset.train_lengths" else "eval"
         lengths = list(value_at(cfg, need.key))
-        longest = _longest_that_fits(cfg, side, available, lengths[0])
+        longest = _longest_that_fits(cfg, index, budget, lengths[0], lengths[1])
+        sizes = "dataset.train_size" if index == 0 else "dataset.val_size / dataset.test_size"
         fix = (f"lower the longest length, e.g. {need.key}=[{lengths[0]}, {longest}] (about the most that "
-               f"fits), or lower dataset.batch_size / dataset.{side if side == 'train' else 'val'}_size"
-               if longest else "lower dataset.batch_size and the dataset sizes")
+               f"fits), or lower dataset.batch_size / {sizes}" if longest else f"lower dataset.batch_size and {sizes}")
         raise ConfigError(
-            f"{need.key}={shown(lengths)} needs at least {_size(need.bytes)} of memory ({need.why}), "
-            f"more than this machine's {_size(available)}.",
+            f"{need.key}={shown(lengths)} needs at least {_size(need.data + need.batch)} of memory ({need.why}), "
+            f"more than {budget}.",
             fix + ".",
         )
 
 
-def _longest_that_fits(cfg: DictConfig, side: str, available: int, lo: int) -> int | None:
-    index = 0 if side == "train" else 1
+def _longest_that_fits(cfg: DictConfig, index: int, budget: Budget, lo: int, hi: int) -> int | None:
+    def holds(longest: int) -> bool:
+        lengths = {"train_hi": longest} if index == 0 else {"eval_hi": longest}
+        return budget.holds(memory_needs(cfg, **lengths)[index])
 
-    def need(hi: int) -> int:
-        args = {"train_hi": hi} if side == "train" else {"eval_hi": hi}
-        return memory_needs(cfg, **args)[index].bytes
-
-    if need(lo) > available:
+    if not holds(lo):
         return None
-    low, high = lo, int(value_at(cfg, "dataset.train_lengths" if side == "train" else "dataset.eval_lengths")[1])
-    while low < high:
-        middle = (low + high + 1) // 2
-        low, high = (middle, high) if need(middle) <= available else (low, middle - 1)
-    return low
+    while lo < hi:
+        middle = (lo + hi + 1) // 2
+        lo, hi = (middle, hi) if holds(middle) else (lo, middle - 1)
+    return lo
 
 
 def _size(count: int) -> str:
