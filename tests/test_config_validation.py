@@ -93,6 +93,8 @@ BAD = [
     (["scheduler._target_=torch.optim.lr_scheduler.ExponentialLRR"],
      ["Did you mean torch.optim.lr_scheduler.ExponentialLR?"],
      ["scheduler._target_=torch.optim.lr_scheduler.ExponentialLR"]),
+    (["scheduler._target_=torch.optim.lr_scheduler.LinearLR", "~scheduler.gamma", "+scheduler.end_factor=0.0",
+      "+scheduler.total_iters=2"], ["the learning rate in epoch 2 would be 0.0", "LinearLR"], ["scheduler=null"]),
     (["checkpoint.monitor=val/loss"], ["checkpoint.mode=max", "val/loss is better when lower"],
      ["checkpoint.mode=min"]),
     (["optimized_metric=val/acc_bets"], ["optimized_metric=val/acc_bets", "Did you mean val/acc_best?"],
@@ -298,6 +300,7 @@ CLI = [
     ("train", ["modle.heads=2"], ["Did you mean model.heads?", "Fix: use model.heads=2."]),
     ("train", ["scorer=dott"], ["scorer=dott is not an option", "Fix: use one of them, e.g. scorer=dot."]),
     ("evaluate", ["run_id=0123456789abcdef0123456789abcdef", "eval.lengths=[1]"], ["eval.lengths=[1]", "Fix:"]),
+    ("evaluate", ["experiment_name=x", "filter='params.scorer = dot'"], ["not MLflow search syntax", "Fix:"]),
     ("evaluate", ["experiment_name=x", "filter=params.a = "], ["an override cannot be parsed", "Fix:"]),
 ]
 
