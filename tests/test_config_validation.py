@@ -100,6 +100,8 @@ BAD = [
     (["optimized_metric=val/acc_bets"], ["optimized_metric=val/acc_bets", "Did you mean val/acc_best?"],
      ["optimized_metric=val/acc_best"]),
     (["seed=-3"], ["seed=-3"], ["seed=0"]),
+    (["+model.dropuot=0.1"], ["model.dropuot is not read by attnseq", "Did you mean model.dropout?"],
+     ["model.dropout=<value>"]),
     (["encoder.cell=rnn"], ["encoder.cell=rnn", "one of gru, lstm"], ["encoder.cell=gru"]),
     (["model=big"], ["model=big replaces the whole model group"], ["model.<key>=<value>"]),
     (["~model.dropout"], ["model.dropout is missing"], ["model.dropout=0.1"]),
@@ -138,7 +140,8 @@ def test_a_value_that_cannot_be_resolved_names_its_key(tmp_path, monkeypatch):
 def test_the_default_config_and_every_learning_rate_schedule_step_are_accepted(tmp_path, sixteen_gib):
     validate(compose_config("train", outputs(tmp_path)))
     validate(compose_config("train", ["scheduler=null", "trainer.max_epochs=50", *outputs(tmp_path)]))
-    validate(compose_config("train", ["+trainer.max_time=00:00:10:00", "+db_password=x", *outputs(tmp_path)]))
+    validate(compose_config("train", ["+trainer.max_time=00:00:10:00", "+db_password=x", "+tracking.api_token=x",
+                                      *outputs(tmp_path)]))
 
 
 # ---- the schema covers every key -----------------------------------------------------------------

@@ -9,12 +9,14 @@ arguments those take, with values their annotations allow; ``checkpoint.monitor`
 fits in memory. The scorer's own settings (``scorer.*`` besides ``name``) are checked by its class
 (``ModelConfig.validate``), the combinations of sizes likewise.
 
-Keys a user adds with ``+`` outside those groups (``+db_password=…``) are allowed: nothing reads
-them but the run's params (redacted) and saved config.
+Keys a user adds with ``+`` outside those groups (``+db_password=…``, ``+tracking.api_token=…``)
+are allowed: nothing reads them but the run's params (redacted) and saved config; one that is a
+near-miss of a key the group has (``+model.dropuot=0.1``) is taken for the typo it is.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import math
 import os
@@ -144,6 +146,9 @@ GROUPS = ("model", "encoder", "scorer", "decoder", "optimizer", "training", "dec
           "mlflow", "paths", "dataset", "trainer")
 """The keys that hold a mapping of settings (``scheduler`` too, or null)."""
 
+PASSED_ON = ("dataset", "trainer", "optimizer", "scheduler", "scorer")
+"""Groups whose keys are handed on as arguments (checked against the receiver, not for near-misses)."""
+
 SET_BY_ATTNSEQ = {
     "logger": "the MLflow logger",
     "callbacks": "the checkpoint, artifact and guard callbacks",
@@ -158,11 +163,30 @@ def check_config(cfg: DictConfig) -> None:
     if cfg.get("scheduler") is not None and not isinstance(cfg.scheduler, DictConfig):
         check_groups(cfg, ["scheduler"])
     check_table(cfg, TRAIN_SCHEMA)
+    check_added_keys(cfg)
     check_dataset_arguments(cfg)
     check_trainer(cfg)
     check_optimization(cfg)
     check_metrics(cfg)
     check_memory(cfg)
+
+
+def check_added_keys(cfg: DictConfig) -> None:
+    """A key added with ``+`` to a group attnseq reads is allowed (nothing reads it but the run's params),
+    unless it is a near-miss of one the group has: ``+model.dropuot=0.1`` would silently change nothing."""
+    for group in GROUPS:
+        if group in PASSED_ON or not isinstance(cfg.get(group), DictConfig):
+            continue
+        known = [key.split(".", 1)[1] for key in TRAIN_SCHEMA if key.startswith(f"{group}.")]
+        for name in cfg[group]:
+            if name in known:
+                continue
+            match = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+            if match:
+                raise ConfigError(
+                    f"{group}.{name} is not read by attnseq. Did you mean {group}.{match[0]}?",
+                    f"use {group}.{match[0]}=<value> (without +), and drop {group}.{name}.",
+                )
 
 
 # -- arguments handed on ------------------------------------------------------------------------
