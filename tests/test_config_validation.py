@@ -322,6 +322,7 @@ def test_a_bad_config_exits_2_with_one_message_and_creates_no_store(script, over
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
 
 
+@pytest.mark.slow
 def test_hydra_help_still_works(tmp_path):
     proc = run_cli(tmp_path, "--help", timeout=120, env=user_env())
     assert proc.returncode == 0, explain(proc)
