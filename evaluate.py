@@ -12,7 +12,7 @@ import os
 import hydra
 from omegaconf import DictConfig
 
-from attnseq.cli import user_errors
+from attnseq.cli import hydra_errors, user_errors
 from attnseq.evaluation import evaluate
 
 
@@ -24,4 +24,5 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    main()
+    with hydra_errors("evaluate"):
+        main()

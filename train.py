@@ -13,7 +13,7 @@ import os
 import hydra
 from omegaconf import DictConfig
 
-from attnseq.cli import user_errors
+from attnseq.cli import hydra_errors, user_errors
 from attnseq.training import train
 
 
@@ -26,4 +26,5 @@ def main(cfg: DictConfig) -> float | None:
 if __name__ == "__main__":
     # log_table appends by fetching the table first; its per-epoch download bar is noise here
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    main()
+    with hydra_errors("train"):
+        main()

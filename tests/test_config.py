@@ -234,9 +234,9 @@ def test_scorer_encoder_decoder(scorer, encoder, decoder, tmp_path):
 
 # ---- 3. bad values: validate(cfg) names the value and the fix -----------------------------------
 #
-# Exception types raised today (all are ValueError subclasses, which is what is asserted):
-#   model.*                  -> attnseq.errors.ConfigError
-#   dataset.* numbers/ranges -> ValueError (from Seq2SeqDataModule.__init__)
+# Exception types raised (all are ValueError subclasses, which is what is asserted):
+#   a key's own value        -> attnseq.errors.ConfigError (the schema, attnseq.training.validation)
+#   model sizes together     -> attnseq.errors.ConfigError (ModelConfig.validate)
 #   dataset=tsv, bad path    -> attnseq.data.errors.DataError
 
 MISSING_TSV = "no/such/dir/missing.tsv"  # placed under tmp_path by the test
@@ -246,15 +246,17 @@ BAD_VALUES = [
                  ["model.heads=3", "d_k=128", "Fix: set model.heads to one of [1, 2, 4, 8"], id="model.heads=3"),
     pytest.param(["model.hidden_size=0"], ConfigError,
                  ["model.hidden_size=0", "Fix: set model.hidden_size to a whole number"], id="model.hidden_size=0"),
-    pytest.param(["dataset.batch_size=0"], ValueError,
-                 ["batch_size must be an int >= 1, got 0", "set batch_size to a whole number >= 1"],
+    pytest.param(["dataset.batch_size=0"], ConfigError,
+                 ["dataset.batch_size=0 must be a whole number ≥ 1", "Fix: set dataset.batch_size to a whole number"],
                  id="dataset.batch_size=0"),
-    pytest.param(["dataset.train_lengths=[5,2]"], ValueError,
-                 ["train_lengths=[5, 2]", "lo > hi", "train_lengths=[2, 5]"], id="dataset.train_lengths=[5,2]"),
-    pytest.param(["dataset.eval_lengths=[0,10]"], ValueError,
-                 ["eval_lengths=[0, 10]", "below 1", "eval_lengths=[1, 10]"], id="dataset.eval_lengths=[0,10]"),
-    pytest.param(["dataset.bucket_width=0"], ValueError,
-                 ["bucket_width must be an int >= 1, got 0", "set bucket_width to a whole number >= 1"],
+    pytest.param(["dataset.train_lengths=[5,2]"], ConfigError,
+                 ["dataset.train_lengths=[5, 2]", "1 ≤ lo ≤ hi", "dataset.train_lengths=[2, 5]"],
+                 id="dataset.train_lengths=[5,2]"),
+    pytest.param(["dataset.eval_lengths=[0,10]"], ConfigError,
+                 ["dataset.eval_lengths=[0, 10]", "1 ≤ lo ≤ hi", "dataset.eval_lengths=[1, 10]"],
+                 id="dataset.eval_lengths=[0,10]"),
+    pytest.param(["dataset.bucket_width=0"], ConfigError,
+                 ["dataset.bucket_width=0 must be a whole number ≥ 1", "Fix: set dataset.bucket_width to a whole"],
                  id="dataset.bucket_width=0"),
     pytest.param(["dataset=tsv", f"dataset.path={{tmp_path}}/{MISSING_TSV}"], DataError,
                  [f"{{tmp_path}}/{MISSING_TSV}", "file not found", "Fix: check the path"],

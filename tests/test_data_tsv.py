@@ -122,3 +122,35 @@ def test_filter_by_source_length(lengths):
     kept = filter_by_source_length(examples, lengths)
     assert kept == [ex for ex in examples if lengths[0] <= len(ex.src) <= lengths[1]]
     assert kept
+
+
+def test_old_mac_line_endings_are_named_with_their_fix(tmp_path):
+    """A file whose lines end with \\r alone reads as one line with many tabs: say that, not "N tabs … cut -f1,2"."""
+    path = write(tmp_path, "".join(f"src {i}\ttgt {i}\r" for i in range(300)).encode())
+    with pytest.raises(DataError) as info:
+        read_tsv(path)
+    message = str(info.value)
+    assert "carriage return" in message and "old Mac" in message
+    assert "tr '\\r' '\\n'" in info.value.fix
+    assert "cut -f1,2" not in message and "tabs on this line" not in message
+
+
+def test_a_line_run_together_by_lone_carriage_returns_says_so(tmp_path):
+    path = write(tmp_path, b"a\tb\nc\td\re\tf\ng\th\n")
+    with pytest.raises(DataError, match="carriage returns") as info:
+        read_tsv(path)
+    assert info.value.line == 2 and "tr '\\r' '\\n'" in info.value.fix
+
+
+def test_a_directory_is_called_a_directory(tmp_path):
+    with pytest.raises(DataError, match="is a directory, not a file") as info:
+        read_tsv(tmp_path)
+    assert "not found" not in str(info.value)
+
+
+def test_the_data_module_calls_a_directory_a_directory(tmp_path):
+    from attnseq.data.datamodule import Seq2SeqDataModule
+
+    with pytest.raises(DataError, match="is a directory, not a file"):
+        Seq2SeqDataModule(task="tsv", path=str(tmp_path), train_lengths=[1, 5], eval_lengths=[1, 5], bucket_width=5,
+                          train_size=8, val_size=4, test_size=4, batch_size=4, seed=0)

@@ -51,8 +51,9 @@ LAYERS = {
     "metrics": set(),
     "model": {"kernels", "attention", "data"},
     "tracking": set(),
-    "training": {"kernels", "attention", "data", "metrics", "model", "tracking"},
-    "evaluation": {"kernels", "attention", "data", "metrics", "model", "tracking"},
+    "config": set(),
+    "training": {"kernels", "attention", "data", "metrics", "model", "tracking", "config"},
+    "evaluation": {"kernels", "attention", "data", "metrics", "model", "tracking", "config"},
 }
 """The layering the README's "Layout" describes, bottom first."""
 

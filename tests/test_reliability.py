@@ -63,9 +63,9 @@ def test_dot_with_a_bidirectional_encoder_names_both_sizes_and_the_fixes(tmp_pat
     [
         ("model.heads=3", ["model.heads=3", "d_k=128", "Fix:"]),
         ("model.hidden_size=0", ["model.hidden_size=0", "Fix:"]),
-        ("dataset.batch_size=0", ["batch_size", "got 0", "Fix:"]),
+        ("dataset.batch_size=0", ["dataset.batch_size=0", "Fix:"]),
         ("dataset.eval_lengths=[10,5]", ["eval_lengths", "Fix:"]),
-        ("dataset.bucket_width=0", ["bucket_width", "got 0", "Fix:"]),
+        ("dataset.bucket_width=0", ["dataset.bucket_width=0", "Fix:"]),
     ],
 )
 def test_bad_sizes_lengths_and_buckets(tmp_path, override, fragments):

@@ -105,6 +105,10 @@ class Seq2SeqDataModule(L.LightningDataModule):
         if task == "tsv":
             if path is None:
                 raise ValueError("task 'tsv' needs path=<file with one 'source<TAB>target' pair per line>")
+            if Path(path).is_dir():
+                raise DataError(
+                    path, "is a directory, not a file", "point the path (dataset.path) to the tab-separated file in it"
+                )
             if not Path(path).is_file():
                 raise DataError(
                     path, "file not found", "check the path; prefer an absolute one (Hydra may change the working dir)"

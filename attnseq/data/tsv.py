@@ -3,13 +3,15 @@
 The format is the Tatoeba / manythings.org Anki sentence-pair file, restricted to exactly two
 columns: every line must hold exactly one tab. Anki downloads carry a third attribution column;
 ``read_tsv`` rejects it with the fix (``cut -f1,2``) rather than guessing which columns to keep.
-Lines end with ``\\n`` or ``\\r\\n``; a UTF-8 byte-order mark is ignored. Blank lines are errors
-too (a blank line is a line without a tab), which keeps line numbers meaningful.
+Lines end with ``\\n`` or ``\\r\\n``; a UTF-8 byte-order mark is ignored; lines ending in ``\\r``
+alone (old Mac files) are an error that says so. Blank lines are errors too (a blank line is a
+line without a tab), which keeps line numbers meaningful.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from attnseq.data.errors import DataError
@@ -17,6 +19,8 @@ from attnseq.data.example import Example
 from attnseq.data.tokenizers import check_tokenizer, tokenize
 
 _UTF8_BOM = b"\xef\xbb\xbf"
+_LONE_CR = re.compile(r"\r(?!\n)")
+_CR_FIX = "tr '\\r' '\\n' < in.tsv > out.tsv"
 
 
 def _read_text(path: Path) -> str:
@@ -27,8 +31,10 @@ def _read_text(path: Path) -> str:
             f"check the path; a relative path is resolved from the working directory {os.getcwd()} "
             "(Hydra may change it), so prefer an absolute path",
         )
+    if path.is_dir():
+        raise DataError(path, "is a directory, not a file", "point to the tab-separated file inside it")
     if not path.is_file():
-        raise DataError(path, "not a regular file", "point to a tab-separated text file, not a directory")
+        raise DataError(path, "not a regular file", "point to a tab-separated text file")
     data = path.read_bytes()
     if data.startswith(_UTF8_BOM):
         data = data[len(_UTF8_BOM) :]
@@ -47,6 +53,17 @@ def _read_text(path: Path) -> str:
         ) from None
 
 
+def _reject_old_mac_line_endings(path: Path, text: str) -> None:
+    """Lines that end with a carriage return alone (old Mac files): the file reads as one line."""
+    if _LONE_CR.search(text) is None or "\n" in text.rstrip("\n"):
+        return
+    raise DataError(
+        path,
+        "lines end with a carriage return (\\r) alone, the old Mac line ending, so the whole file reads as one line",
+        f"convert the line endings to \\n, e.g. `{_CR_FIX}`",
+    )
+
+
 def read_tsv(path: str | Path, tokenizer: str = "word", lowercase: bool = True) -> list[Example]:
     """All sentence pairs of ``path``, tokenised, in file order, with ``alignment=None``.
 
@@ -58,6 +75,7 @@ def read_tsv(path: str | Path, tokenizer: str = "word", lowercase: bool = True) 
     check_tokenizer(tokenizer)
     path = Path(path)
     text = _read_text(path)
+    _reject_old_mac_line_endings(path, text)
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()  # the newline that ends the last line does not start a new one
@@ -72,6 +90,14 @@ def read_tsv(path: str | Path, tokenizer: str = "word", lowercase: bool = True) 
                 path,
                 "no tab on this line",
                 "separate source and target with one tab character (not spaces): 'source<TAB>target'",
+                line=number,
+            )
+        if tabs > 1 and _LONE_CR.search(line):
+            raise DataError(
+                path,
+                f"{tabs} tabs on this line, which holds carriage returns (\\r) not followed by a newline: "
+                "lines ending in \\r alone (the old Mac line ending) run together",
+                f"convert those line endings to \\n, e.g. `{_CR_FIX}`",
                 line=number,
             )
         if tabs > 1:

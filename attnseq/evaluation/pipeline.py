@@ -16,6 +16,7 @@ from attnseq.errors import ConfigError
 from attnseq.evaluation.compare import Compared, label_runs, markdown_table, table_rows, write_comparison
 from attnseq.evaluation.evaluator import EvalResult, EvalSettings, evaluate_run
 from attnseq.evaluation.trained_runs import TrainedRun, load_trained_run, select_runs
+from attnseq.evaluation.validation import check_config
 from attnseq.tracking import paths, tags
 from attnseq.tracking.plots import accuracy_vs_length, attention_heatmap, figure_to_array, save_figure
 from attnseq.tracking.run import TrackedRun
@@ -119,6 +120,7 @@ def log_comparison(client: MlflowClient, compared: list[Compared], out_dir: Path
 
 
 def evaluate(cfg: DictConfig) -> list[EvalResult]:
+    check_config(cfg)
     check_tracking_uri(cfg.mlflow.tracking_uri)
     client = MlflowClient(tracking_uri=cfg.mlflow.tracking_uri)
     runs = select_runs(

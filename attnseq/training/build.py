@@ -13,6 +13,7 @@ from attnseq.kernels import ALL_FAST_PATHS, FastPaths
 from attnseq.model import ModelConfig, build_seq2seq
 from attnseq.tracking.store import check_tracking_uri
 from attnseq.training.lit_module import Seq2SeqLitModule
+from attnseq.training.validation import check_config, check_schedule
 
 
 def model_config(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> ModelConfig:
@@ -70,7 +71,10 @@ def build_module(
 
 
 def validate(cfg: DictConfig) -> None:
-    """Reject a bad combination before any data is generated or any run is created."""
+    """Reject a bad config before any data is generated or any run is created: every key against
+    the schema (``attnseq.training.validation``), then what only the objects can tell — the model's
+    sizes together, the data module (a TSV file), the learning rate each epoch — and the store."""
+    check_config(cfg)
     model_config(cfg, src_vocab_size=1, tgt_vocab_size=1).validate()
     try:
         build_datamodule(cfg)
@@ -79,12 +83,15 @@ def validate(cfg: DictConfig) -> None:
     except ValueError as error:
         raise ConfigError(
             f"dataset: {error}",
-            "set the dataset.* value it names, e.g. dataset.batch_size=64.",
+            f"set the dataset.* value it names (dataset={cfg.dataset.task} takes the keys of "
+            f"conf/dataset/{cfg.dataset.task}.yaml).",
         ) from None
     try:
-        instantiate(cfg.optimizer)([torch.nn.Parameter(torch.zeros(1))])
-        if cfg.get("scheduler"):
-            instantiate(cfg.scheduler)(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1))
+        make_scheduler = instantiate(cfg.scheduler) if cfg.get("scheduler") else None
+        optimizer = instantiate(cfg.optimizer)([torch.nn.Parameter(torch.zeros(1))])
+        check_schedule(optimizer, make_scheduler, epochs=cfg.trainer.get("max_epochs") or 1)
+    except AttnSeqError:
+        raise
     except (ValueError, TypeError) as error:
         raise ConfigError(
             f"the optimizer or scheduler config is rejected: {error}",

@@ -1,0 +1,329 @@
+"""Every config key is checked before anything is created: one message per bad value naming the
+key, what it must be and the fix (``validate(cfg)`` on composed configs, in-process), and through
+the real CLIs exit code 2, no traceback and no MLflow store; Hydra's own config errors likewise."""
+
+from __future__ import annotations
+
+import typing
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from cli_helpers import EVALUATE_PY, clean_env, explain, outputs_under, run_cli  # noqa: E402  (tests/ on sys.path)
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException, MissingConfigException
+
+from attnseq.cli import as_config_error, known_keys
+from attnseq.config.schema import describe, fits
+from attnseq.data.errors import DataError
+from attnseq.errors import ConfigError
+from attnseq.evaluation import evaluate
+from attnseq.evaluation.validation import EVALUATE_SCHEMA
+from attnseq.training import build_datamodule, build_module, validate
+from attnseq.training import validation as train_validation
+from attnseq.training.validation import (
+    TRAIN_SCHEMA,
+    Budget,
+    check_memory,
+    config_keys,
+    logged_metrics,
+    memory_needs,
+)
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+GiB = 2**30
+
+
+def compose_config(name: str, overrides: list[str]):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(name, overrides=overrides)
+
+
+def outputs(tmp_path: Path) -> list[str]:
+    return [f"paths.output_dir={tmp_path / 'out'}", f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}"]
+
+
+def user_env() -> dict[str, str]:
+    """What a user has: no HYDRA_FULL_ERROR, so errors must read well on their own."""
+    return {k: v for k, v in clean_env().items() if k != "HYDRA_FULL_ERROR"}
+
+
+@pytest.fixture
+def sixteen_gib(monkeypatch):
+    """The memory check compares with this machine's memory: fix it, so the verdicts do not depend on it."""
+    monkeypatch.setattr(train_validation, "memory_budget", lambda cfg: Budget(host=16 * GiB))
+
+
+# ---- the issue's cases: rejected by validate(cfg), each naming its key and the fix ---------------
+
+BAD = [
+    # (overrides, fragments of the problem, fragments of the fix)
+    (["model.dropout=abc"], ["model.dropout=abc", "a number in [0, 1)"], ["model.dropout=0.1"]),
+    (["model.dropout=null"], ["model.dropout=null", "a number in [0, 1)"], ["model.dropout=0.1"]),
+    (["threads=-1"], ["threads=-1", "a whole number ≥ 1, or null"], ["threads=1"]),
+    (["training.teacher_forcing=abc"], ["training.teacher_forcing=abc", "[0, 1]"], ["training.teacher_forcing=1.0"]),
+    (["+trainer.foo=1"], ["trainer.foo is not an argument of lightning.Trainer"], ["~trainer.foo", "max_epochs"]),
+    (["decode.max_length_ratio=-1"], ["decode.max_length_ratio=-1", "> 0"], ["decode.max_length_ratio=1.5"]),
+    (["checkpoint.monitor=val/exact_matc"], ["val/exact_matc", "not a metric", "Did you mean val/exact_match?"],
+     ["val/loss", "val/acc_best", "val/acc_len/01-05", "checkpoint.monitor=val/exact_match"]),
+    (["mlflow.experiment_name=''"], ["mlflow.experiment_name=''", "non-empty"], ["mlflow.experiment_name=attnseq"]),
+    (["optimizer._target_=torch.optim.Adamm"],
+     ["torch.optim.Adamm cannot be imported", "Did you mean torch.optim.Adam?"],
+     ["optimizer._target_=torch.optim.Adam", "SGD"]),
+    (["optimizer.lr=inf"], ["optimizer.lr=inf", "finite number > 0"], ["optimizer.lr=0.003"]),
+    (["scheduler.gamma=-1"], ["scheduler.gamma=-1", "(0, 1]"], ["scheduler.gamma=0.6"]),
+    (["trainer.max_epochs=0"], ["trainer.max_epochs=0", "≥ 1"], ["trainer.max_epochs=5"]),
+    (["dataset.train_lengths=[1,100000]"], ["dataset.train_lengths=[1, 100000]", "TB of memory", "17.2 GB"],
+     ["dataset.train_lengths=[1, "]),
+    # the data module's checks named the value, but the fix always said dataset.batch_size=64
+    (["dataset.bucket_width=0"], ["dataset.bucket_width=0"], ["dataset.bucket_width=5"]),
+    (["dataset.num_workers=-1"], ["dataset.num_workers=-1", "≥ 0"], ["dataset.num_workers=0"]),
+    (["dataset.train_size=abc"], ["dataset.train_size=abc"], ["dataset.train_size=12800"]),
+    (["dataset.eval_lengths=[10,5]"], ["dataset.eval_lengths=[10, 5]", "1 ≤ lo ≤ hi"],
+     ["dataset.eval_lengths=[5, 10]"]),
+    # more of the same kinds
+    (["+trainer.logger=false"], ["trainer.logger is set by attnseq"], ["~trainer.logger"]),
+    (["trainer.enable_progress_bar=maybe"], ["trainer.enable_progress_bar=maybe", "true or false, or null"],
+     ["trainer.enable_progress_bar"]),
+    (["+trainer.precision=17"], ["trainer.precision=17", "one of 64, 32, 16"], ["trainer.precision"]),
+    (["+optimizer.momentum=0.9"], ["optimizer.momentum is not an argument of torch.optim.Adam"], ["betas", "lr"]),
+    (["optimizer._target_=torch.optim.lr_scheduler.StepLR"], ["is not an optimizer class"],
+     ["optimizer._target_=torch.optim."]),
+    (["scheduler._target_=torch.optim.lr_scheduler.ExponentialLRR"],
+     ["Did you mean torch.optim.lr_scheduler.ExponentialLR?"],
+     ["scheduler._target_=torch.optim.lr_scheduler.ExponentialLR"]),
+    (["scheduler._target_=torch.optim.lr_scheduler.LinearLR", "~scheduler.gamma", "+scheduler.end_factor=0.0",
+      "+scheduler.total_iters=2"], ["the learning rate in epoch 2 would be 0.0", "LinearLR"], ["scheduler=null"]),
+    (["checkpoint.monitor=val/loss"], ["checkpoint.mode=max", "val/loss is better when lower"],
+     ["checkpoint.mode=min"]),
+    (["optimized_metric=val/acc_bets"], ["optimized_metric=val/acc_bets", "Did you mean val/acc_best?"],
+     ["optimized_metric=val/acc_best"]),
+    (["seed=-3"], ["seed=-3"], ["seed=0"]),
+    (["+model.dropuot=0.1"], ["model.dropuot is not read by attnseq", "Did you mean model.dropout?"],
+     ["model.dropout=<value>"]),
+    (["encoder.cell=rnn"], ["encoder.cell=rnn", "one of gru, lstm"], ["encoder.cell=gru"]),
+    (["model=big"], ["model=big replaces the whole model group"], ["model.<key>=<value>"]),
+    (["~model.dropout"], ["model.dropout is missing"], ["model.dropout=0.1"]),
+    (["tracking.heatmap_every_n_epochs=0"], ["tracking.heatmap_every_n_epochs=0"],
+     ["tracking.heatmap_every_n_epochs=1"]),
+    (["training.test_after_fit=yes"], ["training.test_after_fit=yes", "true or false"], ["training.test_after_fit"]),
+]
+
+
+@pytest.mark.parametrize(("overrides", "problem", "fix"), BAD, ids=[" ".join(case[0]) for case in BAD])
+def test_validate_names_the_key_what_it_must_be_and_the_fix(overrides, problem, fix, tmp_path, sixteen_gib):
+    cfg = compose_config("train", overrides + outputs(tmp_path))
+    with pytest.raises(ConfigError) as caught:
+        validate(cfg)
+    for fragment in problem:
+        assert fragment in caught.value.problem, caught.value
+    for fragment in fix:
+        assert fragment in caught.value.fix, caught.value
+    assert list(tmp_path.iterdir()) == []  # nothing created: no store, no output folder
+
+
+def test_a_directory_as_the_tsv_path_is_called_a_directory(tmp_path):
+    cfg = compose_config("train", ["dataset=tsv", f"dataset.path={tmp_path}", *outputs(tmp_path)])
+    with pytest.raises(DataError, match="is a directory, not a file") as caught:
+        validate(cfg)
+    assert "not found" not in str(caught.value) and "dataset.path" in caught.value.fix
+
+
+def test_a_value_that_cannot_be_resolved_names_its_key(tmp_path, monkeypatch):
+    monkeypatch.delenv("ATTNSEQ_TEST_UNSET", raising=False)
+    cfg = compose_config("train", [*outputs(tmp_path), "mlflow.tracking_uri=${oc.env:ATTNSEQ_TEST_UNSET}"])
+    with pytest.raises(ConfigError, match=r"mlflow.tracking_uri=\$\{oc.env:ATTNSEQ_TEST_UNSET\} cannot be resolved"):
+        validate(cfg)
+
+
+def test_the_default_config_and_every_learning_rate_schedule_step_are_accepted(tmp_path, sixteen_gib):
+    validate(compose_config("train", outputs(tmp_path)))
+    validate(compose_config("train", ["scheduler=null", "trainer.max_epochs=50", *outputs(tmp_path)]))
+    validate(compose_config("train", ["+trainer.max_time=00:00:10:00", "+db_password=x", "+tracking.api_token=x",
+                                      *outputs(tmp_path)]))
+
+
+# ---- the schema covers every key -----------------------------------------------------------------
+
+PASSED_ON = ("trainer.", "optimizer.", "scheduler.", "scorer.")
+"""Groups whose other keys are checked against the receiver: Trainer's signature, the optimizer's and
+scheduler's, the scorer class's settings."""
+
+
+def every_option_override() -> list[list[str]]:
+    groups = ["dataset", "encoder", "scorer", "decoder", "trainer", "experiment", "debug", "hparams_search"]
+    return [[f"{group}={path.stem}"] for group in groups for path in sorted((CONF_DIR / group).glob("*.yaml"))]
+
+
+def test_the_schema_covers_every_key_of_train_yaml_and_every_group_option(tmp_path):
+    uncovered = set()
+    for overrides in [[], *every_option_override()]:
+        extra = [f"dataset.path={tmp_path}/x.tsv"] if overrides == ["dataset=tsv"] else []
+        cfg = compose_config("train", overrides + extra + outputs(tmp_path))
+        uncovered |= {key for key in config_keys(cfg) if key not in TRAIN_SCHEMA and not key.startswith(PASSED_ON)}
+    assert uncovered == set()
+
+
+def test_the_schema_covers_every_key_of_evaluate_yaml(tmp_path):
+    cfg = compose_config("evaluate", [f"paths.output_dir={tmp_path}"])
+    assert set(config_keys(cfg)) == set(EVALUATE_SCHEMA)
+
+
+def test_the_metrics_the_monitor_may_name_are_exactly_those_the_module_logs(tmp_path):
+    """``logged_metrics`` (what checkpoint.monitor and optimized_metric are checked against) against
+    what one real epoch of fit logs, for a model with attention on a task with a gold alignment."""
+    cfg = compose_config("train", [
+        "dataset.train_size=32", "dataset.val_size=64", "dataset.batch_size=16", "dataset.train_lengths=[1,6]",
+        "dataset.eval_lengths=[1,10]", "model.hidden_size=8", "model.embedding_dim=8", *outputs(tmp_path),
+    ])
+    datamodule = build_datamodule(cfg)
+    datamodule.setup()
+    trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, num_sanity_val_steps=0, default_root_dir=str(tmp_path))
+    trainer.fit(build_module(cfg, datamodule), datamodule=datamodule)
+    logged = set(trainer.callback_metrics) - {"train/loss_step"}
+    assert logged == set(logged_metrics(cfg))
+
+
+# ---- memory --------------------------------------------------------------------------------------
+
+
+def test_lengths_that_cannot_fit_are_rejected_and_the_suggested_ones_fit(tmp_path):
+    cfg = compose_config("train", ["dataset.train_lengths=[1,100000]", *outputs(tmp_path)])
+    budget = Budget(host=16 * GiB)
+    with pytest.raises(ConfigError) as caught:
+        check_memory(cfg, budget)
+    suggested = int(caught.value.fix.split("dataset.train_lengths=[1, ")[1].split("]")[0])
+    assert 1 < suggested < 100000
+    assert budget.holds(memory_needs(cfg, train_hi=suggested)[0])
+    assert not budget.holds(memory_needs(cfg, train_hi=suggested + 1)[0])
+    # a batch of attention weights alone: B × T_dec × T_enc × 4 bytes
+    assert memory_needs(cfg)[0].batch >= 64 * 100001 * 100000 * 4
+    check_memory(compose_config("train", outputs(tmp_path)), budget)  # the default fits
+
+
+def test_on_an_accelerator_the_batch_is_weighed_against_its_memory(tmp_path):
+    cfg = compose_config("train", ["dataset.train_lengths=[1,6000]", *outputs(tmp_path)])
+    check_memory(cfg, Budget(host=16 * GiB, device=16 * GiB))
+    with pytest.raises(ConfigError, match="of accelerator memory"):
+        check_memory(cfg, Budget(host=16 * GiB, device=4 * GiB))
+
+
+def test_evaluation_lengths_that_cannot_fit_name_eval_lengths(tmp_path):
+    cfg = compose_config("train", ["dataset.eval_lengths=[1,50000]", *outputs(tmp_path)])
+    with pytest.raises(ConfigError, match=r"dataset\.eval_lengths=\[1, 50000\]"):
+        check_memory(cfg, Budget(host=16 * GiB))
+
+
+# ---- reading a signature's annotations -------------------------------------------------------------
+
+FITS = [
+    (typing.Optional[int], [None, 3], [2.5, "a", True]),
+    (int | float | None, [1, 0.5, None], ["x", False]),
+    (typing.Literal["warn"] | bool | None, ["warn", True, None], ["nope", 1]),
+    (typing.Literal[64, 32, 16] | typing.Literal["bf16-mixed"], [32, "bf16-mixed"], [17, "32"]),
+    (list[int] | str | int, [[0, 1], "auto", 2], [[0.5], None]),
+    (tuple[float, float], [[0.9, 0.999]], [[0.9], 0.9]),
+]
+
+
+@pytest.mark.parametrize(("annotation", "good", "bad"), FITS, ids=[str(f[0]) for f in FITS])
+def test_a_value_fits_an_annotation(annotation, good, bad):
+    assert all(fits(value, annotation) for value in good)
+    assert not any(fits(value, annotation) for value in bad)
+
+
+def test_annotations_are_described_in_words():
+    assert describe(typing.Optional[int]) == "a whole number, or null"
+    assert describe(typing.Literal["max", "min"]) == "one of max, min"
+    assert describe(float | torch.Tensor) == "a number"
+
+
+# ---- evaluate(cfg) ---------------------------------------------------------------------------------
+
+EVALUATE_BAD = [
+    (["eval.lengths=[1]"], "eval.lengths=[1]", "eval.lengths=[1, 80]"),
+    (["eval.batch_size=abc"], "eval.batch_size=abc", "eval.batch_size=128"),
+    (["eval.beam_size=0"], "eval.beam_size=0", "eval.beam_size=1"),
+    (["run_id=null", "experiment_name=x", "filter='params.scorer = dot'"], "not MLflow search syntax",
+     "params.`scorer.name` = 'dot'"),
+    (["run_id=null", "filter='params.x = \"1\"'"], "experiment_name is not set", "experiment_name=<name>"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "problem", "fix"), EVALUATE_BAD, ids=[" ".join(c[0]) for c in EVALUATE_BAD])
+def test_evaluate_checks_its_keys_before_opening_the_store(overrides, problem, fix, tmp_path):
+    cfg = compose_config("evaluate", ["run_id=0123456789abcdef0123456789abcdef", *overrides,
+                                      f"paths.output_dir={tmp_path / 'out'}",
+                                      f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}"])
+    with pytest.raises(ConfigError) as caught:
+        evaluate(cfg)
+    assert problem in caught.value.problem and fix in caught.value.fix, caught.value
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---- Hydra's own config errors, in our words ------------------------------------------------------
+
+
+def hydra_error(name: str, overrides: list[str]) -> Exception:
+    with pytest.raises((MissingConfigException, ConfigCompositionException)) as caught:
+        compose_config(name, overrides)
+    return caught.value
+
+
+def test_an_unknown_key_suggests_the_closest_existing_one_not_a_plus():
+    error = as_config_error(hydra_error("train", ["modle.heads=2"]), "train")
+    assert "modle.heads is not a key" in error.problem and "Did you mean model.heads?" in error.problem
+    assert error.fix == "use model.heads=2."
+    assert "+modle" not in str(error)
+    error = as_config_error(hydra_error("train", ["scorer.atn_dim=16"]), "train")
+    assert "Did you mean scorer.attn_dim?" in error.problem
+    error = as_config_error(hydra_error("evaluate", ["eval.batchsize=16"]), "evaluate")
+    assert error.fix == "use eval.batch_size=16."
+
+
+def test_an_unknown_option_lists_the_options_and_the_closest():
+    error = as_config_error(hydra_error("train", ["scorer=dott"]), "train")
+    assert "Available options in 'scorer': additive, concat, dot" in error.problem
+    assert "Did you mean scorer=dot?" in error.problem and error.fix == "use one of them, e.g. scorer=dot."
+
+
+def test_the_known_keys_are_those_of_the_primary_config_and_its_groups():
+    keys = set(known_keys("train"))
+    assert {"model.heads", "scorer.attn_dim", "dataset.path", "trainer.max_epochs", "decoder.input_feeding"} <= keys
+    assert not any(key.startswith("hydra") for key in keys)
+    assert set(known_keys("evaluate")) >= {"eval.batch_size", "filter"} and "model.heads" not in known_keys("evaluate")
+
+
+# ---- through the real CLIs: exit 2, one message, no traceback, no store -----------------------------
+
+CLI = [
+    ("train", ["model.dropout=abc"], ["error: model.dropout=abc must be a number in [0, 1)", "Fix:"]),
+    ("train", ["modle.heads=2"], ["Did you mean model.heads?", "Fix: use model.heads=2."]),
+    ("train", ["scorer=dott"], ["scorer=dott is not an option", "Fix: use one of them, e.g. scorer=dot."]),
+    ("evaluate", ["run_id=0123456789abcdef0123456789abcdef", "eval.lengths=[1]"], ["eval.lengths=[1]", "Fix:"]),
+    ("evaluate", ["experiment_name=x", "filter='params.scorer = dot'"], ["not MLflow search syntax", "Fix:"]),
+    ("evaluate", ["experiment_name=x", "filter=params.a = "], ["an override cannot be parsed", "Fix:"]),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("script", "overrides", "fragments"), CLI, ids=[f"{s} {' '.join(o)}" for s, o, _ in CLI])
+def test_a_bad_config_exits_2_with_one_message_and_creates_no_store(script, overrides, fragments, tmp_path):
+    path = EVALUATE_PY if script == "evaluate" else None
+    args = [*overrides, *(outputs_under(tmp_path) if path is None else
+                          [f"mlflow.tracking_uri=sqlite:///{tmp_path}/mlflow.db", f"hydra.run.dir={tmp_path}/out"])]
+    proc = run_cli(tmp_path, *args, env=user_env(), timeout=120, **({"script": path} if path else {}))
+    assert proc.returncode == 2, explain(proc)
+    assert "Traceback" not in proc.stderr and proc.stderr.count("error: ") == 1, proc.stderr[-3000:]
+    for fragment in fragments:
+        assert fragment in proc.stderr, proc.stderr[-3000:]
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
+
+
+@pytest.mark.slow
+def test_hydra_help_still_works(tmp_path):
+    proc = run_cli(tmp_path, "--help", timeout=120, env=user_env())
+    assert proc.returncode == 0, explain(proc)
+    assert "== Configuration groups ==" in proc.stdout and "scorer: additive, concat" in proc.stdout
