@@ -21,8 +21,6 @@ import pytest
 from cli_helpers import REPO, all_runs, clean_env, explain, outputs_under, run_cli, tiny, tracking_uri
 from mlflow.tracking import MlflowClient
 
-from attnseq.tracking.retry import DEFAULT_BUDGET_S, schedule_for
-
 SECRET = "hunter2-Zq8pW"
 OTHER_SECRET = "s3cret-Vx41r"
 URI_SECRET = "pw-K7mT93"
@@ -144,7 +142,7 @@ def test_a_server_that_dies_mid_training_stops_the_run_within_the_budget(tmp_pat
         with (tmp_path / "stdout").open("w") as stdout, (tmp_path / "stderr").open("w") as stderr:
             training = subprocess.Popen(
                 [sys.executable, str(REPO / "train.py"), *tiny(max_epochs=500, heatmaps=False),
-                 f"mlflow.tracking_uri={url}", f"mlflow.retry_budget_s={BUDGET_S}", f"hydra.run.dir={out}"],
+                 f"mlflow.tracking_uri={url}", f"++mlflow.retry_budget_s={BUDGET_S}", f"hydra.run.dir={out}"],
                 cwd=tmp_path, env=user_env(), stdout=stdout, stderr=stderr, start_new_session=True,
             )
         try:
@@ -174,6 +172,8 @@ def test_a_server_that_dies_mid_training_stops_the_run_within_the_budget(tmp_pat
 def test_the_retry_schedule_fits_the_budget():
     """MLflow's backoff (factor 1: sleeps 0, 2, 4, … s) plus every attempt timing out stays within
     the budget, and a budget of two minutes rides out a server restarted within a minute."""
+    from attnseq.tracking.retry import DEFAULT_BUDGET_S, schedule_for
+
     for budget in (1, 6, DEFAULT_BUDGET_S, 45, 120, 600):
         schedule = schedule_for(budget)
         assert schedule.worst_case_s <= max(budget, 1), (budget, schedule)
