@@ -56,12 +56,12 @@ def healthy(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def mlflow_server(root: Path):
+def mlflow_server(root: Path, port: int | None = None):
     """``mlflow server`` on 127.0.0.1 with a SQLite store and an artifact folder under ``root``;
     yields ``(url, process)``; the whole process group is killed at the end."""
-    port = free_port()
+    port = port or free_port()
     log = root / "server.log"
-    with log.open("w") as out:
+    with log.open("a") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
              "--backend-store-uri", f"sqlite:///{root}/server.db", "--artifacts-destination", str(root / "artifacts")],
@@ -167,6 +167,36 @@ def test_a_server_that_dies_mid_training_stops_the_run_within_the_budget(tmp_pat
     assert f"python train.py resume={run.info.run_id}" in stderr, stderr[-3000:]
     assert f"kept locally: {checkpoint}" in stderr, stderr[-3000:]
     assert checkpoint.is_file()
+
+
+@pytest.mark.slow
+def test_a_server_restarted_within_the_budget_is_picked_up(tmp_path):
+    """Kept from before the budget: a store that comes back while a call still retries loses nothing."""
+    (tmp_path / "server").mkdir()
+    checkpoint = tmp_path / "out" / "checkpoints" / "last.ckpt"
+    epochs = 10
+    with mlflow_server(tmp_path / "server") as (url, server):
+        training = subprocess.Popen(
+            [sys.executable, str(REPO / "train.py"), *tiny(max_epochs=epochs, heatmaps=False),
+             f"mlflow.tracking_uri={url}", "++mlflow.retry_budget_s=120", f"hydra.run.dir={tmp_path}/out"],
+            cwd=tmp_path, env=user_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            deadline = time.monotonic() + 240
+            while not checkpoint.is_file():
+                assert training.poll() is None and time.monotonic() < deadline, training.communicate()[1][-3000:]
+                time.sleep(0.2)
+            kill_group(server)
+            with mlflow_server(tmp_path / "server", port=int(url.rsplit(":", 1)[1])):
+                stdout, stderr = training.communicate(timeout=300)
+                (run,) = all_runs(MlflowClient(url))
+                history = MlflowClient(url).get_metric_history(run.info.run_id, "val/acc")
+        finally:
+            if training.poll() is None:
+                training.kill()
+    assert training.returncode == 0, stderr[-3000:]
+    assert run.info.status == "FINISHED"
+    assert len(history) == epochs, history  # one value per epoch: nothing lost, nothing twice
 
 
 def test_the_retry_schedule_fits_the_budget():
