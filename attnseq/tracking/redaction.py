@@ -6,7 +6,7 @@ in a run's output folder, log records and the console lines attnseq prints:
 - a value stored under a secret-named key (``db.password``, ``api_token``, …) is masked whole;
 - any text loses URI credentials (``http://user:pw@host`` → ``http://***@host``), the values in
   ``<secret-named key>=<value>`` pairs (overrides, override dir names; a sweep's ``a,b`` values
-  too) and in ``<secret-named key>: <value>`` lines;
+  too) and in ``<secret-named key>: <value>`` lines (masked as ``'***'``, so YAML stays YAML);
 - the secret values this process was given (``remember_secrets``: its config and overrides) are
   masked wherever else they appear, when they are at least ``MIN_SECRET_LENGTH`` characters long.
 """
@@ -17,6 +17,8 @@ import logging
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+import yaml
 
 MASK = "***"
 MIN_SECRET_LENGTH = 4
@@ -78,10 +80,29 @@ def redact_text(text: str) -> str:
     """``text`` with URI credentials, secret-named values and remembered secrets masked."""
     text = _URI_CREDENTIALS.sub(rf"\g<scheme>{MASK}@", text)
     text = _KEY_EQUALS_VALUE.sub(lambda m: f"{m['key']}{m['sep']}{MASK}" if m["value"] else m[0], text)
-    text = _KEY_COLON_VALUE.sub(lambda m: f"{m['key']}{m['sep']}{MASK}", text)
+    text = _KEY_COLON_VALUE.sub(_colon_value, text)
     for secret in sorted(_remembered, key=len, reverse=True):
         text = text.replace(secret, MASK)
     return text
+
+
+def _colon_value(match: re.Match) -> str:
+    if match["value"].strip("'\"") == MASK:
+        return match[0]
+    return f"{match['key']}{match['sep']}'{MASK}'"  # quoted: a YAML line stays YAML
+
+
+def redact_document(text: str, name: str) -> str:
+    """A text artifact with secrets masked; a YAML document is masked value by value, so that it
+    stays valid YAML (``***`` alone would read as an alias)."""
+    if name.endswith((".yaml", ".yml")):
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError:
+            return redact_text(text)
+        safe = redact_config(data)
+        return text if safe == data else yaml.safe_dump(safe, sort_keys=False, allow_unicode=True)
+    return redact_text(text)
 
 
 def redact(key: str, value: Any) -> str:

@@ -24,7 +24,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 
 from attnseq.tracking.provenance import git_tags
-from attnseq.tracking.redaction import redact, redact_text
+from attnseq.tracking.redaction import redact, redact_document
 from attnseq.tracking.retry import TrackingUnavailable, store_unreachable, unavailable
 
 PARAM_LENGTH = 6000
@@ -99,8 +99,9 @@ class TrackedRun:
 
     # -- artifacts -------------------------------------------------------------------------
     def log_text(self, text: str, artifact_file: str) -> None:
-        """Secrets masked (``redaction.redact_text``)."""
-        self._call(f"uploading {artifact_file}", self.client.log_text, self.run_id, redact_text(text), artifact_file)
+        """Secrets masked (``redaction.redact_document``)."""
+        safe = redact_document(text, artifact_file)
+        self._call(f"uploading {artifact_file}", self.client.log_text, self.run_id, safe, artifact_file)
 
     def log_file(self, local_path: str | Path, artifact_folder: str | None = None) -> None:
         action = f"uploading {Path(local_path).name}"
