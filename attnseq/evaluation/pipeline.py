@@ -19,6 +19,7 @@ from attnseq.evaluation.trained_runs import TrainedRun, load_trained_run, select
 from attnseq.evaluation.validation import check_config
 from attnseq.tracking import paths, tags
 from attnseq.tracking.plots import accuracy_vs_length, attention_heatmap, figure_to_array, save_figure
+from attnseq.tracking.redaction import redact_text
 from attnseq.tracking.run import TrackedRun
 from attnseq.tracking.store import check_tracking_uri
 
@@ -139,15 +140,16 @@ def evaluate(cfg: DictConfig) -> list[EvalResult]:
         result = evaluate_run(trained, settings)
         eval_run = log_evaluation(client, trained, settings, result, out_dir / trained.run_id)
         m = result.metrics
-        print(f"{trained.name}: eval acc {m['eval/acc']:.3f}, exact {m['eval/exact_match']:.3f} at lengths "
-              f"{settings.lengths[0]}-{settings.lengths[1]} (evaluation run {eval_run})", flush=True)
+        line = (f"{trained.name}: eval acc {m['eval/acc']:.3f}, exact {m['eval/exact_match']:.3f} at lengths "
+                f"{settings.lengths[0]}-{settings.lengths[1]} (evaluation run {eval_run})")
+        print(redact_text(line), flush=True)
         trained_runs.append(trained)
         results.append(result)
     if len(results) > 1 and cfg.compare:
         compared = label_runs(trained_runs, results)
         comparison = log_comparison(client, compared, out_dir / "comparison", parent=cfg.parent_run_id)
         header, rows = table_rows(compared)
-        print(f"\n{markdown_table(header, rows)}\nComparison run {comparison}; figure and tables in "
-              f"{out_dir / 'comparison'}", flush=True)
+        print(redact_text(f"\n{markdown_table(header, rows)}\nComparison run {comparison}; figure and tables in "
+                          f"{out_dir / 'comparison'}"), flush=True)
     return results
 

@@ -2,11 +2,16 @@
 
 Training, sweeps and evaluation stand on it; it imports neither of them.
 
-- ``store``: the tracking URI's fail-fast check and experiments;
+- ``store``: the tracking URI's fail-fast check (which also creates a database store's schema,
+  under a file lock for SQLite) and experiments;
+- ``retry``: how long a call may retry a server that stopped answering (``mlflow.retry_budget_s``),
+  and ``TrackingUnavailable`` after that;
+- ``setup``: the Hydra callback that applies redaction and the retry budget in every process and
+  masks the files Hydra writes;
 - ``run``: ``TrackedRun``, one MLflow run and the only way params, tags, metrics and artifacts
   reach it, so that rules such as redaction apply once to every run;
 - ``tags`` and ``paths``: the name of every tag, kind of run and artifact, defined once;
-- ``redaction``, ``params``, ``provenance``: what is masked, how a config becomes params, which
+- ``redaction``, ``params``, ``provenance``: what is masked (everywhere), how a config becomes params, which
   commit a run was made from;
 - ``plots``: the figures runs carry.
 """

@@ -1,22 +1,115 @@
-"""What never reaches a tracking store: values of secret-named keys and credentials in URIs."""
+"""What never leaves the process: values of secret-named keys and credentials in URIs.
+
+One redaction for every way out — params, tags, run names, text artifacts, the files Hydra writes
+in a run's output folder, log records and the console lines attnseq prints:
+
+- a value stored under a secret-named key (``db.password``, ``api_token``, …) is masked whole;
+- any text loses URI credentials (``http://user:pw@host`` → ``http://***@host``), the values in
+  ``<secret-named key>=<value>`` pairs (overrides, override dir names; a sweep's ``a,b`` values
+  too) and in ``<secret-named key>: <value>`` lines (masked as ``'***'``, so YAML stays YAML);
+- the secret values this process was given (``remember_secrets``: its config and overrides) are
+  masked wherever else they appear, when they are at least ``MIN_SECRET_LENGTH`` characters long.
+"""
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-MASK = "***"
+import yaml
 
-_URI_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^@/]+)@")
-_SECRET_KEY = re.compile(r"(password|passwd|secret|token|api_key|access_key|credential)", re.IGNORECASE)
+MASK = "***"
+MIN_SECRET_LENGTH = 4
+"""Shorter remembered values are masked only by the key and URI rules (masking every ``a`` would
+mangle the text)."""
+
+# a secret word ends a key or a part of it: ``db_password``, ``apiToken``, ``api_tokens``, not ``tokenizer``
+_SECRET_WORDS = (
+    r"(?i:password|passwd|pwd|secret_?key|secret|token|api_?key|access_?key|private_?key|credential)s?(?![a-z])"
+)
+_SECRET_KEY = re.compile(_SECRET_WORDS)
+_URI_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^@/\s]+)@")
+_KEY = rf"[\w.~+-]*{_SECRET_WORDS}[\w.-]*"
+# key=value: the value runs to whitespace, or to a comma that starts the next key=value pair
+_KEY_EQUALS_VALUE = re.compile(
+    rf"(?P<key>{_KEY})(?P<sep>=)(?P<value>[^\s,]*(?:,(?![^\s,]*=)[^\s,]*)*)"
+)
+_KEY_COLON_VALUE = re.compile(rf"(?P<key>{_KEY})(?P<sep>:[ \t]+)(?P<value>[^\s,}}]+)")
+
+_remembered: set[str] = set()
+
+
+def is_secret_key(key: str) -> bool:
+    return bool(_SECRET_KEY.search(key))
+
+
+def remember_secrets(values: Iterable[Any]) -> None:
+    """Mask these values wherever they appear from now on (see ``MIN_SECRET_LENGTH``)."""
+    for value in values:
+        text = str(value).strip().strip("'\"")
+        if len(text) >= MIN_SECRET_LENGTH and text != MASK:
+            _remembered.add(text)
+
+
+def secrets_in(node: Any, key: str = "") -> list[str]:
+    """The secret values in a config tree or a list of overrides: values of secret-named keys
+    (a sweep's comma-separated choices one by one) and URI credentials."""
+    found: list[str] = []
+    if isinstance(node, Mapping):
+        for k, v in node.items():
+            found += secrets_in(v, f"{key}.{k}" if key else str(k))
+    elif isinstance(node, (list, tuple)):
+        for item in node:
+            found += secrets_in(item, key)
+    elif node is not None:
+        text = str(node)
+        if is_secret_key(key):
+            found += [text, *text.split(",")]
+        for match in _KEY_EQUALS_VALUE.finditer(text):
+            value = match["value"]
+            found += [value, *value.split(",")]
+        for match in _URI_CREDENTIALS.finditer(text):
+            userinfo = match["userinfo"]
+            found += [userinfo, userinfo.partition(":")[2]]
+    return [value for value in found if value]
+
+
+def redact_text(text: str) -> str:
+    """``text`` with URI credentials, secret-named values and remembered secrets masked."""
+    text = _URI_CREDENTIALS.sub(rf"\g<scheme>{MASK}@", text)
+    text = _KEY_EQUALS_VALUE.sub(lambda m: f"{m['key']}{m['sep']}{MASK}" if m["value"] else m[0], text)
+    text = _KEY_COLON_VALUE.sub(_colon_value, text)
+    for secret in sorted(_remembered, key=len, reverse=True):
+        text = text.replace(secret, MASK)
+    return text
+
+
+def _colon_value(match: re.Match) -> str:
+    if match["value"].strip("'\"") == MASK:
+        return match[0]
+    return f"{match['key']}{match['sep']}'{MASK}'"  # quoted: a YAML line stays YAML
+
+
+def redact_document(text: str, name: str) -> str:
+    """A text artifact with secrets masked; a YAML document is masked value by value, so that it
+    stays valid YAML (``***`` alone would read as an alias)."""
+    if name.endswith((".yaml", ".yml")):
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError:
+            return redact_text(text)
+        safe = redact_config(data)
+        return text if safe == data else yaml.safe_dump(safe, sort_keys=False, allow_unicode=True)
+    return redact_text(text)
 
 
 def redact(key: str, value: Any) -> str:
-    """A value safe to store as a param or tag: no credentials from URIs, no secret-named keys."""
-    if _SECRET_KEY.search(key):
+    """A value safe to store as a param or tag: masked whole under a secret-named key."""
+    if is_secret_key(key):
         return MASK
-    return _URI_CREDENTIALS.sub(rf"\g<scheme>{MASK}@", str(value))
+    return redact_text(str(value))
 
 
 def redact_overrides(overrides: Iterable[str]) -> list[str]:
@@ -24,16 +117,45 @@ def redact_overrides(overrides: Iterable[str]) -> list[str]:
     safe = []
     for override in overrides:
         key, sep, value = override.partition("=")
-        safe.append(f"{key}{sep}{redact(key, value)}" if sep else redact("", override))
+        safe.append(f"{key}{sep}{redact(key, value)}" if sep else redact_text(override))
     return safe
 
 
 def redact_config(node: Any, key: str = "") -> Any:
-    """A resolved config (dicts and lists) with every secret-named value and URI credential masked."""
+    """A config tree (dicts and lists) with every secret-named value and URI credential masked;
+    strings in lists (Hydra's override lists) lose their ``key=value`` secrets too."""
     if isinstance(node, Mapping):
         return {k: redact_config(v, f"{key}.{k}" if key else str(k)) for k, v in node.items()}
     if isinstance(node, list):
         return [redact_config(v, key) for v in node]
-    if isinstance(node, str) or _SECRET_KEY.search(key):
+    if isinstance(node, str) or (node is not None and is_secret_key(key)):
         return redact(key, node)
     return node
+
+
+class _RedactingRecords:
+    """A log record factory: every record's message (and traceback text) redacted at creation,
+    whatever handlers Hydra or Lightning configure later."""
+
+    def __init__(self, factory) -> None:
+        self.factory = factory
+
+    def __call__(self, *args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = self.factory(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed record is logging's to report
+            return record
+        safe = redact_text(message)
+        if safe != message:
+            record.msg, record.args = safe, None
+        if record.exc_info and record.exc_info[0] is not None:
+            record.exc_text = redact_text(logging.Formatter().formatException(record.exc_info))
+        return record
+
+
+def redact_log_records() -> None:
+    """Install the redacting record factory once for this process."""
+    factory = logging.getLogRecordFactory()
+    if not isinstance(factory, _RedactingRecords):
+        logging.setLogRecordFactory(_RedactingRecords(factory))

@@ -3,16 +3,20 @@
 Training runs, sweep parents, failed sweep jobs, evaluation and comparison runs are all created
 and written through it, so its rules hold for every one of them: every run carries the commit it
 was made from (``provenance.git_tags``); every param and tag value is redacted by its key before
-it is sent (``redaction.redact``); params and tags go in one ``log_batch``, which MLflow's client
-splits at the store's limits itself.
+it is sent (``redaction.redact``), and so is every text artifact; params and tags go in one
+``log_batch``, which MLflow's client splits at the store's limits itself.
+
+A store that stops answering is retried within ``mlflow.retry_budget_s`` (``retry``); then the
+call raises ``TrackingUnavailable``, and so does every later call of the same run at once, so
+that a process shutting down does not wait out the budget again for every record it still holds.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from mlflow.entities import Metric, Param, RunTag
@@ -20,11 +24,14 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 
 from attnseq.tracking.provenance import git_tags
-from attnseq.tracking.redaction import redact
+from attnseq.tracking.redaction import redact, redact_document
+from attnseq.tracking.retry import TrackingUnavailable, store_unreachable, unavailable
 
 PARAM_LENGTH = 6000
 TAG_LENGTH = 5000
 """Values are cut to these lengths, inside MLflow's limits for params and tags."""
+
+T = TypeVar("T")
 
 
 class TrackedRun:
@@ -32,6 +39,7 @@ class TrackedRun:
         self.client = client
         self.run_id = run_id
         self.name = name
+        self.lost: TrackingUnavailable | None = None  # set when the store stopped answering
 
     @classmethod
     def create(
@@ -47,52 +55,74 @@ class TrackedRun:
         if parent_run_id:
             all_tags[MLFLOW_PARENT_RUN_ID] = parent_run_id
         safe = {key: _tag_value(key, value) for key, value in all_tags.items()}
-        run = client.create_run(experiment_id, tags=safe, run_name=safe[MLFLOW_RUN_NAME])
+        try:
+            run = client.create_run(experiment_id, tags=safe, run_name=safe[MLFLOW_RUN_NAME])
+        except Exception as error:
+            if store_unreachable(error):
+                raise unavailable(client.tracking_uri, "creating the run", error, None) from None
+            raise
         return cls(client, run.info.run_id, run.info.run_name)
 
     @classmethod
     def reopen(cls, client: MlflowClient, run_id: str) -> TrackedRun:
         """An existing run, RUNNING again (``resume=``)."""
-        client.update_run(run_id, status="RUNNING")
-        return cls(client, run_id, client.get_run(run_id).info.run_name)
+        run = cls(client, run_id, run_id)
+        run._call("reopening the run", client.update_run, run_id, status="RUNNING")
+        run.name = run._call("reading the run", client.get_run, run_id).info.run_name
+        return run
+
+    def _call(self, action: str, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``method(*args, **kwargs)``, or ``TrackingUnavailable`` once the store stopped answering."""
+        if self.lost is not None:
+            raise self.lost
+        try:
+            return method(*args, **kwargs)
+        except Exception as error:
+            if not store_unreachable(error):
+                raise
+            self.lost = unavailable(self.client.tracking_uri, action, error, self.run_id)
+            raise self.lost from None
 
     # -- values ----------------------------------------------------------------------------
     def log_params(self, params: Mapping[str, Any]) -> None:
-        self.client.log_batch(
-            self.run_id, params=[Param(key, redact(key, value)[:PARAM_LENGTH]) for key, value in params.items()]
-        )
+        batch = [Param(key, redact(key, value)[:PARAM_LENGTH]) for key, value in params.items()]
+        self._call("logging params", self.client.log_batch, self.run_id, params=batch)
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
-        self.client.log_batch(self.run_id, tags=[RunTag(key, _tag_value(key, value)) for key, value in tags.items()])
+        batch = [RunTag(key, _tag_value(key, value)) for key, value in tags.items()]
+        self._call("setting tags", self.client.log_batch, self.run_id, tags=batch)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         now = int(time.time() * 1000)
-        self.client.log_batch(
-            self.run_id, metrics=[Metric(key, float(value), now, step or 0) for key, value in metrics.items()]
-        )
+        batch = [Metric(key, float(value), now, step or 0) for key, value in metrics.items()]
+        self._call("logging metrics", self.client.log_batch, self.run_id, metrics=batch)
 
     # -- artifacts -------------------------------------------------------------------------
     def log_text(self, text: str, artifact_file: str) -> None:
-        self.client.log_text(self.run_id, text, artifact_file)
+        """Secrets masked (``redaction.redact_document``)."""
+        safe = redact_document(text, artifact_file)
+        self._call(f"uploading {artifact_file}", self.client.log_text, self.run_id, safe, artifact_file)
 
     def log_file(self, local_path: str | Path, artifact_folder: str | None = None) -> None:
-        self.client.log_artifact(self.run_id, str(local_path), artifact_folder)
+        action = f"uploading {Path(local_path).name}"
+        self._call(action, self.client.log_artifact, self.run_id, str(local_path), artifact_folder)
 
     def log_table(self, table: Mapping[str, list], artifact_file: str) -> None:
         """Appends to the table already at ``artifact_file``, if any."""
-        self.client.log_table(self.run_id, dict(table), artifact_file)
+        self._call(f"uploading {artifact_file}", self.client.log_table, self.run_id, dict(table), artifact_file)
 
     def log_image(self, image: np.ndarray, artifact_file: str) -> None:
-        self.client.log_image(self.run_id, image, artifact_file=artifact_file)
+        self._call(f"uploading {artifact_file}", self.client.log_image, self.run_id, image,
+                   artifact_file=artifact_file)
 
     def log_image_step(self, image: np.ndarray, key: str, step: int) -> None:
         """One step of a time-stepped image: the MLflow UI shows a slider over the steps of ``key``."""
-        self.client.log_image(self.run_id, image, key=key, step=step)
+        self._call(f"uploading image {key}", self.client.log_image, self.run_id, image, key=key, step=step)
 
     # -- status ----------------------------------------------------------------------------
     def finish(self, status: str) -> None:
         """``FINISHED``, ``FAILED`` or ``KILLED``."""
-        self.client.set_terminated(self.run_id, status)
+        self._call(f"marking the run {status}", self.client.set_terminated, self.run_id, status)
 
 
 def _tag_value(key: str, value: Any) -> str:

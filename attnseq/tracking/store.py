@@ -1,22 +1,32 @@
-"""The tracking store: the URI's fail-fast check, and experiments."""
+"""The tracking store: the URI's fail-fast check, the schema created once, and experiments."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+from sqlalchemy.exc import SQLAlchemyError
 
 from attnseq.errors import ConfigError
-from attnseq.tracking.redaction import redact
+from attnseq.tracking.redaction import redact, redact_text
+from attnseq.tracking.retry import retry_budget
 
 
 def check_tracking_uri(uri: str, timeout_s: float = 5.0) -> None:
-    """Fail in seconds, before any training, when the tracking store cannot be used.
+    """Fail in seconds, before any training, when the tracking store cannot be used; for a
+    database store, also create its schema (``open_store``).
 
-    A server must answer ``/health``; a SQLite file's folder must exist; the plain file store
-    (``./mlruns``) is no longer accepted by MLflow.
+    A server must answer ``/health``; a SQLite file must be a database this process can write, or
+    a new file in a writable folder; any other database must accept a connection within
+    ``timeout_s``; the plain file store (``./mlruns``) is no longer accepted by MLflow. Every
+    failure is one ``ConfigError``.
     """
+    retry_budget()  # MLflow's own HTTP retries fit the budget from the first call on
     shown = redact("", uri)
     scheme = uri.split("://", 1)[0].lower() if "://" in uri else "file"
     if scheme in ("http", "https"):
@@ -38,18 +48,127 @@ def check_tracking_uri(uri: str, timeout_s: float = 5.0) -> None:
                 "the host name in the URI.",
             )
     elif scheme == "sqlite":
-        path = uri.split(":///", 1)[1] if ":///" in uri else ""
-        folder = Path(path).parent if path and path != ":memory:" else None
-        if folder is not None and not folder.is_dir():
-            raise ConfigError(
-                f"the SQLite tracking store {shown} is in a folder that does not exist ({folder}).",
-                f"create it (mkdir -p {folder}) or use mlflow.tracking_uri=sqlite:///mlflow.db.",
-            )
+        _check_sqlite(uri, shown)
+        open_store(uri)
+    elif scheme.split("+")[0] in ("postgresql", "mysql", "mssql"):
+        _check_database(uri, shown, scheme, timeout_s)
+        open_store(uri)
     elif scheme == "file":
         raise ConfigError(
             f"mlflow.tracking_uri={shown} is a plain file store, which MLflow 3.17 no longer accepts.",
             "use a database: mlflow.tracking_uri=sqlite:///mlflow.db (the default), or a server URL.",
         )
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI (relative to the working directory, or absolute
+    with four slashes); None for an in-memory database."""
+    path = uri.split(":///", 1)[1] if ":///" in uri else ""
+    path = path.split("?", 1)[0]
+    return Path(path) if path and path != ":memory:" else None
+
+
+def _check_sqlite(uri: str, shown: str) -> None:
+    path = sqlite_path(uri)
+    if path is None:
+        return
+    folder = path.parent
+    if not folder.is_dir():
+        raise ConfigError(
+            f"the SQLite tracking store {shown} is in a folder that does not exist ({folder}).",
+            f"create it (mkdir -p {folder}) or use mlflow.tracking_uri=sqlite:///mlflow.db.",
+        )
+    if path.is_dir():
+        raise ConfigError(
+            f"the SQLite tracking store {shown} names a folder ({path}), not a database file.",
+            f"name a file in it: mlflow.tracking_uri=sqlite:///{path / 'mlflow.db'}.",
+        )
+    if path.is_file() and path.stat().st_size and not _has_sqlite_header(path):
+        raise ConfigError(
+            f"the SQLite tracking store {shown}: {path} is not an SQLite database.",
+            "point mlflow.tracking_uri at the store's database file, or at a new file (it is created).",
+        )
+    try:
+        with contextlib.closing(sqlite3.connect(path, timeout=30)) as connection:
+            connection.execute("BEGIN IMMEDIATE")  # needs write access; waits out other writers
+            connection.rollback()
+    except sqlite3.Error as error:
+        raise ConfigError(
+            f"the SQLite tracking store {shown} cannot be written ({error}).",
+            f"use a file in a writable folder (check the permissions of {folder}), e.g. "
+            "mlflow.tracking_uri=sqlite:///mlflow.db.",
+        ) from None
+
+
+def _has_sqlite_header(path: Path) -> bool:
+    with path.open("rb") as handle:
+        return handle.read(16) == b"SQLite format 3\x00"
+
+
+def _check_database(uri: str, shown: str, scheme: str, timeout_s: float) -> None:
+    """One connection attempt, bounded by ``timeout_s`` (MLflow itself retries for minutes)."""
+    import sqlalchemy
+
+    dialect = scheme.split("+")[0]
+    connect_args = {"connect_timeout": max(1, int(timeout_s))} if dialect in ("postgresql", "mysql") else {}
+    try:
+        engine = sqlalchemy.create_engine(uri, connect_args=connect_args)
+    except (ImportError, sqlalchemy.exc.NoSuchModuleError, sqlalchemy.exc.ArgumentError) as error:
+        raise ConfigError(
+            f"mlflow.tracking_uri={shown} needs a database driver that is not installed ({error}).",
+            "install the driver the URI names (e.g. pymysql for mysql+pymysql://), or use "
+            "mlflow.tracking_uri=sqlite:///mlflow.db.",
+        ) from None
+    try:
+        with engine.connect():
+            pass
+    except Exception as error:  # noqa: BLE001 - every driver has its own errors; all mean the same here
+        reason = redact_text(str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__)
+        raise ConfigError(
+            f"the tracking database {shown} cannot be reached ({reason}).",
+            "start the database, or check the host, port, user and password in mlflow.tracking_uri; "
+            "mlflow.tracking_uri=sqlite:///mlflow.db needs no server.",
+        ) from None
+    finally:
+        engine.dispose()
+
+
+def open_store(uri: str) -> MlflowClient:
+    """A client of the store, its schema created or migrated first.
+
+    MLflow creates a database store's tables when this process first opens it; two processes
+    opening a fresh SQLite file at once would both run the migration and one fails. For SQLite the
+    first opening is therefore done under an exclusive lock on ``<db file>.lock``; the store then
+    stays open (MLflow caches it per URI) for the clients this process makes later.
+    """
+    path = sqlite_path(uri) if uri.lower().startswith("sqlite:") else None
+    with _file_lock(path.with_name(path.name + ".lock") if path is not None else None):
+        try:
+            return MlflowClient(tracking_uri=uri)
+        except (MlflowException, SQLAlchemyError) as error:
+            raise ConfigError(
+                f"the tracking store {redact('', uri)} cannot be opened: {redact_text(str(error))}",
+                f"for an older store, upgrade its schema (mlflow db upgrade {redact('', uri)}); or use a new "
+                "store, e.g. mlflow.tracking_uri=sqlite:///mlflow.db.",
+            ) from None
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path | None) -> Iterator[None]:
+    if path is None:
+        yield
+        return
+    try:
+        handle = path.open("a")
+    except OSError:  # a folder we may not write beside: the store itself was checked writable
+        yield
+        return
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def ensure_experiment(client: MlflowClient, name: str) -> str:

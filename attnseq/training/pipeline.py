@@ -20,6 +20,8 @@ from attnseq.data import Seq2SeqDataModule
 from attnseq.errors import AttnSeqError
 from attnseq.tracking import paths, tags
 from attnseq.tracking.params import config_params, config_yaml
+from attnseq.tracking.redaction import redact
+from attnseq.tracking.retry import TrackingUnavailable
 from attnseq.tracking.run import TrackedRun
 from attnseq.tracking.store import check_tracking_uri, ensure_experiment
 from attnseq.training.artifacts import RunArtifacts
@@ -66,6 +68,8 @@ def train(cfg: DictConfig) -> float | None:
             if resumption is None and run.owned:
                 run.tracked.log_params(config_params(cfg))
             result = fit(cfg, run, module, datamodule, resumption, interrupts)
+        except TrackingUnavailable as lost:  # the store stopped answering: nothing more can be recorded
+            raise lost.with_local_checkpoint(interrupts.path, f"python train.py resume={run.tracked.run_id}") from None
         except BaseException as error:
             stop(run, error, interrupts.exception)
             raise
@@ -181,9 +185,10 @@ def finish(run: TrainingRun, uri: str) -> None:
         return
     tracked = run.tracked
     tracked.finish("FINISHED")
-    ui = f"mlflow ui --backend-store-uri {uri}" if not uri.startswith("http") else uri
+    shown = redact("", uri)
+    ui = f"mlflow ui --backend-store-uri {shown}" if not uri.startswith("http") else shown
     print(
-        f"\nMLflow run '{tracked.name}' ({tracked.run_id}) in experiment {run.experiment_id}, store {uri}\n"
+        f"\nMLflow run '{tracked.name}' ({tracked.run_id}) in experiment {run.experiment_id}, store {shown}\n"
         f"Open it with: {ui}   (or `make ui`)",
         flush=True,
     )

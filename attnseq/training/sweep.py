@@ -1,8 +1,7 @@
 """``SweepParentRun``: a Hydra callback that gives every multirun one MLflow parent run.
 
 Registered in ``conf/train.yaml`` under ``hydra.callbacks``. In the launching process it
-creates the experiment (and so the store's schema: concurrent first-time SQLite migrations from
-parallel jobs race) and the parent run, then hands the parent's id and the varying override keys
+creates the experiment and the parent run, then hands the parent's id and the varying override keys
 to the jobs through the environment (``sweep_context`` reads them, in process or in a joblib
 worker); jobs become its children (``mlflow.parentRunId``) and are named after the overrides
 that vary. At the end it marks the parent FINISHED when every child finished, FAILED otherwise,
@@ -15,6 +14,7 @@ import atexit
 import json
 import logging
 import os
+import sys
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -23,7 +23,8 @@ from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
 from attnseq.tracking import paths, tags
-from attnseq.tracking.redaction import redact_overrides
+from attnseq.tracking.redaction import redact_overrides, redact_text
+from attnseq.tracking.retry import TrackingUnavailable, store_unreachable, unavailable
 from attnseq.tracking.run import TrackedRun
 from attnseq.tracking.store import check_tracking_uri, ensure_experiment
 
@@ -58,7 +59,7 @@ class SweepParentRun(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         uri = config.mlflow.tracking_uri
-        check_tracking_uri(uri)
+        check_tracking_uri(uri)  # for SQLite: creates the store's schema, under its lock
         client = MlflowClient(tracking_uri=uri)
         self.experiment_id = ensure_experiment(client, config.mlflow.experiment_name)
         keys = sweep_keys(config)
@@ -75,7 +76,7 @@ class SweepParentRun(Callback):
         os.environ[PARENT_RUN_ENV] = parent.run_id
         os.environ[SWEEP_KEYS_ENV] = json.dumps(keys)
         atexit.register(self._close, "FAILED")  # a job that raised skips on_multirun_end
-        log.info("MLflow parent run %s for this sweep (%s)", parent.run_id, uri)
+        log.info("MLflow parent run %s for this sweep (%s)", parent.run_id, redact_text(uri))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         self._close(None)
@@ -86,12 +87,21 @@ class SweepParentRun(Callback):
         parent, self.parent = self.parent, None  # close once
         os.environ.pop(PARENT_RUN_ENV, None)
         os.environ.pop(SWEEP_KEYS_ENV, None)
-        children = parent.client.search_runs([self.experiment_id], filter_string=tags.children_of(parent.run_id))
-        rows = sorted((c.info.run_name or c.info.run_id, c.info.status) for c in children)
-        failed = [name for name, status in rows if status != "FINISHED"]
-        summary = "\n".join(f"{status:9s} {name}" for name, status in rows)
-        parent.log_text(summary + "\n", paths.SWEEP_SUMMARY)
-        parent.log_metrics({"sweep/jobs": len(rows), "sweep/failed_jobs": len(failed)})
-        status = forced_status or ("FAILED" if failed or not rows else "FINISHED")
-        parent.finish(status)
-        print(f"\nSweep parent run {parent.run_id}: {len(rows)} jobs, {len(failed)} not finished\n{summary}")
+        try:
+            children = parent.client.search_runs([self.experiment_id], filter_string=tags.children_of(parent.run_id))
+            rows = sorted((c.info.run_name or c.info.run_id, c.info.status) for c in children)
+            failed = [name for name, status in rows if status != "FINISHED"]
+            summary = "\n".join(f"{status:9s} {name}" for name, status in rows)
+            parent.log_text(summary + "\n", paths.SWEEP_SUMMARY)
+            parent.log_metrics({"sweep/jobs": len(rows), "sweep/failed_jobs": len(failed)})
+            status = forced_status or ("FAILED" if failed or not rows else "FINISHED")
+            parent.finish(status)
+        except Exception as error:
+            if not store_unreachable(error):
+                raise
+            lost = error if isinstance(error, TrackingUnavailable) else unavailable(
+                parent.client.tracking_uri, "closing the sweep", error, parent.run_id)
+            print(f"\nSweep parent run {parent.run_id} not closed: {lost}", file=sys.stderr, flush=True)
+            return
+        line = f"\nSweep parent run {parent.run_id}: {len(rows)} jobs, {len(failed)} not finished\n{summary}"
+        print(redact_text(line), flush=True)

@@ -1,0 +1,152 @@
+"""How long a call to a tracking server may keep retrying: ``mlflow.retry_budget_s``.
+
+MLflow's client retries a failed HTTP request itself (urllib3, configured by the
+``MLFLOW_HTTP_REQUEST_*`` environment variables): by default 7 retries with a backoff factor of 2,
+i.e. sleeps of 0, 4, 8, …, 128 s (about 4 minutes), each attempt waiting up to 120 s for an
+answer. ``set_retry_budget`` replaces that with a schedule that fits the budget: a backoff factor
+of 1 and no jitter (sleeps 0, 2, 4, 8, … s: ``n`` retries sleep ``2**n - 2`` s in all), as many
+retries as fit while every attempt may still wait ``MIN_ATTEMPT_TIMEOUT_S``, and the time left
+shared out as the per-attempt timeout. A server that refuses connections is given up on after
+the sleeps; one that accepts connections and never answers, after every attempt timed out; both
+within the budget. A store that comes back within the sleeps is picked up by the next attempt, so
+the budget is the knob for riding out an outage. The default, 30 s, gives 4 retries (sleeps of
+14 s in all) of attempts that wait up to 3 s each for an answer; ``mlflow.retry_budget_s=120``
+gives 6 retries sleeping 62 s in all, enough for a server restarted within a minute, with
+attempts of up to 8 s (large uploads through a slow server may need more).
+
+The environment variables are set for this process and its children, overriding values set
+before; MLflow reads them at every request.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from attnseq.errors import ProblemAndFix
+from attnseq.tracking.redaction import redact
+
+DEFAULT_BUDGET_S = 30.0
+MIN_ATTEMPT_TIMEOUT_S = 3
+MAX_RETRIES = 10  # MLflow refuses more
+
+
+@dataclass(frozen=True)
+class RetrySchedule:
+    retries: int
+    timeout_s: int  # per attempt
+
+    @property
+    def sleeps_s(self) -> int:
+        """The backoff sleeps of a request that fails every attempt (factor 1, no jitter)."""
+        return 2**self.retries - 2 if self.retries else 0
+
+    @property
+    def worst_case_s(self) -> int:
+        """Every attempt waiting its full timeout, plus the sleeps."""
+        return (self.retries + 1) * self.timeout_s + self.sleeps_s
+
+
+def schedule_for(budget_s: float) -> RetrySchedule:
+    retries = 0
+    while retries < MAX_RETRIES and RetrySchedule(retries + 1, MIN_ATTEMPT_TIMEOUT_S).worst_case_s <= budget_s:
+        retries += 1
+    sleeps = RetrySchedule(retries, 1).sleeps_s
+    timeout = max(1, int((budget_s - sleeps) // (retries + 1)))
+    return RetrySchedule(retries, timeout)
+
+
+_budget_s: float | None = None
+
+
+def set_retry_budget(budget_s: float | None = None) -> float:
+    """Apply the budget (``DEFAULT_BUDGET_S`` when None) to MLflow's HTTP client; returns it."""
+    global _budget_s
+    budget = DEFAULT_BUDGET_S if budget_s is None else float(budget_s)
+    schedule = schedule_for(budget)
+    os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = str(schedule.retries)
+    os.environ["MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"] = "1"
+    os.environ["MLFLOW_HTTP_REQUEST_BACKOFF_JITTER"] = "0"
+    os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(schedule.timeout_s)
+    _budget_s = budget
+    return budget
+
+
+def retry_budget() -> float:
+    """The budget in force: applied with the default on first use."""
+    return _budget_s if _budget_s is not None else set_retry_budget(None)
+
+
+class TrackingUnavailable(ProblemAndFix):
+    """The tracking store stopped answering and did not come back within the retry budget."""
+
+    exit_code = 1
+
+    def __init__(self, problem: str, fix: str, run_id: str | None = None) -> None:
+        super().__init__(problem, fix)
+        self.run_id = run_id
+
+    def with_local_checkpoint(self, checkpoint: Path, resume_command: str) -> TrackingUnavailable:
+        """The same failure, told to someone whose training just stopped: where the newest
+        checkpoint is and how to continue once the store answers again."""
+        if checkpoint.is_file():
+            kept = f"The run's newest checkpoint is kept locally: {checkpoint}."
+            fix = f"when the store answers again, continue the run with `{resume_command}`"
+        else:
+            kept = "No checkpoint was written yet (the first epoch had not ended)."
+            fix = "when the store answers again, start the training again"
+        return TrackingUnavailable(
+            f"{self.problem} Training stopped. {kept}",
+            f"{fix}; to wait longer for a store that restarts, raise mlflow.retry_budget_s "
+            f"(e.g. mlflow.retry_budget_s=120).",
+            self.run_id,
+        )
+
+
+_UNREACHABLE = (
+    "requests.exceptions.ConnectionError",
+    "requests.exceptions.Timeout",
+    "requests.exceptions.RetryError",
+    "urllib3.exceptions.MaxRetryError",
+    "urllib3.exceptions.ProtocolError",
+    "urllib3.exceptions.NewConnectionError",
+)
+_UNREACHABLE_WORDS = ("Max retries exceeded", "Connection refused", "Connection aborted", "timed out")
+
+
+def store_unreachable(error: BaseException) -> bool:
+    """Whether ``error`` (or what caused it) says the store did not answer, rather than refused
+    the request: connection errors, timeouts and retries exhausted on 5xx answers."""
+    for step in _chain(error):
+        names = {f"{cls.__module__}.{cls.__qualname__}" for cls in type(step).__mro__}
+        if names & set(_UNREACHABLE) or isinstance(step, (ConnectionError, TimeoutError)):
+            return True
+        if any(word in str(step) for word in _UNREACHABLE_WORDS):
+            return True
+    return False
+
+
+def unavailable(uri: str, action: str, error: BaseException, run_id: str | None) -> TrackingUnavailable:
+    cause = type(error).__name__
+    for step in _chain(error):
+        if type(step).__module__.split(".")[0] in ("requests", "urllib3"):
+            cause = type(step).__name__
+            break
+    run = f" Run {run_id} is left RUNNING in the store." if run_id else ""
+    return TrackingUnavailable(
+        f"the MLflow tracking store at {redact('', uri)} stopped answering: {action} failed ({cause}) "
+        f"after retrying for up to {retry_budget():g} s (mlflow.retry_budget_s).{run}",
+        "check that the tracking server is running and reachable, then run the command again; "
+        "to wait longer for a store that restarts, raise mlflow.retry_budget_s (e.g. mlflow.retry_budget_s=120).",
+        run_id,
+    )
+
+
+def _chain(error: BaseException):
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__

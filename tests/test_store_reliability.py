@@ -1,0 +1,273 @@
+"""The tracking store under stress, through the real CLI: secrets never leave the process (store,
+artifacts, output folder, console), a tracking server that dies mid-training stops the run within
+the retry budget with a message instead of hanging, unusable store URIs fail in seconds, and
+processes opening a fresh SQLite store at the same instant all succeed."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from cli_helpers import REPO, all_runs, clean_env, explain, outputs_under, run_cli, tiny, tracking_uri
+from mlflow.tracking import MlflowClient
+
+SECRET = "hunter2-Zq8pW"
+OTHER_SECRET = "s3cret-Vx41r"
+URI_SECRET = "pw-K7mT93"
+
+
+def leaks(root: Path, secret: str, *texts: str) -> list[str]:
+    """Every file under ``root`` (recursively, as bytes) and every text that contains ``secret``."""
+    needle = secret.encode()
+    found = [str(p.relative_to(root)) for p in sorted(root.rglob("*")) if p.is_file() and needle in p.read_bytes()]
+    return found + [f"console #{i}" for i, text in enumerate(texts) if secret in text]
+
+
+def user_env() -> dict[str, str]:
+    """As a user runs it: no HYDRA_FULL_ERROR, so errors are one message."""
+    env = clean_env()
+    env.pop("HYDRA_FULL_ERROR", None)
+    return env
+
+
+# -- a real MLflow server on loopback ----------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+            return response.status == 200
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False
+
+
+@contextlib.contextmanager
+def mlflow_server(root: Path, port: int | None = None):
+    """``mlflow server`` on 127.0.0.1 with a SQLite store and an artifact folder under ``root``;
+    yields ``(url, process)``; the whole process group is killed at the end."""
+    port = port or free_port()
+    log = root / "server.log"
+    with log.open("a") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+             "--backend-store-uri", f"sqlite:///{root}/server.db", "--artifacts-destination", str(root / "artifacts")],
+            stdout=out, stderr=subprocess.STDOUT, cwd=root, env=clean_env(), start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while not healthy(url):
+            assert proc.poll() is None, f"mlflow server exited:\n{log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"mlflow server not ready:\n{log.read_text()[-3000:]}"
+            time.sleep(0.25)
+        yield url, proc
+    finally:
+        kill_group(proc)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+# -- item 2: secrets ---------------------------------------------------------------------------
+@pytest.mark.slow
+def test_a_sweep_over_a_secret_leaves_it_nowhere(tmp_path):
+    """Sweeping the secret itself: run names, sweep_summary.txt, the parent's tags, each job's
+    .hydra files, multirun.yaml, the log files and the console all mask it."""
+    proc = run_cli(
+        tmp_path, "-m", f"+db.password={SECRET},{OTHER_SECRET}", *tiny(max_epochs=1, heatmaps=False),
+        *outputs_under(tmp_path), env=user_env(),
+    )
+    assert proc.returncode == 0, explain(proc)
+    for secret in (SECRET, OTHER_SECRET):
+        assert leaks(tmp_path, secret, proc.stdout, proc.stderr) == [], secret
+    runs = all_runs(MlflowClient(tracking_uri(tmp_path)))
+    children = [r for r in runs if r.data.tags.get("attnseq.kind") == "train"]
+    assert len(children) == 2 and all(r.info.status == "FINISHED" for r in children)
+    assert {r.data.params["db.password"] for r in children} == {"***"}  # recorded, masked
+    assert all("db.password=***" in r.info.run_name for r in children), [r.info.run_name for r in children]
+    overrides = (tmp_path / "multi" / "0" / ".hydra" / "overrides.yaml").read_text()
+    assert "+db.password=***" in overrides, overrides
+
+
+@pytest.mark.slow
+def test_uri_credentials_and_secret_keys_never_leave_a_run(tmp_path):
+    """A run against a real server with credentials in the URI and a secret-named override: the
+    server's store and artifacts, the output folder and the console never hold either secret
+    (MLflow's own "View run at" line included)."""
+    (tmp_path / "server").mkdir()
+    with mlflow_server(tmp_path / "server") as (url, _):
+        uri = url.replace("http://", f"http://trainer:{URI_SECRET}@")
+        proc = run_cli(
+            tmp_path, *tiny(max_epochs=1, heatmaps=False), f"+db.api_token={SECRET}",
+            f"mlflow.tracking_uri={uri}", f"hydra.run.dir={tmp_path}/out", env=user_env(),
+        )
+        assert proc.returncode == 0, explain(proc)
+        (run,) = all_runs(MlflowClient(url))
+    assert run.info.status == "FINISHED"
+    assert run.data.params["db.api_token"] == "***"
+    assert run.data.params["mlflow.tracking_uri"] == url.replace("http://", "http://***@")
+    assert "Open it with" in proc.stdout
+    for secret in (URI_SECRET, SECRET):
+        assert leaks(tmp_path, secret, proc.stdout, proc.stderr) == [], secret
+    assert (tmp_path / "server" / "artifacts").is_dir() and (tmp_path / "out" / ".hydra" / "config.yaml").is_file()
+
+
+# -- item 5: a server that stops answering, stores that cannot work ---------------------------
+BUDGET_S = 6
+
+
+@pytest.mark.slow
+def test_a_server_that_dies_mid_training_stops_the_run_within_the_budget(tmp_path):
+    (tmp_path / "server").mkdir()
+    out = tmp_path / "out"
+    checkpoint = out / "checkpoints" / "last.ckpt"
+    with mlflow_server(tmp_path / "server") as (url, server):
+        with (tmp_path / "stdout").open("w") as stdout, (tmp_path / "stderr").open("w") as stderr:
+            training = subprocess.Popen(
+                [sys.executable, str(REPO / "train.py"), *tiny(max_epochs=500, heatmaps=False),
+                 f"mlflow.tracking_uri={url}", f"++mlflow.retry_budget_s={BUDGET_S}", f"hydra.run.dir={out}"],
+                cwd=tmp_path, env=user_env(), stdout=stdout, stderr=stderr, start_new_session=True,
+            )
+        try:
+            deadline = time.monotonic() + 240
+            while not checkpoint.is_file():  # the first epoch ended: the run exists and has a checkpoint
+                assert training.poll() is None, (tmp_path / "stderr").read_text()[-3000:]
+                assert time.monotonic() < deadline, "no checkpoint after 240 s"
+                time.sleep(0.2)
+            (run,) = all_runs(MlflowClient(url))
+            kill_group(server)
+            killed = time.monotonic()
+            code = training.wait(timeout=BUDGET_S + 120)
+            took = time.monotonic() - killed
+        finally:
+            if training.poll() is None:
+                kill_group(training)
+    stderr = (tmp_path / "stderr").read_text()
+    assert code == 1, stderr[-3000:]
+    assert took < BUDGET_S + 45, f"exited {took:.0f} s after the server died (budget {BUDGET_S} s)"
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert "stopped answering" in stderr and "mlflow.retry_budget_s" in stderr, stderr[-3000:]
+    assert f"python train.py resume={run.info.run_id}" in stderr, stderr[-3000:]
+    assert f"kept locally: {checkpoint}" in stderr, stderr[-3000:]
+    assert checkpoint.is_file()
+
+
+@pytest.mark.slow
+def test_a_server_restarted_within_the_budget_is_picked_up(tmp_path):
+    """Kept from before the budget: a store that comes back while a call still retries loses nothing."""
+    (tmp_path / "server").mkdir()
+    checkpoint = tmp_path / "out" / "checkpoints" / "last.ckpt"
+    epochs = 10
+    with mlflow_server(tmp_path / "server") as (url, server):
+        training = subprocess.Popen(
+            [sys.executable, str(REPO / "train.py"), *tiny(max_epochs=epochs, heatmaps=False),
+             f"mlflow.tracking_uri={url}", "++mlflow.retry_budget_s=120", f"hydra.run.dir={tmp_path}/out"],
+            cwd=tmp_path, env=user_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            deadline = time.monotonic() + 240
+            while not checkpoint.is_file():
+                assert training.poll() is None and time.monotonic() < deadline, training.communicate()[1][-3000:]
+                time.sleep(0.2)
+            kill_group(server)
+            with mlflow_server(tmp_path / "server", port=int(url.rsplit(":", 1)[1])):
+                stdout, stderr = training.communicate(timeout=300)
+                (run,) = all_runs(MlflowClient(url))
+                history = MlflowClient(url).get_metric_history(run.info.run_id, "val/acc")
+        finally:
+            if training.poll() is None:
+                training.kill()
+    assert training.returncode == 0, stderr[-3000:]
+    assert run.info.status == "FINISHED"
+    assert len(history) == epochs, history  # one value per epoch: nothing lost, nothing twice
+
+
+def test_the_retry_schedule_fits_the_budget():
+    """MLflow's backoff (factor 1: sleeps 0, 2, 4, … s) plus every attempt timing out stays within
+    the budget, and a budget of two minutes rides out a server restarted within a minute."""
+    from attnseq.tracking.retry import DEFAULT_BUDGET_S, schedule_for
+
+    for budget in (1, 6, DEFAULT_BUDGET_S, 45, 120, 600):
+        schedule = schedule_for(budget)
+        assert schedule.worst_case_s <= max(budget, 1), (budget, schedule)
+        assert schedule.timeout_s >= 1
+    assert schedule_for(120).sleeps_s >= 60
+    assert schedule_for(DEFAULT_BUDGET_S).worst_case_s < 60
+
+
+UNUSABLE = {
+    "folder": lambda root: f"sqlite:///{root / 'a-folder'}",
+    "read-only": lambda root: "sqlite:////proc/attnseq-mlflow.db",
+    "garbage-file": lambda root: f"sqlite:///{root / 'garbage.db'}",
+    "postgresql-down": lambda root: f"postgresql://mlflow:{SECRET}@127.0.0.1:{free_port()}/mlflow",
+    "mysql-no-driver": lambda root: f"mysql://mlflow:{SECRET}@127.0.0.1:{free_port()}/mlflow",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(UNUSABLE))
+def test_an_unusable_store_fails_in_seconds_with_one_message(tmp_path, case):
+    (tmp_path / "a-folder").mkdir()
+    (tmp_path / "garbage.db").write_bytes(b"this is not a database\n" * 100)
+    uri = UNUSABLE[case](tmp_path)
+    started = time.monotonic()
+    proc = run_cli(tmp_path, *tiny(max_epochs=1), f"mlflow.tracking_uri={uri}", f"hydra.run.dir={tmp_path}/out",
+                   env=user_env(), timeout=90)
+    took = time.monotonic() - started
+    assert proc.returncode == 2, explain(proc)
+    assert "Traceback" not in proc.stderr and proc.stderr.count("error:") == 1 and "Fix:" in proc.stderr, proc.stderr
+    assert SECRET not in proc.stdout + proc.stderr
+    assert took < 45, f"{took:.0f} s"  # the interpreter's imports included; MLflow alone retried ~110 s
+
+
+# -- item 6: a fresh SQLite store opened by several processes at once ------------------------
+OPEN_AT_ONCE = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from attnseq.tracking.run import TrackedRun
+    from attnseq.tracking.store import check_tracking_uri, ensure_experiment
+    from mlflow.tracking import MlflowClient
+    uri, go = sys.argv[1], Path(sys.argv[2])
+    print("ready", flush=True)
+    while not go.exists():
+        time.sleep(0.001)
+    check_tracking_uri(uri)  # what training, sweeps and evaluation do first
+    client = MlflowClient(tracking_uri=uri)
+    run = TrackedRun.create(client, ensure_experiment(client, "attnseq"), sys.argv[3], {"attnseq.kind": "train"})
+    run.finish("FINISHED")
+""")
+
+
+@pytest.mark.slow
+def test_processes_opening_a_fresh_sqlite_store_at_once_all_succeed(tmp_path):
+    count = 4
+    go = tmp_path / "go"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", OPEN_AT_ONCE, tracking_uri(tmp_path), str(go), f"p{i}"],
+                         cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(count)
+    ]
+    for proc in procs:  # every process has imported everything: they open the store together
+        assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+    go.touch()
+    results = [(proc.wait(timeout=180), proc.stderr.read()) for proc in procs]
+    assert [code for code, _ in results] == [0] * count, "\n\n".join(err[-2000:] for _, err in results)
+    runs = all_runs(MlflowClient(tracking_uri(tmp_path)))
+    assert sorted(r.info.run_name for r in runs) == [f"p{i}" for i in range(count)]
