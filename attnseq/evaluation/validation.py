@@ -11,6 +11,7 @@ from attnseq.config import (
     check_table,
     flag,
     length_range,
+    number,
     optional,
     shown,
     text,
@@ -35,6 +36,7 @@ EVALUATE_SCHEMA: dict[str, Check] = {
     "eval.seed": whole(0, 2**32 - 1, example=1),
     "compare": flag(),
     "mlflow.tracking_uri": text(example="sqlite:///mlflow.db"),
+    "mlflow.retry_budget_s": number(0, above=True, example=30),
     "paths.output_dir": text(example="outputs/eval/my-evaluation"),
 }
 """Every key of ``conf/evaluate.yaml``, with what its value must be."""

@@ -102,6 +102,7 @@ TRAIN_SCHEMA: dict[str, Check] = {
     "mlflow.tracking_uri": text(example="sqlite:///mlflow.db"),  # and reachable: check_tracking_uri
     "mlflow.experiment_name": text(example="attnseq"),
     "mlflow.run_name": optional(text(example="my-run")),
+    "mlflow.retry_budget_s": number(0, above=True, example=30),
     "paths.output_dir": text(example="outputs/my-run"),
     # dataset (also the data module's arguments: check_arguments; the TSV file: the data module)
     "dataset.task": one_of(ALL_TASKS),
