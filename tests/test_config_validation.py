@@ -72,7 +72,7 @@ BAD = [
      ["torch.optim.Adamm cannot be imported", "Did you mean torch.optim.Adam?"],
      ["optimizer._target_=torch.optim.Adam", "SGD"]),
     (["optimizer.lr=inf"], ["optimizer.lr=inf", "finite number > 0"], ["optimizer.lr=0.003"]),
-    (["scheduler.gamma=-1"], ["scheduler.gamma=-1", "(0, 1]"], ["scheduler.gamma=0.6"]),
+    (["scheduler.gamma=-1"], ["scheduler.gamma=-1", "> 0"], ["scheduler.gamma=0.6"]),
     (["trainer.max_epochs=0"], ["trainer.max_epochs=0", "≥ 1"], ["trainer.max_epochs=5"]),
     (["dataset.train_lengths=[1,100000]"], ["dataset.train_lengths=[1, 100000]", "TB of memory", "17.2 GB"],
      ["dataset.train_lengths=[1, "]),

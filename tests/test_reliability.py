@@ -224,8 +224,8 @@ def test_resume_of_an_unknown_run_is_a_clear_error(tmp_path):
 
 
 def test_a_nan_loss_stops_the_run_failed_and_keeps_the_last_good_checkpoint(tmp_path):
-    # epoch 0 trains normally; the schedule then makes the learning rate infinite
-    proc = run_cli(tmp_path, *tiny(max_epochs=3, heatmaps=False), "scheduler.gamma=inf", *outputs_under(tmp_path),
+    # epoch 0 trains normally; the schedule then makes the learning rate finite but absurd (3e27)
+    proc = run_cli(tmp_path, *tiny(max_epochs=3, heatmaps=False), "scheduler.gamma=1e30", *outputs_under(tmp_path),
                    env=user_env())
     assert_clear_error(proc, "NaN or infinite", "epoch 1", "last good checkpoint", "optimizer.lr")
     assert proc.returncode == 1

@@ -90,7 +90,7 @@ TRAIN_SCHEMA: dict[str, Check] = {
     "scheduler._partial_": absent_ok(
         Check("true (the optimizer is passed later)", lambda v: v is True, True)
     ),
-    "scheduler.gamma": absent_ok(number(0, 1, above=True, example=0.6)),
+    "scheduler.gamma": absent_ok(number(0, above=True, example=0.6)),  # above 1 the rate grows
     "training.teacher_forcing": number(0, 1, example=1.0),
     "training.test_after_fit": flag(example=False),
     "decode.max_length_ratio": number(0, above=True, example=1.5),
@@ -281,7 +281,7 @@ def check_schedule(optimizer: torch.optim.Optimizer, make_scheduler: Callable | 
                     f"{shown(optimizer.defaults['lr'])}, scheduler "
                     f"{type(scheduler).__name__ if scheduler else 'none'}): it must stay finite and > 0.",
                     "set optimizer.lr to a finite number > 0, e.g. optimizer.lr=0.003, and a scheduler that "
-                    "keeps it positive (scheduler.gamma in (0, 1]) or scheduler=null.",
+                    "keeps it positive and finite (e.g. scheduler.gamma=0.6) or scheduler=null.",
                 )
         if scheduler is None or isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
             return
