@@ -8,13 +8,22 @@
 
 from __future__ import annotations
 
-import os
+# First, before the heavy imports: SIGTERM and Ctrl-C from here to the process's end exit 143 / 130
+# and, once the MLflow run exists, leave it KILLED with its newest checkpoint (attnseq.training.signals).
+from attnseq.training import signals  # isort: skip  (standard library only)
 
-import hydra
-from omegaconf import DictConfig
+signals.install()
+signals.pause_point("start")
 
-from attnseq.cli import user_errors
-from attnseq.training import train
+import os  # noqa: E402
+import sys  # noqa: E402
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from attnseq.cli import user_errors  # noqa: E402
+from attnseq.training import identity  # noqa: E402, F401  (registers the output folders' resolver)
+from attnseq.training.pipeline import train  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
@@ -26,4 +35,8 @@ def main(cfg: DictConfig) -> float | None:
 if __name__ == "__main__":
     # log_table appends by fetching the table first; its per-epoch download bar is noise here
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # a Ctrl-C before the run existed (train() handles the ones after)
+        print("\nInterrupted.", file=sys.stderr, flush=True)
+        sys.exit(130)

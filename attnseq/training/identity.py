@@ -1,17 +1,42 @@
 """What a training run is called and tagged: its name from the config's choices (or, in a sweep,
-from the overrides that vary), its overrides, and its place in a sweep."""
+from the overrides that vary), its overrides, and its place in a sweep; and the ``attnseq.unique``
+resolver that makes its output folder its own."""
 
 from __future__ import annotations
 
+import os
+import secrets
 from collections.abc import Iterable
 from typing import NamedTuple
 
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from attnseq.tracking import tags
 from attnseq.tracking.redaction import redact_overrides
 from attnseq.training.sweep import sweep_context
+
+UNIQUE_RESOLVER = "attnseq.unique"
+_unique: list[str] = []
+
+
+def process_unique() -> str:
+    """``<pid>-<4 random hex digits>``, the same for the whole process: ``conf/train.yaml`` adds it to
+    the run and sweep folders' names (``outputs/<date>/<H-M-S>-<pid>-<hex>``), so two trainings
+    started in the same second, on one machine or on two sharing a disk, never share a folder.
+    Hydra copies a resolved value into every job of a sweep, so a sweep's jobs share its folder;
+    Lightning's data-parallel workers are given rank 0's folder."""
+    if not _unique:
+        _unique.append(f"{os.getpid()}-{secrets.token_hex(2)}")
+    return _unique[0]
+
+
+def register_resolvers() -> None:
+    if not OmegaConf.has_resolver(UNIQUE_RESOLVER):
+        OmegaConf.register_new_resolver(UNIQUE_RESOLVER, process_unique, use_cache=True)
+
+
+register_resolvers()  # on import: train.py and every joblib worker (which imports the pipeline) have it
 
 
 class RunIdentity(NamedTuple):
