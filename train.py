@@ -16,7 +16,6 @@ signals.install()
 signals.pause_point("start")
 
 import os  # noqa: E402
-import sys  # noqa: E402
 
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
@@ -35,8 +34,4 @@ def main(cfg: DictConfig) -> float | None:
 if __name__ == "__main__":
     # log_table appends by fetching the table first; its per-epoch download bar is noise here
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    try:
-        main()
-    except KeyboardInterrupt:  # a Ctrl-C before the run existed (train() handles the ones after)
-        print("\nInterrupted.", file=sys.stderr, flush=True)
-        sys.exit(130)
+    main()

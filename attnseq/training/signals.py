@@ -4,9 +4,9 @@
 the standard library), and its handler stays until the process exits. What it does depends on
 the moment the signal lands:
 
-- by default it raises at once: ``Terminated`` (a ``SystemExit`` whose code is 143, so even a
-  signal before the MLflow run exists exits non-zero) or ``KeyboardInterrupt`` (exit 130);
-  ``train()`` turns either into a KILLED run;
+- by default it raises ``Interrupted`` at once: a ``SystemExit`` whose code is 143 (SIGTERM) or
+  130 (SIGINT), so even a signal before the MLflow run exists exits non-zero, without a
+  traceback; ``train()`` turns it into a KILLED run;
 - while Lightning runs its loops, Lightning's SIGTERM handler is installed and calls this one
   after its own (it keeps whatever handler was there): this one only records the signal, and
   Lightning stops at the next training batch boundary, after which ``InterruptCheckpoint`` saves
@@ -45,11 +45,13 @@ PAUSE_ENV = "ATTNSEQ_TEST_PAUSE_AT"
 PAUSE_LIMIT_S = 120.0
 
 
-class Terminated(SystemExit):
-    """SIGTERM, raised where nothing else stops the process: exits 143 even if nobody catches it."""
+class Interrupted(SystemExit):
+    """A SIGTERM or Ctrl-C, raised where Lightning does not stop the process itself: exits 143 / 130
+    even if nobody catches it."""
 
-    def __init__(self) -> None:
-        super().__init__(128 + signal.SIGTERM)
+    def __init__(self, signum: int) -> None:
+        super().__init__(exit_code(signum))
+        self.signum = signum
 
 
 class _State:
@@ -93,11 +95,8 @@ def _tell_lightning() -> None:
 
 
 def _raise() -> None:
-    signum = _state.received
     _state.raised = True
-    if signum == signal.SIGINT:
-        raise KeyboardInterrupt
-    raise Terminated()
+    raise Interrupted(_state.received)
 
 
 def install() -> None:
@@ -171,7 +170,7 @@ def is_interrupt(error: BaseException | None) -> bool:
     """An exception that a signal caused (ours, Lightning's ``SIGTERMException``, a Ctrl-C)."""
     if error is None:
         return False
-    if isinstance(error, (KeyboardInterrupt, Terminated)):
+    if isinstance(error, (KeyboardInterrupt, Interrupted)):
         return True
     return type(error).__name__ == "SIGTERMException" or (isinstance(error, SystemExit) and _state.received is not None)
 
