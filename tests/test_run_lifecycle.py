@@ -87,9 +87,9 @@ def metric_values(client: MlflowClient, run_id: str, key: str) -> list[tuple[int
     return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
 
 
-def resume(root: Path, run_id: str, *extra: str) -> subprocess.CompletedProcess:
+def resume(root: Path, run_id: str, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return run_cli(root, f"resume={run_id}", *extra, f"mlflow.tracking_uri={tracking_uri(root)}",
-                   f"hydra.run.dir={root}/resumed")
+                   f"hydra.run.dir={root}/resumed", env=env)
 
 
 def assert_uploaded_equals_local(client: MlflowClient, run_id: str, local: Path, into: Path) -> None:
@@ -257,7 +257,7 @@ def test_two_sweeps_started_at_the_same_instant_keep_their_own_folders(tmp_path)
     assert len(set(folders.values())) == 3
     # a sweep's jobs (joblib runs them in other processes) share its folder; the two sweeps do not
     assert folders["0"].parent == folders["1"].parent != folders["2"].parent
-    sweep_dirs = {Path(s.data.tags[tags.SWEEP_DIR]).resolve() for s in sweeps.values()}
+    sweep_dirs = {(tmp_path / s.data.tags[tags.SWEEP_DIR]).resolve() for s in sweeps.values()}
     assert sweep_dirs == {folders["0"].parent.resolve(), folders["2"].parent.resolve()}
     for seed, run in jobs.items():
         assert_model_is_its_own(client, run.info.run_id, tmp_path / seed)
@@ -363,7 +363,7 @@ def test_resume_after_a_dead_machine(tmp_path):
     assert time.time() - float(run.data.tags[tags.HEARTBEAT]) < 60
     steps = metric_values(client, run_id, "train/loss_step")
 
-    refused = resume(tmp_path, run_id)
+    refused = resume(tmp_path, run_id, env=user_env())
     assert refused.returncode == 2 and "resume_force=true" in refused.stderr, explain(refused)
     assert metric_values(client, run_id, "train/loss_step") == steps  # no second writer
 

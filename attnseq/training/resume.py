@@ -156,8 +156,8 @@ def check_not_alive(run, current: DictConfig) -> None:
         return
     raise ConfigError(
         f"resume={run.info.run_id}: run '{name}' is still RUNNING and showed a heartbeat {max(age, 0):.0f} s ago "
-        f"(a training process refreshes it every {heartbeat.get('every_s', 30)} s), so another process is most "
-        "likely still training it; a second one would write into the same run.",
+        f"(heartbeat.stale_after_s={stale_after:g}), so another process is most likely still training it; "
+        "a second one would write into the same run.",
         "wait for that process to end (or stop it: it marks the run KILLED); if its machine died without "
         f"marking it, wait {stale_after:.0f} s after its last heartbeat, or pass resume_force=true.",
     )
