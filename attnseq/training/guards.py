@@ -74,6 +74,8 @@ class InterruptCheckpoint(Callback):
             return
         signals.mark_raised()  # a second signal must not cut the save or the upload short
         self.exception = exception
+        if trainer.global_step == 0:  # no step taken (or the resumed state not restored yet): nothing new
+            return
         trainer.save_checkpoint(self.path)
         if trainer.is_global_zero:
             self.run.log_file(self.path, paths.CHECKPOINTS)
@@ -85,6 +87,8 @@ class SignalBridge(Callback):
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         signals.watch(trainer)
+        # inside fit, before Lightning installs its SIGTERM handler: the gap a signal once killed the run in
+        signals.pause_point("trainer")
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         signals.unwatch()

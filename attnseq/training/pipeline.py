@@ -167,13 +167,11 @@ def fit(
                    Heartbeat(run.tracked, float(cfg.get("heartbeat", {}).get("every_s", 30)))],
         default_root_dir=str(cfg.paths.output_dir),
     )
-    signals.pause_point("trainer")
     # Lightning's SIGTERM handler, while its loops run, calls ours after its own (see signals)
     trainer.fit(module, datamodule=datamodule, weights_only=True,  # never unpickle objects
                 ckpt_path=str(resumption.checkpoint) if resumption else None)
     signals.raise_pending()
     if cfg.training.test_after_fit:
-        signals.pause_point("test")
         trainer.test(module, datamodule=datamodule, ckpt_path=best.best_model_path or None, weights_only=True)
     result = trainer.callback_metrics.get(cfg.optimized_metric)
     return None if result is None else float(result)
