@@ -13,6 +13,7 @@ import hydra
 from omegaconf import DictConfig
 
 from attnseq.cli import hydra_errors, user_errors
+from attnseq.config import resolvers  # noqa: F401  (registers ${attnseq.unique:})
 from attnseq.evaluation import evaluate
 
 

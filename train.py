@@ -8,13 +8,21 @@
 
 from __future__ import annotations
 
-import os
+# First, before the heavy imports: SIGTERM and Ctrl-C from here to the process's end exit 143 / 130
+# and, once the MLflow run exists, leave it KILLED with its newest checkpoint (attnseq.training.signals).
+from attnseq.training import signals  # isort: skip  (standard library only)
 
-import hydra
-from omegaconf import DictConfig
+signals.install()
+signals.pause_point("start")
 
-from attnseq.cli import hydra_errors, user_errors
-from attnseq.training import train
+import os  # noqa: E402
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from attnseq.cli import hydra_errors, user_errors  # noqa: E402
+from attnseq.config import resolvers  # noqa: E402, F401  (registers ${attnseq.unique:})
+from attnseq.training.pipeline import train  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")

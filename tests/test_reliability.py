@@ -30,6 +30,8 @@ from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
+from attnseq.training.signals import PAUSE_ENV
+
 
 def user_env(**extra: str) -> dict[str, str]:
     """What a user has: no HYDRA_FULL_ERROR, so errors must read well on their own."""
@@ -109,11 +111,12 @@ def test_the_full_traceback_is_one_variable_away(tmp_path):
 
 
 # -- crashes lose nothing --------------------------------------------------------------------------
-def start_training(root: Path, *overrides: str, log_name: str = "cli.log") -> tuple[subprocess.Popen, Path]:
+def start_training(root: Path, *overrides: str, log_name: str = "cli.log",
+                   env: dict | None = None) -> tuple[subprocess.Popen, Path]:
     log = root / log_name
     proc = subprocess.Popen(
         [sys.executable, str(TRAIN_PY), *overrides, *outputs_under(root)],
-        cwd=root, env=clean_env(), stdout=log.open("w"), stderr=subprocess.STDOUT,
+        cwd=root, env=clean_env() if env is None else env, stdout=log.open("w"), stderr=subprocess.STDOUT,
     )
     return proc, log
 
@@ -171,18 +174,12 @@ def test_a_signal_writes_a_checkpoint_and_kills_the_run(tmp_path, signum, code):
 def test_after_sigkill_resume_continues_the_same_run_without_logging_a_step_twice(tmp_path):
     epochs = 4
     overrides = [*tiny(max_epochs=epochs, heatmaps=False), "dataset.train_size=512", "trainer.log_every_n_steps=2"]
-    proc, log = start_training(tmp_path, *overrides)
+    proc, log = start_training(tmp_path, *overrides, env=clean_env() | {PAUSE_ENV: "training"})
     try:
-        wait_for(lambda: has_metric(tmp_path, "val/loss"), proc, log)  # epoch 0 is over
+        # the test hook holds the process in epoch 1, after its first batch: kill it there
+        wait_for(lambda: "PHASE training\n" in log.read_text(), proc, log)
         client = MlflowClient(tracking_uri(tmp_path))
         run_id = the_run(tmp_path).info.run_id
-        first_val_step = client.get_metric_history(run_id, "val/loss")[0].step
-
-        def mid_second_epoch() -> bool:
-            steps = [m.step for m in client.get_metric_history(run_id, "train/loss_step")]
-            return any(step > first_val_step + 2 for step in steps)
-
-        wait_for(mid_second_epoch, proc, log)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
@@ -191,8 +188,9 @@ def test_after_sigkill_resume_continues_the_same_run_without_logging_a_step_twic
     assert client.get_run(run_id).info.status == "RUNNING"  # nobody could mark it
     steps_before = [m.step for m in client.get_metric_history(run_id, "train/loss_step")]
 
-    resumed = run_cli(tmp_path, f"resume={run_id}", f"mlflow.tracking_uri={tracking_uri(tmp_path)}",
-                      f"hydra.run.dir={tmp_path}/resumed")
+    # its heartbeat is seconds old: without resume_force=true the run would be taken for alive
+    resumed = run_cli(tmp_path, f"resume={run_id}", "resume_force=true",
+                      f"mlflow.tracking_uri={tracking_uri(tmp_path)}", f"hydra.run.dir={tmp_path}/resumed")
     assert resumed.returncode == 0, explain(resumed)
     runs = all_runs(client)
     assert [r.info.run_id for r in runs] == [run_id]  # the same run, no new one

@@ -109,6 +109,8 @@ class LengthBucketBatchSampler(Sampler[list[int]]):
         return share // self.batch_size if self.drop_last else -(-share // self.batch_size)
 
     def __iter__(self) -> Iterator[list[int]]:
+        # A generator: the order is drawn at the first batch, not when the iterator is made, so a
+        # resumed run (whose loader Lightning iterates before it sets the epoch) gets its epoch's order.
         order = list(self.sampler)
         if not self.shuffle:
             order = order[self.rank :: self.num_replicas]  # evaluation: each process its share of sequences
@@ -123,7 +125,7 @@ class LengthBucketBatchSampler(Sampler[list[int]]):
         if self.shuffle:
             random.Random(f"{self.seed}:{self.sampler.epoch}:batches").shuffle(batches)
             batches = batches[: len(batches) // self.num_replicas * self.num_replicas][self.rank :: self.num_replicas]
-        return iter(batches)
+        yield from batches
 
 
 def padding_fraction(batch: Batch) -> float:

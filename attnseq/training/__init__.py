@@ -1,8 +1,27 @@
 """The training service: ``train(cfg)`` (``pipeline``), the builders it uses (``build``), the
-LightningModule, sweeps; every record goes through ``attnseq.tracking``."""
+LightningModule, sweeps; every record goes through ``attnseq.tracking``.
 
-from attnseq.training.build import build_datamodule, build_module, model_config, validate
-from attnseq.training.lit_module import Seq2SeqLitModule
-from attnseq.training.pipeline import train
+The names below are imported on first use, so that ``train.py`` can install its signal handler
+(``attnseq.training.signals``, standard library only) before Lightning, MLflow and torch load."""
 
-__all__ = ["Seq2SeqLitModule", "build_datamodule", "build_module", "model_config", "train", "validate"]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "build_datamodule": "attnseq.training.build",
+    "build_module": "attnseq.training.build",
+    "model_config": "attnseq.training.build",
+    "validate": "attnseq.training.build",
+    "Seq2SeqLitModule": "attnseq.training.lit_module",
+    "train": "attnseq.training.pipeline",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

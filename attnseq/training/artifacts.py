@@ -5,7 +5,8 @@ paths are ``attnseq.tracking.paths``).
 - every validation epoch: attention heatmaps of a fixed set of validation samples (short,
   medium, longer than training) as time-stepped images (step = epoch, so the UI shows a step
   slider) and the per-bucket table, appended;
-- after every training epoch: the last checkpoint, so ``resume=`` works from another machine;
+- every time Lightning has written ``last.ckpt`` (``UploadedCheckpoint``, after the write, so the
+  run's copy is never an epoch behind): that checkpoint, so ``resume=`` works from another machine;
 - at the end: the accuracy-vs-length figure, the best and last checkpoints, and a portable
   model file (config + weights, loadable with ``torch.load(weights_only=True)``).
 
@@ -28,6 +29,7 @@ from attnseq.model import greedy_decode
 from attnseq.tracking import paths
 from attnseq.tracking.plots import accuracy_vs_length, attention_heatmap, figure_to_array
 from attnseq.tracking.run import TrackedRun
+from attnseq.training import signals
 from attnseq.training.lit_module import Seq2SeqLitModule, decode_length_limit
 
 
@@ -92,12 +94,6 @@ class RunArtifacts(Callback):
         if self.samples and epoch % self.heatmap_every_n_epochs == 0:
             self.log_heatmaps(trainer, pl_module, epoch)
 
-    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
-        """After validation's checkpoint: a copy of ``last.ckpt`` in the run, for ``resume=`` elsewhere."""
-        last = self.last.best_model_path
-        if trainer.is_global_zero and last and Path(last).is_file():
-            self.run.log_file(last, paths.CHECKPOINTS)
-
     @torch.no_grad()
     def log_heatmaps(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule, epoch: int) -> None:
         data = trainer.datamodule
@@ -119,8 +115,10 @@ class RunArtifacts(Callback):
 
     # -- end -----------------------------------------------------------------------------
     def on_fit_end(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
+        signals.raise_pending()  # a signal Lightning recorded after its last check stops the run here
         if not trainer.is_global_zero:
             return
+        signals.pause_point("uploads")
         rows = pl_module.last_bucket_tables.get("val", [])
         if rows:
             figure = accuracy_vs_length(
@@ -146,3 +144,35 @@ class RunArtifacts(Callback):
             path = Path(tmp) / paths.file_name(paths.MODEL_FILE)
             torch.save({"model_config": asdict(pl_module.model.config), "state_dict": weights}, path)
             self.run.log_file(path, paths.folder(paths.MODEL_FILE))
+
+
+class UploadedCheckpoint(ModelCheckpoint):
+    """A ``ModelCheckpoint`` that uploads its file to the run each time it has written it (rank 0),
+    so the run's copy is as new as the local one."""
+
+    def __init__(self, run: TrackedRun, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.run = run
+        self.uploaded: tuple[str, int, int] | None = None
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args, **kwargs) -> None:
+        super().on_train_batch_end(trainer, pl_module, *args, **kwargs)
+        self.upload(trainer)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_epoch_end(trainer, pl_module)
+        self.upload(trainer)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_validation_end(trainer, pl_module)
+        self.upload(trainer)
+
+    def upload(self, trainer: L.Trainer) -> None:
+        path = self.last_model_path or self.best_model_path
+        if not trainer.is_global_zero or not path or not Path(path).is_file():
+            return
+        stat = Path(path).stat()
+        written = (path, stat.st_mtime_ns, stat.st_size)
+        if written != self.uploaded:
+            self.run.log_file(path, paths.CHECKPOINTS)
+            self.uploaded = written

@@ -1,9 +1,11 @@
 """Callbacks that keep a run's results safe: ``FiniteLossGuard`` stops a run whose loss became
 NaN or infinite before broken weights can replace the last good checkpoint; ``InterruptCheckpoint``
-saves the newest state when the run is interrupted."""
+saves the newest state when the run is interrupted; ``SignalBridge`` tells ``signals`` when
+Lightning's loops and validation run; ``Heartbeat`` shows, on the run, that its process is alive."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import lightning as L
@@ -11,9 +13,9 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from attnseq.errors import TrainingError
-from attnseq.tracking import paths
+from attnseq.tracking import paths, tags
 from attnseq.tracking.run import TrackedRun
-from attnseq.training.signals import INTERRUPTS
+from attnseq.training import signals
 
 
 class FiniteLossGuard(Callback):
@@ -58,9 +60,9 @@ class FiniteLossGuard(Callback):
 
 
 class InterruptCheckpoint(Callback):
-    """On Ctrl-C or SIGTERM during fit: remember it (Lightning turns Ctrl-C into ``exit(1)``),
-    save the newest state as ``last.ckpt`` and upload it to the run, so ``resume=<run id>``
-    loses nothing. Other exceptions (a NaN loss) leave the last good checkpoint alone."""
+    """On Ctrl-C or SIGTERM during fit: save the newest state as ``last.ckpt`` and upload it to the
+    run, so ``resume=<run id>`` loses nothing. Other exceptions (a NaN loss) leave the last good
+    checkpoint alone. ``signals`` keeps which signal it was (Lightning turns Ctrl-C into ``exit(1)``)."""
 
     def __init__(self, path: Path, run: TrackedRun) -> None:
         self.path = path
@@ -68,9 +70,76 @@ class InterruptCheckpoint(Callback):
         self.exception: BaseException | None = None
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        if not isinstance(exception, INTERRUPTS):
+        if not signals.is_interrupt(exception):
             return
+        signals.mark_raised()  # a second signal must not cut the save or the upload short
         self.exception = exception
+        if trainer.global_step == 0:  # no step taken (or the resumed state not restored yet): nothing new
+            return
         trainer.save_checkpoint(self.path)
         if trainer.is_global_zero:
             self.run.log_file(self.path, paths.CHECKPOINTS)
+
+
+class SignalBridge(Callback):
+    """Tells ``signals`` while Lightning's loops run and while validation runs (a signal then waits
+    for validation to end), and holds the test hook's pause points inside the loops."""
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        signals.watch(trainer)
+        # inside fit, before Lightning installs its SIGTERM handler: the gap a signal once killed the run in
+        signals.pause_point("trainer")
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        signals.unwatch()
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        signals.set_validating(True)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        signals.set_validating(False)
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch,
+                           batch_idx: int) -> None:
+        if trainer.current_epoch >= 1 and batch_idx == 0:  # mid-epoch, after a whole epoch and its validation
+            signals.pause_point("training")
+
+    def on_validation_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch,
+                                batch_idx: int, dataloader_idx: int = 0) -> None:
+        if not trainer.sanity_checking and batch_idx == 0:
+            signals.pause_point("validation")
+
+
+class Heartbeat(Callback):
+    """Sets the run's ``attnseq.heartbeat`` tag (Unix time) when training starts and then at most
+    every ``every_s`` seconds, at batch ends: ``resume=`` refuses a RUNNING run whose heartbeat is
+    fresh, since its process is most likely still training it."""
+
+    def __init__(self, run: TrackedRun, every_s: float) -> None:
+        self.run = run
+        self.every_s = every_s
+        self.last_beat = float("-inf")
+
+    def beat(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self.last_beat >= self.every_s:
+            self.last_beat = now
+            self.run.set_tags({tags.HEARTBEAT: heartbeat_value()})
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.is_global_zero:
+            self.beat(force=True)
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch,
+                           batch_idx: int) -> None:
+        if trainer.is_global_zero:
+            self.beat()
+
+    def on_validation_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch,
+                                batch_idx: int, dataloader_idx: int = 0) -> None:
+        if trainer.is_global_zero:
+            self.beat()
+
+
+def heartbeat_value() -> str:
+    return f"{time.time():.3f}"

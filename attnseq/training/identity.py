@@ -1,5 +1,6 @@
 """What a training run is called and tagged: its name from the config's choices (or, in a sweep,
-from the overrides that vary), its overrides, and its place in a sweep."""
+from the overrides that vary), its overrides, and its place in a sweep. Importing it registers the config's resolvers
+(``attnseq.config.resolvers``: the output folder's unique suffix), for every process that trains."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import NamedTuple
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from attnseq.config import resolvers  # noqa: F401  (registers ${attnseq.unique:})
 from attnseq.tracking import tags
 from attnseq.tracking.redaction import redact_overrides
 from attnseq.training.sweep import sweep_context

@@ -72,8 +72,20 @@ class Seq2SeqLitModule(L.LightningModule):
         self.train_loss = MeanMetric(nan_strategy="disable")
         self.train_padding = MeanMetric(nan_strategy="disable")
         self.val_acc_best = MaxMetric()
+        for metric in (self.val_metrics, self.test_metrics, self.train_loss, self.train_padding, self.val_acc_best):
+            metric.persistent(True)  # in the checkpoint: a resumed run keeps its best and its running means
         self.last_bucket_tables: dict[str, list[dict]] = {}
         """The latest epoch's per-bucket rows, by stage: read by the tracking callbacks."""
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """A checkpoint written before the metric states were saved resumes with fresh metric states
+        (the model's own weights stay strictly checked)."""
+        state = checkpoint.get("state_dict")
+        if state is None:
+            return
+        for key, value in self.state_dict().items():
+            if not key.startswith("model.") and key not in state:
+                state[key] = value
 
     # -- training ------------------------------------------------------------------------
     def loss(self, logits: Tensor, target: Tensor) -> Tensor:

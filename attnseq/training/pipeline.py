@@ -24,27 +24,24 @@ from attnseq.tracking.redaction import redact
 from attnseq.tracking.retry import TrackingUnavailable
 from attnseq.tracking.run import TrackedRun
 from attnseq.tracking.store import check_tracking_uri, ensure_experiment
-from attnseq.training.artifacts import RunArtifacts
+from attnseq.training import signals
+from attnseq.training.artifacts import RunArtifacts, UploadedCheckpoint
 from attnseq.training.build import build_datamodule, build_module, validate
-from attnseq.training.guards import FiniteLossGuard, InterruptCheckpoint
+from attnseq.training.guards import FiniteLossGuard, Heartbeat, InterruptCheckpoint, SignalBridge, heartbeat_value
 from attnseq.training.identity import run_identity
 from attnseq.training.lit_module import Seq2SeqLitModule
 from attnseq.training.logger import RunLogger
 from attnseq.training.process import keep_freed_memory
 from attnseq.training.resume import Resumption, prepare_resume
-from attnseq.training.signals import (
-    INTERRUPTS,
-    exit_code,
-    lightning_handles_sigterm,
-    release_interrupted_frames,
-    sigterm_raises,
-)
+from attnseq.training.signals import release_interrupted_frames
 from attnseq.training.sweep import sweep_context
 
 log = logging.getLogger(__name__)
 
 RUN_ID_ENV = "ATTNSEQ_MLFLOW_RUN_ID"
 """Set by rank 0 before ``fit``: the run that Lightning's data-parallel workers log into."""
+OUTPUT_DIR_ENV = "ATTNSEQ_OUTPUT_DIR"
+"""Set by rank 0 before ``fit``: the output folder its data-parallel workers use (one per run)."""
 
 
 class TrainingRun(NamedTuple):
@@ -58,24 +55,32 @@ class TrainingRun(NamedTuple):
 def train(cfg: DictConfig) -> float | None:
     """Train one configuration end to end (or resume one with ``resume=<run id>``); return
     ``cfg.optimized_metric`` for sweepers."""
-    with sigterm_raises():
+    with signals.handled():
         cfg, resumption = prepare(cfg)
         datamodule, module = build_data_and_model(cfg)
-        run = open_run(cfg, resumption)
-        interrupts = InterruptCheckpoint(Path(cfg.paths.output_dir) / paths.LAST_CHECKPOINT, run.tracked)
-        os.environ[RUN_ID_ENV] = run.tracked.run_id  # inherited by data-parallel workers, which fit starts
+        run = None
         try:
+            with signals.held():  # the run is created and its id kept, or not created at all
+                run = open_run(cfg, resumption)
+            interrupts = InterruptCheckpoint(Path(cfg.paths.output_dir) / paths.LAST_CHECKPOINT, run.tracked)
+            os.environ[RUN_ID_ENV] = run.tracked.run_id  # inherited by data-parallel workers, which fit starts
+            os.environ[OUTPUT_DIR_ENV] = str(Path(cfg.paths.output_dir).resolve())
             if resumption is None and run.owned:
                 run.tracked.log_params(config_params(cfg))
             result = fit(cfg, run, module, datamodule, resumption, interrupts)
+            finish(run, cfg.mlflow.tracking_uri)
         except TrackingUnavailable as lost:  # the store stopped answering: nothing more can be recorded
-            raise lost.with_local_checkpoint(interrupts.path, f"python train.py resume={run.tracked.run_id}") from None
+            if run is None:
+                raise
+            # this process is ending, so the run's fresh heartbeat is no sign of life: resume must be forced
+            resume = f"python train.py resume={run.tracked.run_id} resume_force=true"
+            raise lost.with_local_checkpoint(Path(cfg.paths.output_dir) / paths.LAST_CHECKPOINT, resume) from None
         except BaseException as error:
-            stop(run, error, interrupts.exception)
+            stop(run, error)
             raise
         finally:
             os.environ.pop(RUN_ID_ENV, None)
-        finish(run, cfg.mlflow.tracking_uri)
+            os.environ.pop(OUTPUT_DIR_ENV, None)
         return result
 
 
@@ -84,7 +89,11 @@ def prepare(cfg: DictConfig) -> tuple[DictConfig, Resumption | None]:
     resumption = None
     if cfg.get("resume"):
         check_tracking_uri(cfg.mlflow.tracking_uri)
-        cfg, resumption = prepare_resume(MlflowClient(tracking_uri=cfg.mlflow.tracking_uri), str(cfg.resume), cfg)
+        client = MlflowClient(tracking_uri=cfg.mlflow.tracking_uri)
+        # a data-parallel worker follows rank 0, which reopened the run and keeps it alive
+        cfg, resumption = prepare_resume(client, str(cfg.resume), cfg, check_alive=not data_parallel_worker())
+    if data_parallel_worker() and OUTPUT_DIR_ENV in os.environ:
+        cfg.paths.output_dir = os.environ[OUTPUT_DIR_ENV]  # rank 0's folder, whatever this process composed
     try:
         validate(cfg)
     except AttnSeqError as error:
@@ -110,14 +119,23 @@ def open_run(cfg: DictConfig, resumption: Resumption | None) -> TrainingRun:
     """A new run; the resumed run, RUNNING again; or, in a data-parallel worker, rank 0's run."""
     client = MlflowClient(tracking_uri=cfg.mlflow.tracking_uri)  # for SQLite this creates the store
     experiment_id = ensure_experiment(client, cfg.mlflow.experiment_name)
-    if os.environ.get("LOCAL_RANK", "0") != "0" and RUN_ID_ENV in os.environ:
+    if data_parallel_worker():
         return TrainingRun(TrackedRun(client, os.environ[RUN_ID_ENV], "ddp worker"), experiment_id, owned=False)
     if resumption is None:
         name, run_tags, parent = run_identity(cfg)
+        run_tags[tags.HEARTBEAT] = heartbeat_value()
         return TrainingRun(TrackedRun.create(client, experiment_id, name, run_tags, parent), experiment_id, owned=True)
     tracked = TrackedRun.reopen(client, resumption.run_id)
-    tracked.set_tags({tags.RESUMED_FROM: str(resumption.checkpoint)})
+    resumed = {tags.RESUMED_FROM: str(resumption.checkpoint), tags.HEARTBEAT: heartbeat_value()}
+    if resumption.overrides:
+        resumed[tags.RESUME_OVERRIDES] = " ".join(resumption.overrides)
+    tracked.set_tags(resumed)
     return TrainingRun(tracked, experiment_id, owned=True)
+
+
+def data_parallel_worker() -> bool:
+    """A process Lightning started for data-parallel training (rank 0 created the run)."""
+    return os.environ.get("LOCAL_RANK", "0") != "0" and RUN_ID_ENV in os.environ
 
 
 def fit(
@@ -138,7 +156,8 @@ def fit(
         auto_insert_metric_name=False,
         enable_version_counter=False,
     )
-    last = ModelCheckpoint(dirpath=checkpoints, filename="last", enable_version_counter=False)  # every epoch
+    # every epoch; uploaded to the run right after each write
+    last = UploadedCheckpoint(run.tracked, dirpath=checkpoints, filename="last", enable_version_counter=False)
     artifacts = RunArtifacts(
         run.tracked,
         config_yaml(cfg),
@@ -152,31 +171,40 @@ def fit(
     trainer = L.Trainer(
         **OmegaConf.to_container(cfg.trainer, resolve=True),
         logger=RunLogger(run.tracked, run.experiment_id, logged_through),
-        callbacks=[guard, best, last, artifacts, interrupts],
+        callbacks=[SignalBridge(), guard, best, last, artifacts, interrupts,
+                   Heartbeat(run.tracked, float(cfg.get("heartbeat", {}).get("every_s", 30)))],
         default_root_dir=str(cfg.paths.output_dir),
     )
-    with lightning_handles_sigterm():
-        trainer.fit(module, datamodule=datamodule, weights_only=True,  # never unpickle objects
-                    ckpt_path=str(resumption.checkpoint) if resumption else None)
+    # Lightning's SIGTERM handler, while its loops run, calls ours after its own (see signals)
+    trainer.fit(module, datamodule=datamodule, weights_only=True,  # never unpickle objects
+                ckpt_path=str(resumption.checkpoint) if resumption else None)
+    signals.raise_pending()
     if cfg.training.test_after_fit:
         trainer.test(module, datamodule=datamodule, ckpt_path=best.best_model_path or None, weights_only=True)
     result = trainer.callback_metrics.get(cfg.optimized_metric)
     return None if result is None else float(result)
 
 
-def stop(run: TrainingRun, error: BaseException, caught_interrupt: BaseException | None) -> None:
-    """After an exception: mark the run FAILED, or KILLED and exit 130/143 when it was interrupted
-    (``caught_interrupt``: Lightning turns Ctrl-C during fit into ``exit(1)``)."""
-    interrupt = caught_interrupt or (error if isinstance(error, INTERRUPTS) else None)
-    if interrupt is not None:
-        release_interrupted_frames(error, caught_interrupt)
-    if run.owned:
-        run.tracked.finish("FAILED" if interrupt is None else "KILLED")
-    if interrupt is not None:
-        run_id = run.tracked.run_id
-        print(f"\nInterrupted: MLflow run {run_id} marked KILLED; continue it with "
-              f"`python train.py resume={run_id}`", file=sys.stderr, flush=True)
-        raise SystemExit(exit_code(interrupt)) from error
+def stop(run: TrainingRun | None, error: BaseException) -> None:
+    """After an exception: mark the run FAILED, or KILLED and exit 130/143 when a signal stopped it
+    (whatever exception carried it: Lightning turns Ctrl-C during fit into ``exit(1)``)."""
+    signum = signals.received()
+    interrupted = signum is not None or signals.is_interrupt(error)
+    if interrupted:
+        signals.mark_raised()
+        release_interrupted_frames(error)
+    if run is not None and run.owned:
+        run.tracked.finish("KILLED" if interrupted else "FAILED")
+    if interrupted:
+        code = signals.exit_code(signum) if signum is not None else (130 if isinstance(error, KeyboardInterrupt)
+                                                                     else 143)
+        if run is not None:
+            run_id = run.tracked.run_id
+            print(f"\nInterrupted: MLflow run {run_id} marked KILLED; continue it with "
+                  f"`python train.py resume={run_id}`", file=sys.stderr, flush=True)
+        else:
+            print("\nInterrupted before the MLflow run was created: nothing to resume.", file=sys.stderr, flush=True)
+        raise SystemExit(code) from error
 
 
 def finish(run: TrainingRun, uri: str) -> None:

@@ -1,19 +1,31 @@
 """Resuming a run into the same MLflow run: ``python train.py resume=<run id>``.
 
-The run's own config (its resolved-config artifact) is used, so no overrides need repeating; the
-newest checkpoint — the local ``last.ckpt`` in the run's output folder, else the copy uploaded
-to the run's artifacts every epoch — restores weights, optimizer, schedule and loop counters;
-and ``RunLogger`` drops any metric at a step the run already holds (``Resumption.logged_through``),
-so replayed steps are never logged twice.
+The run's own config (its resolved-config artifact) is used, so no overrides need repeating; of
+the command line's other overrides, the ones that cannot change what was trained are applied
+(``trainer.max_epochs`` to train longer, ``threads``, the progress display; ``RESUMABLE``), those
+that only say how to reach the store or this process are taken as they are, and any other is
+refused. The newest checkpoint — the local ``last.ckpt`` in the run's output folder, else (or
+when that file is unreadable) the copy uploaded to the run's artifacts after every write —
+restores weights, optimizer, schedule, loop counters and every metric's state; and ``RunLogger``
+drops any metric at a step the run already holds (``Resumption.logged_through``), so replayed
+steps are never logged twice.
+
+A run still RUNNING whose ``attnseq.heartbeat`` tag is fresher than ``heartbeat.stale_after_s``
+is most likely still training somewhere: resuming it too would give it two writers, so it is
+refused unless ``resume_force=true`` (its machine died without marking it).
 """
 
 from __future__ import annotations
 
+import sys
 import tempfile
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 import yaml
+from hydra.core.hydra_config import HydraConfig
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
@@ -21,16 +33,26 @@ from omegaconf import DictConfig, OmegaConf
 from attnseq.errors import ConfigError
 from attnseq.tracking import paths, tags
 
+RESUMABLE = ("trainer.max_epochs", "threads", "trainer.enable_progress_bar", "trainer.enable_model_summary")
+"""Overrides a resume applies on top of the run's own config: they change how long or how it runs,
+not what it trains."""
+PROCESS_ONLY = ("resume", "resume_force", "mlflow.tracking_uri", "heartbeat")
+"""Overrides that say how to reach the store or how this process behaves: taken as given."""
+DEFAULT_STALE_AFTER_S = 180.0
+
 
 @dataclass
 class Resumption:
     run_id: str
     checkpoint: Path
     logged_through: dict[str, int]  # metric → the highest step the run already holds
+    overrides: list[str] = field(default_factory=list)  # RESUMABLE overrides applied to the run's config
 
 
-def prepare_resume(client: MlflowClient, run_id: str, current: DictConfig) -> tuple[DictConfig, Resumption]:
-    """The run's saved config (with ``resume`` set) and where to resume from."""
+def prepare_resume(
+    client: MlflowClient, run_id: str, current: DictConfig, check_alive: bool = True
+) -> tuple[DictConfig, Resumption]:
+    """The run's saved config (with ``resume`` and the allowed overrides set) and where to resume from."""
     try:
         run = client.get_run(run_id)
     except MlflowException:
@@ -48,19 +70,106 @@ def prepare_resume(client: MlflowClient, run_id: str, current: DictConfig) -> tu
             f"resume={run_id}: run '{run.info.run_name}' already FINISHED.",
             "start a new run instead; to train longer, pass trainer.max_epochs to a new run.",
         )
+    overrides = command_line_overrides()
+    applied = check_overrides(run_id, overrides)
+    if check_alive:
+        check_not_alive(run, current)
     saved = OmegaConf.create(yaml.safe_load(_download(client, run_id, paths.RESOLVED_CONFIG, "its config")))
     saved.resume = run_id
+    saved.resume_force = bool(current.get("resume_force", False))
     saved.mlflow.tracking_uri = current.mlflow.tracking_uri  # the saved one may be redacted
+    if "heartbeat" in current:
+        saved.heartbeat = current.heartbeat
+    for key in applied:
+        OmegaConf.update(saved, key, OmegaConf.select(current, key), force_add=True)
+    if applied:
+        shown = ", ".join(f"{key}={OmegaConf.select(current, key)}" for key in applied)
+        print(f"resume={run_id}: applying {shown} to the run's own config", file=sys.stderr, flush=True)
     local = Path(saved.paths.output_dir) / paths.LAST_CHECKPOINT
-    if local.is_file():
+    problem = unreadable(local) if local.is_file() else None
+    if local.is_file() and problem is None:
         checkpoint = local
     else:
+        if problem is not None:
+            print(f"resume={run_id}: the local checkpoint {local} cannot be read ({problem}); "
+                  "resuming from the run's own copy of last.ckpt instead", file=sys.stderr, flush=True)
         saved.paths.output_dir = current.paths.output_dir
         target = Path(saved.paths.output_dir)
         target.mkdir(parents=True, exist_ok=True)
         checkpoint = Path(_download(client, run_id, paths.LAST_CHECKPOINT, "a checkpoint", target, text=False))
+        problem = unreadable(checkpoint)
+        if problem is not None:
+            raise ConfigError(
+                f"resume={run_id}: the run's copy of last.ckpt cannot be read either ({problem}).",
+                "nothing readable is left to resume from: start the run again.",
+            )
     logged = {key: max(m.step for m in client.get_metric_history(run_id, key)) for key in run.data.metrics}
-    return saved, Resumption(run_id, checkpoint, logged)
+    resumed_with = [f"{key}={OmegaConf.select(current, key)}" for key in applied]
+    return saved, Resumption(run_id, checkpoint, logged, resumed_with)
+
+
+def command_line_overrides() -> list[str]:
+    """This process's command-line overrides (none when ``train()`` is called from Python)."""
+    if not HydraConfig.initialized():
+        return []
+    return list(HydraConfig.get().overrides.task)
+
+
+def override_key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def check_overrides(run_id: str, overrides: list[str]) -> list[str]:
+    """The keys of the RESUMABLE overrides; a ``ConfigError`` naming any that would change the run."""
+    refused = [o for o in overrides
+               if not any(override_key(o) == k or override_key(o).startswith(k + ".") for k in PROCESS_ONLY)
+               and override_key(o) not in RESUMABLE]
+    if refused:
+        raise ConfigError(
+            f"resume={run_id} continues the run with its own config; {' '.join(refused)} would change what it "
+            f"trains, and is not applied to a resumed run (only {', '.join(RESUMABLE)} are).",
+            "drop those overrides to resume, or start a new run with them.",
+        )
+    return [override_key(o) for o in overrides if override_key(o) in RESUMABLE]
+
+
+def check_not_alive(run, current: DictConfig) -> None:
+    """Refuse a RUNNING run whose heartbeat is fresh (unless ``resume_force=true``)."""
+    if run.info.status != "RUNNING":
+        return
+    beat = run.data.tags.get(tags.HEARTBEAT)
+    try:
+        age = time.time() - float(beat) if beat else None
+    except ValueError:
+        age = None
+    heartbeat = current.get("heartbeat") or {}
+    stale_after = float(heartbeat.get("stale_after_s", DEFAULT_STALE_AFTER_S))
+    name = run.info.run_name
+    if age is None or age >= stale_after:
+        when = "has no heartbeat" if age is None else f"last showed a heartbeat {age:.0f} s ago"
+        print(f"resume={run.info.run_id}: run '{name}' is RUNNING but {when}: its process is taken to be gone",
+              file=sys.stderr, flush=True)
+        return
+    if current.get("resume_force"):
+        print(f"resume={run.info.run_id}: run '{name}' showed a heartbeat {age:.0f} s ago; resuming anyway "
+              "(resume_force=true)", file=sys.stderr, flush=True)
+        return
+    raise ConfigError(
+        f"resume={run.info.run_id}: run '{name}' is still RUNNING and showed a heartbeat {max(age, 0):.0f} s ago "
+        f"(heartbeat.stale_after_s={stale_after:g}), so another process is most likely still training it; "
+        "a second one would write into the same run.",
+        "wait for that process to end (or stop it: it marks the run KILLED); if its machine died without "
+        f"marking it, wait {stale_after:.0f} s after its last heartbeat, or pass resume_force=true.",
+    )
+
+
+def unreadable(checkpoint: Path) -> str | None:
+    """Why a checkpoint file cannot be loaded (a truncated or damaged file), or None."""
+    try:
+        torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as error:  # noqa: BLE001 - any failure to load means: do not resume from it
+        return f"{type(error).__name__}: {error}".splitlines()[0][:200]
+    return None
 
 
 def _download(client: MlflowClient, run_id: str, artifact: str, what: str, target: Path | None = None,

@@ -1,0 +1,377 @@
+"""A run's life from the first line of ``train.py`` to its last upload, through the real CLI.
+
+- Signals at every phase (a test hook, ``ATTNSEQ_TEST_PAUSE_AT=<phase>``, makes the process print
+  ``PHASE <phase>`` and wait there, so each signal lands at a known moment): the exit code is
+  143 / 130, the run (once it exists) is KILLED with its newest checkpoint uploaded, and a resume
+  continues its validation and loss accounting exactly.
+- Two trainings started at the same instant keep their own output folders.
+- Resume refuses a run that is still alive, applies or refuses overrides, carries every metric's
+  state, and falls back to the run's copy of an unreadable local checkpoint.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
+    CLI_TIMEOUT_S,
+    TRAIN_PY,
+    all_runs,
+    artifact_paths,
+    clean_env,
+    explain,
+    outputs_under,
+    run_cli,
+    tiny,
+    tracking_uri,
+)
+from mlflow.tracking import MlflowClient
+
+from attnseq.tracking import paths, tags
+from attnseq.training.signals import PAUSE_ENV
+
+EPOCHS = 3
+PHASED = [*tiny(max_epochs=EPOCHS, heatmaps=False), "dataset.train_size=256", "dataset.val_size=128",
+          "trainer.log_every_n_steps=1"]
+"""Four training batches and several validation batches per epoch: a phase inside either is mid-way."""
+
+
+def client_for(root: Path) -> MlflowClient:
+    return MlflowClient(tracking_uri(root))
+
+
+def runs_in(root: Path) -> list:
+    if not (root / "mlflow.db").exists():
+        return []
+    try:
+        return all_runs(client_for(root))
+    except AssertionError:  # no experiment yet
+        return []
+
+
+def start_paused(root: Path, phase: str, *overrides: str) -> tuple[subprocess.Popen, Path]:
+    log = root / f"{phase}.log"
+    proc = subprocess.Popen(
+        [sys.executable, str(TRAIN_PY), *overrides, *outputs_under(root)],
+        cwd=root, env=clean_env() | {PAUSE_ENV: phase}, stdout=log.open("w"), stderr=subprocess.STDOUT,
+    )
+    return proc, log
+
+
+def signal_at_phase(root: Path, phase: str, signum: int, *overrides: str) -> tuple[int, str]:
+    """Start a training that pauses at ``phase``, send ``signum`` once it says it is there; its
+    exit code and output."""
+    proc, log = start_paused(root, phase, *overrides)
+    try:
+        deadline = time.monotonic() + CLI_TIMEOUT_S
+        while f"PHASE {phase}\n" not in log.read_text():
+            assert proc.poll() is None, f"ended before phase {phase}:\n{log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"never reached phase {phase}:\n{log.read_text()[-3000:]}"
+            time.sleep(0.05)
+        proc.send_signal(signum)
+        returncode = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return returncode, log.read_text()
+
+
+def metric_values(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, float]]:
+    return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
+
+
+def resume(root: Path, run_id: str, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return run_cli(root, f"resume={run_id}", *extra, f"mlflow.tracking_uri={tracking_uri(root)}",
+                   f"hydra.run.dir={root}/resumed", env=env)
+
+
+def assert_uploaded_equals_local(client: MlflowClient, run_id: str, local: Path, into: Path) -> None:
+    into.mkdir(exist_ok=True)
+    uploaded = Path(client.download_artifacts(run_id, paths.LAST_CHECKPOINT, str(into)))
+    assert uploaded.read_bytes() == local.read_bytes(), "the run's last.ckpt is not the newest local one"
+
+
+def assert_accounting_complete(client: MlflowClient, run_id: str, epochs: int) -> None:
+    """One validation and one training loss per epoch, none zero, no step logged twice."""
+    run = client.get_run(run_id)
+    for key in set(run.data.metrics) - {"epoch"}:
+        steps = [m.step for m in client.get_metric_history(run_id, key)]
+        assert len(steps) == len(set(steps)), (key, steps)
+    val_loss = metric_values(client, run_id, "val/loss")
+    train_loss = metric_values(client, run_id, "train/loss")
+    assert len(val_loss) == epochs, val_loss
+    assert len(train_loss) == epochs, train_loss
+    assert all(value > 0.0 for _, value in train_loss), train_loss
+    best = [value for _, value in metric_values(client, run_id, "val/acc_best")]
+    acc = [value for _, value in metric_values(client, run_id, "val/acc")]
+    assert best == [max(acc[: i + 1]) for i in range(len(acc))], (best, acc)  # the best survives the resume
+
+
+# -- signals at every phase -----------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("signum,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_before_the_run_exists_exits_non_zero(tmp_path, signum, code):
+    returncode, output = signal_at_phase(tmp_path, "start", signum, *PHASED)
+    assert returncode == code, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    assert runs_in(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_a_signal_after_the_trainer_is_built_kills_the_run(tmp_path):
+    returncode, output = signal_at_phase(tmp_path, "trainer", signal.SIGTERM, *PHASED)
+    assert returncode == 143, output[-3000:]
+    [run] = runs_in(tmp_path)
+    assert run.info.status == "KILLED", output[-3000:]
+    assert f"resume={run.info.run_id}" in output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "phase,signum,code",
+    [("training", signal.SIGTERM, 143), ("validation", signal.SIGTERM, 143), ("validation", signal.SIGINT, 130),
+     ("uploads", signal.SIGTERM, 143)],
+    ids=["training-SIGTERM", "validation-SIGTERM", "validation-SIGINT", "uploads-SIGTERM"],
+)
+def test_a_signal_in_fit_kills_the_run_with_its_newest_checkpoint_and_resume_continues_exactly(
+    tmp_path, phase, signum, code
+):
+    returncode, output = signal_at_phase(tmp_path, phase, signum, *PHASED)
+    assert returncode == code, output[-3000:]
+    client = client_for(tmp_path)
+    [run] = runs_in(tmp_path)
+    run_id = run.info.run_id
+    assert run.info.status == "KILLED", output[-3000:]
+    assert f"resume={run_id}" in output
+    local = tmp_path / "out" / paths.LAST_CHECKPOINT
+    assert_uploaded_equals_local(client, run_id, local, tmp_path / "uploaded")
+    if phase == "validation":  # validation finished first: epoch 0 is whole, in the run and the checkpoint
+        assert len(metric_values(client, run_id, "val/loss")) == 1
+        assert torch.load(local, map_location="cpu", weights_only=True)["epoch"] == 1  # epoch 0 ended first
+
+    resumed = resume(tmp_path, run_id)
+    assert resumed.returncode == 0, explain(resumed)
+    assert [r.info.run_id for r in runs_in(tmp_path)] == [run_id]
+    assert client.get_run(run_id).info.status == "FINISHED"
+    assert_accounting_complete(client, run_id, EPOCHS)
+    assert paths.MODEL_FILE in artifact_paths(client, run_id)
+    if phase != "training":  # stopped at an epoch's end: the same numbers as a run never stopped
+        straight = tmp_path / "straight"
+        straight.mkdir()
+        proc = run_cli(straight, *PHASED, *outputs_under(straight))
+        assert proc.returncode == 0, explain(proc)
+        [other] = runs_in(straight)
+        for key in ("val/acc", "val/loss", "train/loss", "val/acc_best"):
+            ours = [v for _, v in metric_values(client, run_id, key)]
+            theirs = [v for _, v in metric_values(client_for(straight), other.info.run_id, key)]
+            assert ours == pytest.approx(theirs, rel=1e-5), key
+
+
+# -- every run its own output folder --------------------------------------------------------------
+def fresh_store(root: Path) -> MlflowClient:
+    """A store whose schema and experiment exist, so concurrent trainings do not race to create them."""
+    client = client_for(root)
+    client.create_experiment("attnseq")
+    return client
+
+
+def output_dir_of(client: MlflowClient, run_id: str, into: Path) -> Path:
+    into.mkdir(parents=True, exist_ok=True)
+    config = yaml.safe_load(Path(client.download_artifacts(run_id, paths.RESOLVED_CONFIG, str(into))).read_text())
+    return Path(config["paths"]["output_dir"])
+
+
+def model_weights(client: MlflowClient, run_id: str, into: Path) -> dict[str, torch.Tensor]:
+    into.mkdir(parents=True, exist_ok=True)
+    model = client.download_artifacts(run_id, paths.MODEL_FILE, str(into))
+    return torch.load(model, map_location="cpu", weights_only=True)["state_dict"]
+
+
+def checkpoint_weights(path: Path) -> dict[str, torch.Tensor]:
+    state = torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
+    return {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
+
+
+def same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def start_together(root: Path, jobs: list[list[str]]) -> list[subprocess.CompletedProcess]:
+    """Start every job at the same instant (no Hydra run or sweep folder given: the default's)."""
+    procs = [
+        subprocess.Popen([sys.executable, str(TRAIN_PY), *args, f"mlflow.tracking_uri={tracking_uri(root)}"],
+                         cwd=root, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for args in jobs
+    ]
+    outputs = [proc.communicate(timeout=CLI_TIMEOUT_S)[0] for proc in procs]
+    return [subprocess.CompletedProcess(p.args, p.returncode, out, "") for p, out in zip(procs, outputs)]
+
+
+def assert_model_is_its_own(client: MlflowClient, run_id: str, into: Path) -> dict[str, torch.Tensor]:
+    """The run's model.pt is its own best checkpoint, the local one and the uploaded one."""
+    folder = output_dir_of(client, run_id, into / "config")
+    model = model_weights(client, run_id, into / "model")
+    assert same_weights(model, checkpoint_weights(folder / "checkpoints" / "best.ckpt")), folder
+    uploaded = client.download_artifacts(run_id, "checkpoints/best.ckpt", str(into))
+    assert same_weights(model, checkpoint_weights(Path(uploaded)))
+    return model
+
+
+@pytest.mark.slow
+def test_two_trainings_started_at_the_same_instant_keep_their_own_outputs(tmp_path):
+    client = fresh_store(tmp_path)
+    base = tiny(max_epochs=1, heatmaps=False)
+    procs = start_together(tmp_path, [[*base, "seed=0"], [*base, "seed=1"]])
+    for proc in procs:
+        assert proc.returncode == 0, proc.stdout[-3000:]
+    runs = {r.data.params["seed"]: r for r in all_runs(client)}
+    assert sorted(runs) == ["0", "1"] and all(r.info.status == "FINISHED" for r in runs.values())
+    folders = {seed: output_dir_of(client, r.info.run_id, tmp_path / seed / "config") for seed, r in runs.items()}
+    assert folders["0"] != folders["1"]
+    models = {seed: assert_model_is_its_own(client, r.info.run_id, tmp_path / seed) for seed, r in runs.items()}
+    assert not same_weights(models["0"], models["1"])
+
+
+@pytest.mark.slow
+def test_two_sweeps_started_at_the_same_instant_keep_their_own_folders(tmp_path):
+    client = fresh_store(tmp_path)
+    base = tiny(max_epochs=1, heatmaps=False)
+    procs = start_together(tmp_path, [
+        ["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "threads=1", "seed=0,1", *base],
+        ["-m", "seed=2", *base],
+    ])
+    for proc in procs:
+        assert proc.returncode == 0, proc.stdout[-3000:]
+    runs = all_runs(client)
+    sweeps = {r.data.tags[tags.SWEEP_KEYS]: r for r in runs if r.data.tags.get(tags.KIND) == tags.SWEEP}
+    jobs = {r.data.params["seed"]: r for r in runs if r.data.tags.get(tags.KIND) == tags.TRAIN}
+    assert sorted(jobs) == ["0", "1", "2"] and len(sweeps) == 2
+    folders = {seed: output_dir_of(client, r.info.run_id, tmp_path / seed / "config") for seed, r in jobs.items()}
+    assert len(set(folders.values())) == 3
+    # a sweep's jobs (joblib runs them in other processes) share its folder; the two sweeps do not
+    assert folders["0"].parent == folders["1"].parent != folders["2"].parent
+    sweep_dirs = {(tmp_path / s.data.tags[tags.SWEEP_DIR]).resolve() for s in sweeps.values()}
+    assert sweep_dirs == {folders["0"].parent.resolve(), folders["2"].parent.resolve()}
+    for seed, run in jobs.items():
+        assert_model_is_its_own(client, run.info.run_id, tmp_path / seed)
+
+
+# -- resume -----------------------------------------------------------------------------------------
+def fake_run(root: Path, status: str, heartbeat_age_s: float | None) -> str:
+    """A training run as a process would leave it, without training: no checkpoint, no config."""
+    client = fresh_store(root)
+    experiment = client.get_experiment_by_name("attnseq").experiment_id
+    run_tags = {tags.KIND: tags.TRAIN}
+    if heartbeat_age_s is not None:
+        run_tags[tags.HEARTBEAT] = f"{time.time() - heartbeat_age_s:.3f}"
+    run = client.create_run(experiment, tags=run_tags, run_name="elsewhere")
+    if status != "RUNNING":
+        client.set_terminated(run.info.run_id, status)
+    return run.info.run_id
+
+
+def user_env() -> dict[str, str]:
+    return {k: v for k, v in clean_env().items() if k != "HYDRA_FULL_ERROR"}
+
+
+def test_resume_refuses_a_run_whose_process_is_still_alive(tmp_path):
+    run_id = fake_run(tmp_path, "RUNNING", heartbeat_age_s=5)
+    proc = run_cli(tmp_path, f"resume={run_id}", *outputs_under(tmp_path), env=user_env())
+    assert proc.returncode == 2, explain(proc)
+    assert "Traceback" not in proc.stderr
+    for fragment in ("still RUNNING", "heartbeat", "resume_force=true", "Fix:"):
+        assert fragment in proc.stderr, explain(proc)
+    assert client_for(tmp_path).get_run(run_id).info.status == "RUNNING"  # left alone
+
+
+def test_resume_takes_a_run_whose_heartbeat_stopped_for_dead(tmp_path):
+    run_id = fake_run(tmp_path, "RUNNING", heartbeat_age_s=3600)
+    proc = run_cli(tmp_path, f"resume={run_id}", *outputs_under(tmp_path), env=user_env())
+    assert "taken to be gone" in proc.stderr, explain(proc)
+    assert "still RUNNING" not in proc.stderr
+    assert proc.returncode == 2 and "no 'config/resolved.yaml' artifact" in proc.stderr, explain(proc)  # fake run
+
+
+def test_resume_refuses_overrides_that_would_change_what_the_run_trains(tmp_path):
+    run_id = fake_run(tmp_path, "KILLED", heartbeat_age_s=None)
+    proc = run_cli(tmp_path, f"resume={run_id}", "model.hidden_size=32", "optimizer.lr=0.1",
+                   *outputs_under(tmp_path), env=user_env())
+    assert proc.returncode == 2, explain(proc)
+    assert "Traceback" not in proc.stderr
+    for fragment in ("model.hidden_size=32", "optimizer.lr=0.1", "trainer.max_epochs", "Fix:"):
+        assert fragment in proc.stderr, explain(proc)
+
+
+def test_every_metric_state_is_in_the_checkpoint():
+    from attnseq.training.lit_module import Seq2SeqLitModule
+
+    def module() -> Seq2SeqLitModule:
+        from attnseq.model import ModelConfig, build_seq2seq
+
+        model = build_seq2seq(ModelConfig(src_vocab_size=8, tgt_vocab_size=8, embedding_dim=4, hidden_size=8))
+        return Seq2SeqLitModule(model, lambda p: torch.optim.SGD(p, lr=0.1), train_lengths=(1, 4),
+                                max_eval_length=8, bucket_width=4)
+
+    trained = module()
+    trained.val_acc_best.update(torch.tensor(0.0687))
+    trained.train_loss.update(torch.tensor(2.0), weight=3)
+    trained.train_padding.update(torch.tensor(0.25), weight=3)
+    state = trained.state_dict()
+    assert {"val_acc_best.max_value", "train_loss.mean_value", "train_loss.weight"} <= set(state)
+    restored = module()
+    restored.load_state_dict(state)
+    for metric in (trained, restored):  # the epoch goes on, in the first process or after a resume
+        metric.val_acc_best.update(torch.tensor(0.0475))
+        metric.train_loss.update(torch.tensor(4.0), weight=1)
+    assert float(restored.val_acc_best.compute()) == pytest.approx(0.0687)
+    assert float(restored.train_loss.compute()) == pytest.approx(float(trained.train_loss.compute()))
+    assert float(restored.train_loss.compute()) != pytest.approx(4.0)
+
+
+@pytest.mark.slow
+def test_resume_after_a_dead_machine(tmp_path):
+    """Killed with SIGKILL mid-epoch 1 (nobody marks the run): the run's last.ckpt is already the
+    newest; a resume is refused while the heartbeat is fresh and forced with resume_force=true; an
+    unreadable local last.ckpt falls back to the run's copy; trainer.max_epochs is applied."""
+    proc, log = start_paused(tmp_path, "training", *PHASED, "heartbeat.every_s=0")
+    try:
+        deadline = time.monotonic() + CLI_TIMEOUT_S
+        while "PHASE training\n" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.05)
+        client = client_for(tmp_path)
+        [run] = runs_in(tmp_path)
+        run_id = run.info.run_id
+        local = tmp_path / "out" / paths.LAST_CHECKPOINT
+        # epoch 0 is over and its last.ckpt written: the run's copy is that file, not an epoch older
+        assert_uploaded_equals_local(client, run_id, local, tmp_path / "uploaded")
+        assert torch.load(local, map_location="cpu", weights_only=True)["epoch"] == 0
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    run = client.get_run(run_id)
+    assert run.info.status == "RUNNING"  # nobody could mark it
+    assert time.time() - float(run.data.tags[tags.HEARTBEAT]) < 60
+    steps = metric_values(client, run_id, "train/loss_step")
+
+    refused = resume(tmp_path, run_id, env=user_env())
+    assert refused.returncode == 2 and "resume_force=true" in refused.stderr, explain(refused)
+    assert metric_values(client, run_id, "train/loss_step") == steps  # no second writer
+
+    local.write_bytes(local.read_bytes()[: local.stat().st_size // 2])  # the machine died mid-write
+    resumed = resume(tmp_path, run_id, "resume_force=true", f"trainer.max_epochs={EPOCHS + 1}")
+    assert resumed.returncode == 0, explain(resumed)
+    assert "cannot be read" in resumed.stderr and "run's own copy" in resumed.stderr, explain(resumed)
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags[tags.RESUME_OVERRIDES] == f"trainer.max_epochs={EPOCHS + 1}"
+    assert_accounting_complete(client, run_id, EPOCHS + 1)  # the extra epoch was trained, not ignored
