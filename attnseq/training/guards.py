@@ -111,7 +111,7 @@ class SignalBridge(Callback):
 
 
 class Heartbeat(Callback):
-    """Sets the run's ``attnseq.heartbeat`` tag (Unix time) when training starts and then at most
+    """Sets the run's heartbeat tag, ``tags.HEARTBEAT`` (Unix time), when training starts and then at most
     every ``every_s`` seconds, at batch ends: ``resume=`` refuses a RUNNING run whose heartbeat is
     fresh, since its process is most likely still training it."""
 

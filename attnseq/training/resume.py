@@ -10,7 +10,7 @@ restores weights, optimizer, schedule, loop counters and every metric's state; a
 drops any metric at a step the run already holds (``Resumption.logged_through``), so replayed
 steps are never logged twice.
 
-A run still RUNNING whose ``attnseq.heartbeat`` tag is fresher than ``heartbeat.stale_after_s``
+A run still RUNNING whose heartbeat tag (``tags.HEARTBEAT``) is fresher than ``heartbeat.stale_after_s``
 is most likely still training somewhere: resuming it too would give it two writers, so it is
 refused unless ``resume_force=true`` (its machine died without marking it).
 """
