@@ -322,12 +322,12 @@ def test_joblib_sweep_children_share_one_parent(tmp_path):
 # -- failures ----------------------------------------------------------------------------------
 def test_failing_run_is_marked_failed(tmp_path):
     # A bad learning rate is rejected before any run exists (tests/test_reliability.py); to fail
-    # mid-way, after the MLflow run exists, let the schedule make the learning rate infinite.
-    proc = run_cli(tmp_path, "scheduler.gamma=inf", *tiny(max_epochs=3, heatmaps=False), *outputs_under(tmp_path))
+    # mid-way, after the MLflow run exists, let the schedule make the learning rate absurd (3e27).
+    proc = run_cli(tmp_path, "scheduler.gamma=1e30", *tiny(max_epochs=3, heatmaps=False), *outputs_under(tmp_path))
     assert proc.returncode != 0, explain(proc)
     assert "NaN or infinite" in proc.stderr, explain(proc)
     runs = all_runs(MlflowClient(tracking_uri(tmp_path)))
-    assert [(r.info.status, r.data.params.get("scheduler.gamma")) for r in runs] == [("FAILED", "inf")]
+    assert [(r.info.status, r.data.params.get("scheduler.gamma")) for r in runs] == [("FAILED", "1e+30")]
     assert runs[0].info.end_time is not None
 
 

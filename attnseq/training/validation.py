@@ -67,6 +67,9 @@ TRAIN_SCHEMA: dict[str, Check] = {
     # top level
     "seed": whole(0, 2**32 - 1, example=0),
     "resume": optional(text(example="<run id>")),
+    "resume_force": flag(example=False),
+    "heartbeat.every_s": number(0, above=True, example=30),
+    "heartbeat.stale_after_s": number(0, above=True, example=180),
     "threads": optional(whole(1, example=1)),
     "plugins": texts(example=["my_scorers"]),
     "optimized_metric": text(example="val/acc_best"),  # and a metric the module logs: check_metrics
@@ -143,7 +146,7 @@ TRAIN_SCHEMA: dict[str, Check] = {
 }
 """Every key of ``conf/train.yaml`` and its groups, with what its value must be."""
 
-GROUPS = ("model", "encoder", "scorer", "decoder", "optimizer", "training", "decode", "checkpoint", "tracking",
+GROUPS = ("model", "encoder", "scorer", "decoder", "optimizer", "training", "decode", "checkpoint", "tracking", "heartbeat",
           "mlflow", "paths", "dataset", "trainer")
 """The keys that hold a mapping of settings (``scheduler`` too, or null)."""
 
