@@ -146,8 +146,8 @@ TRAIN_SCHEMA: dict[str, Check] = {
 }
 """Every key of ``conf/train.yaml`` and its groups, with what its value must be."""
 
-GROUPS = ("model", "encoder", "scorer", "decoder", "optimizer", "training", "decode", "checkpoint", "tracking", "heartbeat",
-          "mlflow", "paths", "dataset", "trainer")
+GROUPS = ("model", "encoder", "scorer", "decoder", "optimizer", "training", "decode", "checkpoint", "tracking",
+          "heartbeat", "mlflow", "paths", "dataset", "trainer")
 """The keys that hold a mapping of settings (``scheduler`` too, or null)."""
 
 PASSED_ON = ("dataset", "trainer", "optimizer", "scheduler", "scorer")
