@@ -68,7 +68,7 @@ TRAIN_SCHEMA: dict[str, Check] = {
     "seed": whole(0, 2**32 - 1, example=0),
     "resume": optional(text(example="<run id>")),
     "resume_force": flag(example=False),
-    "heartbeat.every_s": number(0, above=True, example=30),
+    "heartbeat.every_s": number(0, example=30),  # 0: at every batch end
     "heartbeat.stale_after_s": number(0, above=True, example=180),
     "threads": optional(whole(1, example=1)),
     "plugins": texts(example=["my_scorers"]),
