@@ -383,3 +383,13 @@ def test_bottleneck_sweeps_every_scorer_option_none_included(tmp_path):
         swept = list(sweep.sweep_string_iterator())
     assert sorted(swept) == options("scorer")
     assert "none" in swept
+
+
+def test_bottleneck_sweeps_three_seeds_per_scorer(tmp_path):
+    """Three seeds per option: the comparison reports a mean and a 95% interval per bucket."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=["experiment=bottleneck", *outputs(tmp_path)], return_hydra_config=True)
+        parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
+        (sweep,) = parser.parse_overrides([f"seed={cfg.hydra.sweeper.params.seed}"])
+        seeds = [int(s) for s in sweep.sweep_string_iterator()]
+    assert seeds == [0, 1, 2]

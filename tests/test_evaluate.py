@@ -22,6 +22,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from attnseq.attention import NO_ATTENTION
+from attnseq.metrics import DIAGNOSTICS
 from attnseq.model import ModelConfig
 
 EVAL_LENGTHS = (1, 14)  # past the tiny runs' training lengths (1-6)
@@ -73,15 +74,20 @@ def test_evaluation_metrics_cover_every_bucket(evaluated, scorer):
     for name in expected_buckets():
         assert 0.0 <= metrics[f"eval/acc_len/{name}"] <= 1.0
         assert 0.0 <= metrics[f"eval/exact_len/{name}"] <= 1.0
-    assert {"eval/acc", "eval/exact_match"} <= set(metrics)
+    assert {"eval/acc", "eval/exact_match", "eval/acc_train_lengths", "eval/exact_match_train_lengths"} <= set(metrics)
     if scorer == "none":  # nothing to align or to replace
-        assert not any(k.startswith(("eval/align_acc", "eval/cf_")) for k in metrics)
+        assert not any(k.startswith(("eval/align", "eval/attn_", "eval/aer", "eval/cf_")) for k in metrics)
     else:
-        assert {
-            "eval/align_acc", "eval/attn_entropy", "eval/cf_permute_flip_rate", "eval/cf_uniform_tv"
-        } <= set(metrics)
+        assert {"eval/cf_permute_flip_rate", "eval/cf_uniform_tv"} <= set(metrics)
+        # precision needs at least one confident link, which a barely trained model may not make
+        always = [d for d in DIAGNOSTICS if d != "align_precision"]
+        assert {f"eval/{d}" for d in always} <= set(metrics)
+        assert {f"eval/{d}_train_lengths" for d in always} <= set(metrics)
         for name in expected_buckets():
             assert 0.0 <= metrics[f"eval/cf_uniform_flip_len/{name}"] <= 1.0
+            assert 0.0 <= metrics[f"eval/align_acc_len/{name}"] <= metrics[f"eval/align_acc_near_len/{name}"] <= 1.0
+            assert abs(metrics[f"eval/align_offset_len/{name}"]) < EVAL_LENGTHS[1]
+            assert 0.0 <= metrics[f"eval/attn_margin_len/{name}"] <= 1.0
     assert run.data.params["eval.lengths"] == str(EVAL_LENGTHS)
 
 
@@ -97,6 +103,7 @@ def test_evaluation_artifacts(evaluated, scorer):
     assert [f"{int(r['lo']):02d}-{int(r['hi']):02d}" for r in rows] == expected_buckets()
     assert sum(int(r["sequences"]) for r in rows) == 120
     if scorer != "none":
+        assert all(r["align_acc"] != "" and r["attn_entropy"] != "" for r in rows)
         assert "figures/counterfactual.png" in paths
         assert len([p for p in paths if p.startswith("heatmaps/long_")]) == 3
 

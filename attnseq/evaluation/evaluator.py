@@ -1,6 +1,6 @@
 """Evaluate one trained model on a chosen length range: length-bucketed accuracy and exact
-match (greedy or beam), alignment accuracy against the gold alignment, BLEU for text tasks,
-and the attention counterfactual check."""
+match (greedy or beam), overall, per bucket and inside the training lengths; the attention
+diagnostics against the gold alignment likewise; BLEU for text tasks; the counterfactual check."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from attnseq.data import Batch, Example, Seq2SeqDataModule, collate, encode_exam
 from attnseq.data.vocab import EOS, PAD
 from attnseq.evaluation.counterfactual import MODES, CounterfactualTotals, with_counterfactual_attention
 from attnseq.evaluation.trained_runs import TrainedRun
-from attnseq.metrics import AttentionDiagnostics, LengthBucketedAccuracy, bucket_name
+from attnseq.metrics import DIAGNOSTICS, AttentionDiagnostics, LengthBucketedAccuracy, bucket_name
 from attnseq.metrics.length_buckets import bucket_digits
 from attnseq.model import Decoded, greedy_decode
 from attnseq.model.beam import beam_search
@@ -70,7 +70,11 @@ def evaluate_run(trained: TrainedRun, settings: EvalSettings, examples: list[Exa
     model, width = trained.model.eval(), settings.bucket_width
     max_length = settings.lengths[1]
     accuracy = LengthBucketedAccuracy(max_length, width)
-    diagnostics = AttentionDiagnostics()
+    diagnostics = AttentionDiagnostics(max_length, width)
+    train_lo, train_hi = trained.train_lengths
+    # the same, restricted to the lengths the model was trained on: one bucket each
+    accuracy_inside = LengthBucketedAccuracy(train_hi, train_hi)
+    diagnostics_inside = AttentionDiagnostics(train_hi, train_hi)
     is_text = trained.config["dataset"]["task"] in TEXT_TASKS
     bleu = BLEUScore(n_gram=4) if is_text else None
     with_attention = model.attention is not None
@@ -88,9 +92,16 @@ def evaluate_run(trained: TrainedRun, settings: EvalSettings, examples: list[Exa
         batch = collate(encoded[start : start + settings.batch_size])
         decoded = decode(trained, batch, settings.beam_size)
         accuracy.update(decoded.tokens, batch.tgt_out, batch.tgt_lengths, batch.src_lengths)
+        seen = (batch.src_lengths >= train_lo) & (batch.src_lengths <= train_hi)  # (B,)
+        accuracy_inside.update(
+            decoded.tokens[seen], batch.tgt_out[seen], batch.tgt_lengths[seen], batch.src_lengths[seen]
+        )
         logits, attention = model(batch.src, batch.src_lengths, batch.tgt_in)  # teacher forced
         if attention is not None:
-            diagnostics.update(attention, batch.alignment, batch.tgt_lengths)
+            diagnostics.update(attention, batch.alignment, batch.tgt_lengths, batch.src_lengths)
+            diagnostics_inside.update(
+                attention[seen], batch.alignment[seen], batch.tgt_lengths[seen], batch.src_lengths[seen]
+            )
         for mode, twin in twins.items():
             changed, _ = twin(batch.src, batch.src_lengths, batch.tgt_in)
             totals[mode].update(logits, changed, batch.tgt_lengths, batch.src_lengths, width)
@@ -100,11 +111,19 @@ def evaluate_run(trained: TrainedRun, settings: EvalSettings, examples: list[Exa
             bleu.update(hyps, refs)
 
     metrics = {f"eval/{k}": float(v) for k, v in accuracy.compute().items()}
+    inside = accuracy_inside.compute() if int(accuracy_inside.sequences.sum()) else {}
+    metrics.update({f"eval/{k}_train_lengths": float(inside[k]) for k in ("acc", "exact_match") if k in inside})
+    rows = accuracy.bucket_table()
     if with_attention:
         metrics.update({f"eval/{k}": float(v) for k, v in diagnostics.compute().items()})
+        if int(diagnostics_inside.steps.sum()):
+            metrics.update({f"eval/{k}_train_lengths": float(v) for k, v in diagnostics_inside.compute().items()})
+        for row, diagnosed in zip(rows, diagnostics.bucket_table()):
+            row.update({name: diagnosed[name] for name in DIAGNOSTICS})
+            metrics.update({f"eval/{name}_len/{row['bucket']}": diagnosed[name] for name in DIAGNOSTICS
+                            if diagnosed[name] is not None})
     if bleu is not None:
         metrics["eval/bleu"] = float(bleu.compute())
-    rows = accuracy.bucket_table()
     digits = bucket_digits(max_length)
     for mode, total in totals.items():
         for key, value in total.summary().items():

@@ -52,6 +52,36 @@ def bucket_name(lo: int, hi: int, digits: int) -> str:
     return f"{lo:0{digits}d}-{hi:0{digits}d}"
 
 
+class LengthBuckets:
+    """Source-length buckets ``bucket_bounds(max_length, width)``, their names, and the bucket of
+    each sequence; shared by every bucketed metric so they bucket alike."""
+
+    def __init__(self, max_length: int, width: int) -> None:
+        self.max_length = max_length
+        self.width = width
+        self.bounds = bucket_bounds(max_length, width)
+        digits = bucket_digits(max_length)
+        self.names = [bucket_name(lo, hi, digits) for lo, hi in self.bounds]
+
+    def assign(self, src_lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """Each row's bucket index and a 0/1 ``keep`` (0 for an out-of-range length), (B,) long each.
+
+        On CPU an out-of-range length raises at once; elsewhere the caller counts ``keep == 0``
+        and calls ``check`` when it reads its values (see the module docstring).
+        """
+        if _free_to_check(src_lengths):
+            out_of_range = (src_lengths < 1) | (src_lengths > self.max_length)  # (B,)
+            longest = int(src_lengths.max()) if src_lengths.numel() else 0
+            self.check(int(out_of_range.sum()), longest)
+        in_range = (src_lengths >= 1) & (src_lengths <= self.max_length)  # (B,)
+        bucket = ((src_lengths - 1).clamp(min=0) // self.width).clamp(max=len(self.bounds) - 1)  # (B,)
+        return bucket.long(), in_range.long()
+
+    def check(self, out_of_range: int, longest: int) -> None:
+        """Raise if any sequence had a source length outside ``[1, max_length]``."""
+        _raise_if_out_of_range(out_of_range, longest, self.max_length)
+
+
 class LengthBucketedAccuracy(Metric):
     """Token accuracy and exact match of greedy predictions, overall and per source-length bucket.
 
@@ -77,9 +107,8 @@ class LengthBucketedAccuracy(Metric):
         self.max_length = max_length
         self.bucket_width = bucket_width
         self.pad_id = pad_id
-        self.bounds = bucket_bounds(max_length, bucket_width)
-        digits = bucket_digits(max_length)
-        self.names = [bucket_name(lo, hi, digits) for lo, hi in self.bounds]
+        self.buckets = LengthBuckets(max_length, bucket_width)
+        self.bounds, self.names = self.buckets.bounds, self.buckets.names
         n = len(self.bounds)
         for state in ("correct", "tokens", "exact", "sequences"):
             self.add_state(state, default=torch.zeros(n, dtype=torch.long), dist_reduce_fx="sum")
@@ -97,12 +126,7 @@ class LengthBucketedAccuracy(Metric):
             src_lengths: (B,) real source tokens per row; selects the bucket.
         """
         _check_shapes(pred, target, target_lengths, src_lengths)
-        if _free_to_check(src_lengths):  # on accelerators compute() reports instead
-            _raise_if_out_of_range(
-                int(((src_lengths < 1) | (src_lengths > self.max_length)).sum()),
-                int(src_lengths.max()) if src_lengths.numel() else 0,
-                self.max_length,
-            )
+        bucket, keep = (t.to(self.correct.device) for t in self.buckets.assign(src_lengths))  # (B,) each
         batch, t_tgt = target.shape
         t_pred = pred.shape[1]
         if t_pred >= t_tgt:
@@ -118,15 +142,12 @@ class LengthBucketedAccuracy(Metric):
         tokens = real.sum(dim=1)  # (B,)
         exact = correct == tokens  # (B,)
 
-        src_lengths = src_lengths.to(self.correct.device)
-        in_range = (src_lengths >= 1) & (src_lengths <= self.max_length)  # (B,)
-        bucket = ((src_lengths - 1).clamp(min=0) // self.bucket_width).clamp(max=len(self.bounds) - 1)  # (B,)
-        keep = in_range.long()  # (B,) out-of-range rows add nothing to any bucket
+        # keep: 0 for out-of-range rows, which add nothing to any bucket
         self.correct.index_add_(0, bucket, correct.to(self.correct.device) * keep)
         self.tokens.index_add_(0, bucket, tokens.to(self.tokens.device) * keep)
         self.exact.index_add_(0, bucket, exact.to(self.exact.device).long() * keep)
         self.sequences.index_add_(0, bucket, keep)
-        self.out_of_range += (~in_range).sum()
+        self.out_of_range += (keep == 0).sum()
         if src_lengths.numel():
             self.max_src_seen = torch.maximum(self.max_src_seen, src_lengths.max().long())
 
@@ -177,7 +198,7 @@ class LengthBucketedAccuracy(Metric):
         return rows
 
     def _check_range(self) -> None:
-        _raise_if_out_of_range(int(self.out_of_range), int(self.max_src_seen), self.max_length)
+        self.buckets.check(int(self.out_of_range), int(self.max_src_seen))
 
 
 def _check_shapes(pred: Tensor, target: Tensor, target_lengths: Tensor, src_lengths: Tensor) -> None:

@@ -6,8 +6,12 @@ Metrics are updated on tensors (no host syncs in the steps) and logged once per 
 ``train/loss_step`` only on the steps the logger writes (every ``trainer.log_every_n_steps``),
 ``val/loss``, ``val/acc``, ``val/exact_match``, ``val/acc_best``, every length bucket
 (``val/acc_len/01-05``, ``val/exact_len/01-05``, …), the same restricted to the training lengths
-(``val/acc_train_lengths``, ``val/exact_match_train_lengths``) and, for models with attention
-on tasks with a gold alignment, ``val/align_acc`` and ``val/attn_entropy``. ``test/…`` likewise.
+(``val/acc_train_lengths``, ``val/exact_match_train_lengths``) and, for models with attention,
+the attention diagnostics of ``attnseq.metrics.alignment`` (``val/align_acc``, ``val/align_acc_near``,
+``val/align_offset``, ``val/attn_mass_gold``, ``val/attn_entropy``, ``val/attn_margin``, …; those
+needing a gold alignment only on tasks that have one), each also inside the training lengths
+(``val/align_acc_train_lengths``, …), and alignment accuracy per bucket (``val/align_acc_len/01-05``).
+``test/…`` likewise.
 """
 
 from __future__ import annotations
@@ -63,7 +67,8 @@ class Seq2SeqLitModule(L.LightningModule):
             {
                 "buckets": LengthBucketedAccuracy(max_eval_length, bucket_width),
                 "train_lengths": LengthBucketedAccuracy(hi, hi),  # one bucket: every seen length
-                "attention": AttentionDiagnostics(),
+                "attention": AttentionDiagnostics(max_eval_length, bucket_width),
+                "attention_train_lengths": AttentionDiagnostics(hi, hi),
             },
             compute_groups=False,
         )
@@ -78,12 +83,16 @@ class Seq2SeqLitModule(L.LightningModule):
         """The latest epoch's per-bucket rows, by stage: read by the tracking callbacks."""
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        """A checkpoint written before the metric states were saved resumes with fresh metric states
-        (the model's own weights stay strictly checked)."""
+        """A checkpoint whose metric states differ from this version's (written before they were
+        saved, or with other metrics) resumes with fresh ones for those; the model's own weights
+        stay strictly checked."""
         state = checkpoint.get("state_dict")
         if state is None:
             return
-        for key, value in self.state_dict().items():
+        own = self.state_dict()
+        for key in [k for k in state if not k.startswith("model.") and k not in own]:
+            del state[key]
+        for key, value in own.items():
             if not key.startswith("model.") and key not in state:
                 state[key] = value
 
@@ -141,7 +150,10 @@ class Seq2SeqLitModule(L.LightningModule):
             decoded.tokens[seen], batch.tgt_out[seen], batch.tgt_lengths[seen], batch.src_lengths[seen]
         )
         if attention is not None:
-            metrics["attention"].update(attention, batch.alignment, batch.tgt_lengths)
+            metrics["attention"].update(attention, batch.alignment, batch.tgt_lengths, batch.src_lengths)
+            metrics["attention_train_lengths"].update(
+                attention[seen], batch.alignment[seen], batch.tgt_lengths[seen], batch.src_lengths[seen]
+            )
 
     def _log_epoch(self, metrics: MetricCollection, stage: str) -> dict[str, Tensor]:
         values = {f"{stage}/{name}": value for name, value in metrics["buckets"].compute().items()}
@@ -151,6 +163,11 @@ class Seq2SeqLitModule(L.LightningModule):
             values[f"{stage}/exact_match_train_lengths"] = seen["exact_match"]
         if self.model.attention is not None:
             values.update({f"{stage}/{name}": value for name, value in metrics["attention"].compute().items()})
+            inside = metrics["attention_train_lengths"].compute()
+            values.update({f"{stage}/{name}_train_lengths": value for name, value in inside.items()})
+            for row in metrics["attention"].bucket_table():
+                if row["align_acc"] is not None:
+                    values[f"{stage}/align_acc_len/{row['bucket']}"] = torch.tensor(row["align_acc"])
         self.last_bucket_tables[stage] = metrics["buckets"].bucket_table()
         self.log_dict(values, sync_dist=False)
         metrics.reset()

@@ -48,7 +48,7 @@ from attnseq.config import (
 from attnseq.config.schema import is_whole
 from attnseq.data.tokenizers import TOKENIZERS
 from attnseq.errors import ConfigError
-from attnseq.metrics import bucket_bounds, bucket_digits, bucket_name
+from attnseq.metrics import DIAGNOSTICS, SHAPE_DIAGNOSTICS, bucket_bounds, bucket_digits, bucket_name
 from attnseq.model.config import CELLS, DECODERS
 
 SYMBOL_TASKS = ("copy", "reverse", "sort")
@@ -302,19 +302,22 @@ def logged_metrics(cfg: DictConfig, stage: str = "val") -> list[str]:
     if stage == "val":
         names.append("val/acc_best")
     names += [f"{stage}/acc_train_lengths", f"{stage}/exact_match_train_lengths"]
-    if cfg.scorer.name != NO_ATTENTION:
-        names.append(f"{stage}/attn_entropy")
-        if cfg.dataset.task != "tsv":  # only the synthetic tasks have a gold alignment
-            names.append(f"{stage}/align_acc")
+    with_attention = cfg.scorer.name != NO_ATTENTION
+    gold = with_attention and cfg.dataset.task != "tsv"  # only the synthetic tasks have a gold alignment
+    if with_attention:
+        diagnostics = [d for d in DIAGNOSTICS if gold or d in SHAPE_DIAGNOSTICS]
+        names += [f"{stage}/{d}{inside}" for d in diagnostics for inside in ("", "_train_lengths")]
     longest = int(cfg.dataset.eval_lengths[1])
     for lo, hi in bucket_bounds(longest, int(cfg.dataset.bucket_width)):
         name = bucket_name(lo, hi, bucket_digits(longest))
         names += [f"{stage}/acc_len/{name}", f"{stage}/exact_len/{name}"]
+        if gold:
+            names.append(f"{stage}/align_acc_len/{name}")
     return names + ["train/loss", "train/padding_fraction"]
 
 
 def lower_is_better(metric: str) -> bool:
-    return metric.endswith(("loss", "attn_entropy", "padding_fraction"))
+    return metric.removesuffix("_train_lengths").endswith(("loss", "attn_entropy", "aer", "padding_fraction"))
 
 
 def check_metrics(cfg: DictConfig) -> None:
