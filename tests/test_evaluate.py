@@ -22,6 +22,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from attnseq.attention import NO_ATTENTION
+from attnseq.evaluation.pipeline import GROUPS_PARAM
 from attnseq.metrics import DIAGNOSTICS
 from attnseq.model import ModelConfig
 
@@ -109,22 +110,28 @@ def test_evaluation_artifacts(evaluated, scorer):
 
 
 def test_comparison_has_one_row_per_run_and_a_figure(evaluated):
+    """One seed per scorer: each run is its own group, labelled by what varied, without an interval."""
     [comparison] = evaluated["comparison"]
     client = evaluated["client"]
     assert comparison.data.tags[MLFLOW_PARENT_RUN_ID] == evaluated["parent"].info.run_id
     paths = artifact_paths(client, comparison.info.run_id)
-    assert {"comparison/comparison.png", "comparison/comparison.md", "comparison/comparison.csv"} <= paths
+    assert {"comparison/comparison.png", "comparison/comparison.md", "comparison/comparison.csv",
+            "comparison/comparison_runs.csv"} <= paths
     local = client.download_artifacts(comparison.info.run_id, "comparison/comparison.csv", str(evaluated["root"]))
     rows = list(csv.DictReader(open(local)))
     assert sorted(r["scorer"] for r in rows) == sorted(SCORERS)
-    assert sorted(r["run"] for r in rows) == sorted(f"scorer={s}" for s in SCORERS)  # labelled by what varied
-    assert all(int(r["params"].replace(",", "")) > 0 for r in rows)
-    lo, hi = EVAL_LENGTHS
-    assert [c for c in rows[0] if c.startswith("acc ")] == [
-        f"acc {b}-{min(b + WIDTH - 1, hi)}" for b in range(lo, hi + 1, WIDTH)
+    assert sorted(r["group"] for r in rows) == sorted(f"scorer={s}" for s in SCORERS)  # labelled by what varied
+    assert all(r["n_seeds"] == "1" for r in rows)
+    assert all(int(r["params"]) > 0 for r in rows)
+    assert all(r["eval/acc_ci95"] == "" and 0.0 <= float(r["eval/acc_mean"]) <= 1.0 for r in rows)
+    assert [c.removesuffix("_mean") for c in rows[0] if c.startswith("acc/") and c.endswith("_mean")] == [
+        f"acc/{name}" for name in expected_buckets()
     ]
+    assert comparison.data.params[GROUPS_PARAM] == "; ".join(r["group"] for r in rows)
+    for scorer in SCORERS:
+        assert 0.0 <= comparison.data.metrics[f"eval/acc/scorer_{scorer}"] <= 1.0
     # readable without the UI: the terminal shows the same table
-    assert "| scorer=additive |" in evaluated["stdout"] and "| scorer=none |" in evaluated["stdout"]
+    assert "| scorer=additive | 1 |" in evaluated["stdout"] and "| scorer=none | 1 |" in evaluated["stdout"]
 
 
 def test_evaluation_rebuilds_the_model_from_the_run_alone(evaluated):

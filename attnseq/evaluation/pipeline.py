@@ -13,7 +13,16 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from attnseq.errors import ConfigError
-from attnseq.evaluation.compare import Compared, label_runs, markdown_table, table_rows, write_comparison
+from attnseq.evaluation.compare import (
+    HALF_WIDTH,
+    INTERVAL_NOTE,
+    SeedGroup,
+    group_runs,
+    markdown_table,
+    metric_label,
+    table_rows,
+    write_comparison,
+)
 from attnseq.evaluation.evaluator import EvalResult, EvalSettings, evaluate_run
 from attnseq.evaluation.trained_runs import TrainedRun, load_trained_run, select_runs
 from attnseq.evaluation.validation import check_config
@@ -105,17 +114,36 @@ def log_figure(run: TrackedRun, figure, folder: Path, artifact: str) -> None:
     run.log_file(local, paths.folder(artifact))
 
 
-def log_comparison(client: MlflowClient, compared: list[Compared], out_dir: Path, parent: str | None) -> str:
-    written = write_comparison(compared, out_dir, title=f"{len(compared)} runs")
-    experiment_id = compared[0].trained.run.info.experiment_id
-    run = TrackedRun.create(client, experiment_id, f"comparison of {len(compared)} runs",
-                            {tags.KIND: tags.COMPARISON,
-                             tags.COMPARED_RUNS: ",".join(c.trained.run_id for c in compared)},
+GROUPS_PARAM = "comparison.groups"
+"""The comparison run's param listing its groups and their seed counts."""
+
+
+def log_comparison(client: MlflowClient, groups: list[SeedGroup], out_dir: Path, parent: str | None) -> str:
+    """A comparison run holding every table and figure, each group's mean of every overall ``eval/``
+    metric (``eval/acc/scorer_dot``) and, over several seeds, its interval half-width
+    (``eval/acc_ci95/scorer_dot``)."""
+    runs = [member.trained for group in groups for member in group.members]
+    written = write_comparison(groups, out_dir, title=f"{len(runs)} runs")
+    run = TrackedRun.create(client, runs[0].run.info.experiment_id,
+                            f"comparison of {len(runs)} runs in {len(groups)} groups",
+                            {tags.KIND: tags.COMPARISON, tags.COMPARED_RUNS: ",".join(t.run_id for t in runs)},
                             parent_run_id=parent)
-    for path in written.values():
-        run.log_file(path, paths.COMPARISON)
-    run.log_metrics({f"{key}/{item.label}".replace("=", "_"): item.result.metrics[key]
-                     for item in compared for key in ("eval/acc", "eval/exact_match") if key in item.result.metrics})
+    try:
+        run.log_params({GROUPS_PARAM: "; ".join(group.name for group in groups)})
+        for path in written.values():
+            run.log_file(path, paths.COMPARISON)
+        metrics = {}
+        for group in groups:
+            for key, interval in group.overall().items():
+                if interval is None or not key.startswith("eval/"):
+                    continue
+                metrics[f"{key}/{metric_label(group.label)}"] = interval.mean
+                if interval.half_width is not None:
+                    metrics[f"{key}{HALF_WIDTH}/{metric_label(group.label)}"] = interval.half_width
+        run.log_metrics(metrics)
+    except BaseException:
+        run.finish("FAILED")
+        raise
     run.finish("FINISHED")
     return run.run_id
 
@@ -146,10 +174,11 @@ def evaluate(cfg: DictConfig) -> list[EvalResult]:
         trained_runs.append(trained)
         results.append(result)
     if len(results) > 1 and cfg.compare:
-        compared = label_runs(trained_runs, results)
-        comparison = log_comparison(client, compared, out_dir / "comparison", parent=cfg.parent_run_id)
-        header, rows = table_rows(compared)
-        print(redact_text(f"\n{markdown_table(header, rows)}\nComparison run {comparison}; figure and tables in "
+        groups = group_runs(trained_runs, results)
+        comparison = log_comparison(client, groups, out_dir / "comparison", parent=cfg.parent_run_id)
+        header, rows = table_rows(groups)
+        print(redact_text(f"\n{markdown_table(header, rows)}\n{INTERVAL_NOTE}\nComparison run {comparison}; "
+                          f"figures and tables (per group, per run, attention diagnostics) in "
                           f"{out_dir / 'comparison'}"), flush=True)
     return results
 

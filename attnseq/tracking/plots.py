@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import matplotlib
 
@@ -10,7 +10,13 @@ matplotlib.use("Agg")  # headless: figures are rendered to arrays and files, nev
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib import patheffects  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+
+GOLD_LABEL = "gold source position"
+ARGMAX_LABEL = "attention argmax"
 
 
 def attention_heatmap(
@@ -22,8 +28,10 @@ def attention_heatmap(
 ) -> Figure:
     """``weights`` ``(H, T_out, T_src)``: the head mean, then each head when there are several.
 
-    Source tokens run along the x axis, the decoded tokens down the y axis; ``gold`` (the gold
-    source position of each target token, -1 for none) is drawn as red circles.
+    Source tokens run along the x axis, the decoded tokens down the y axis. Each panel marks its
+    own matrix's argmax in every row with a black cross and, when ``gold`` is given (the gold source
+    position of each target token, -1 for none), the gold position with a red circle: a cross inside
+    a circle is a hit, a cross beside it shows the offset.
     """
     heads = weights.shape[0]
     panels = [("mean over heads" if heads > 1 else "attention", weights.mean(0))]
@@ -31,7 +39,7 @@ def attention_heatmap(
         panels += [(f"head {h}", weights[h]) for h in range(heads)]
     cell = 0.28
     width = max(3.0, cell * len(src_tokens) + 1.5)
-    height = max(2.5, cell * len(out_tokens) + 1.3)
+    height = max(2.5, cell * len(out_tokens) + 1.6)
     fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), height), squeeze=False)
     for ax, (label, matrix) in zip(axes[0], panels):
         image = ax.imshow(matrix, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
@@ -43,41 +51,101 @@ def attention_heatmap(
             points = [(src, out) for out, src in enumerate(gold[: len(out_tokens)]) if src >= 0]
             if points:
                 xs, ys = zip(*points)
-                ax.scatter(xs, ys, s=30, facecolors="none", edgecolors="red", linewidths=1.0, label="gold")
+                ax.scatter(xs, ys, s=70, facecolors="none", edgecolors="red", linewidths=1.3, label=GOLD_LABEL)
+        rows = min(len(out_tokens), matrix.shape[0])
+        if rows:
+            peaks = matrix[:rows].argmax(axis=1)  # (T_out,)
+            ax.scatter(peaks, range(rows), s=24, marker="x", c="black", linewidths=1.3, label=ARGMAX_LABEL,
+                       path_effects=[patheffects.withStroke(linewidth=2.6, foreground="white")])
     axes[0][0].set_ylabel("output")
     fig.colorbar(image, ax=axes[0][-1], fraction=0.046, pad=0.02, label="weight")
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="lower center", ncol=len(handles), fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0.05 if handles else 0, 1, 1))
     return fig
 
 
+def curve_colours(labels: Sequence[str]) -> dict[str, str]:
+    """One colour per curve, in the default colour cycle's order: pass the same mapping to every
+    figure of a comparison and a curve keeps its colour in all of them."""
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    return {label: cycle[i % len(cycle)] for i, label in enumerate(labels)}
+
+
 def accuracy_vs_length(
-    curves: dict[str, Sequence[dict]],
+    curves: Mapping[str, Sequence[Mapping]],
     train_lengths: tuple[int, int] | None,
     title: str,
     metric: str = "acc",
     ylabel: str = "accuracy",
+    half_width: str | None = None,
+    colours: Mapping[str, str] | None = None,
 ) -> Figure:
-    """One line per run (``curves``: label → bucket rows with lo, hi and ``metric``), the
-    training lengths shaded: the bottleneck curve."""
+    """One line per curve (``curves``: label → bucket rows with lo, hi and ``metric``), the
+    training lengths shaded: the bottleneck curve. ``half_width`` names the rows' key holding the
+    half-width of an interval around ``metric``: drawn as a band where present."""
     fig, ax = plt.subplots(figsize=(7, 4))
-    for label, rows in curves.items():
-        points = [((row["lo"] + row["hi"]) / 2, row[metric]) for row in rows if row.get(metric) is not None]
-        if points:
-            xs, ys = zip(*points)
-            ax.plot(xs, ys, marker="o", label=label)
-        else:
-            ax.plot([], [])  # no values: keep the colour cycle, so a run has one colour in every figure
-    if train_lengths is not None:
-        ax.axvspan(train_lengths[0] - 0.5, train_lengths[1] + 0.5, color="grey", alpha=0.15, label="training lengths")
-    ax.set_xlabel("source length (bucket centre)")
-    ax.set_ylabel(ylabel)
+    _length_panel(ax, curves, train_lengths, metric, half_width, ylabel, colours or curve_colours(list(curves)))
     ax.set_ylim(-0.02, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def metrics_vs_length(
+    curves: Mapping[str, Sequence[Mapping]],
+    train_lengths: tuple[int, int] | None,
+    title: str,
+    panels: Sequence[tuple[str, str | None, str]],
+    colours: Mapping[str, str] | None = None,
+) -> Figure:
+    """Panels side by side, one per ``(metric, half_width key or None, y label)``, each drawn like
+    ``accuracy_vs_length`` from the same curves and colours, on the metric's own scale."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
+    colours = colours or curve_colours(list(curves))
+    for ax, (metric, half_width, ylabel) in zip(axes[0], panels):
+        _length_panel(ax, curves, train_lengths, metric, half_width, ylabel, colours)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _length_panel(
+    ax: Axes,
+    curves: Mapping[str, Sequence[Mapping]],
+    train_lengths: tuple[int, int] | None,
+    metric: str,
+    half_width: str | None,
+    ylabel: str,
+    colours: Mapping[str, str],
+) -> None:
+    banded = False
+    for label, rows in curves.items():
+        points = [((row["lo"] + row["hi"]) / 2, row[metric], row.get(half_width) if half_width else None)
+                  for row in rows if row.get(metric) is not None]
+        if not points:
+            continue  # nothing to draw: its colour stays reserved by ``colours``
+        xs, ys, widths = (np.array(values, dtype=float) for values in zip(*points))  # (P,) each
+        ax.plot(xs, ys, marker="o", color=colours[label], label=label)
+        has_width = ~np.isnan(widths)  # (P,): no interval (one seed) → no band
+        if has_width.any():
+            widths = np.nan_to_num(widths)
+            ax.fill_between(xs, ys - widths, ys + widths, where=has_width, color=colours[label], alpha=0.2,
+                            linewidth=0)
+            banded = True
+    if train_lengths is not None:
+        ax.axvspan(train_lengths[0] - 0.5, train_lengths[1] + 0.5, color="grey", alpha=0.15, label="training lengths")
+    handles, labels = ax.get_legend_handles_labels()
+    if banded:
+        handles.append(Patch(color="black", alpha=0.2, linewidth=0))
+        labels.append("band: 95% interval of the mean")
+    ax.set_xlabel("source length (bucket centre)")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    if handles:
+        ax.legend(handles, labels, fontsize=8)
 
 
 def figure_to_array(fig: Figure) -> np.ndarray:
