@@ -167,3 +167,17 @@ def test_a_run_without_a_model_is_a_clear_error(evaluated):
     assert proc.returncode != 0
     assert parent_id in proc.stderr and "model" in proc.stderr and "Fix:" in proc.stderr
     assert client.get_run(parent_id).info.status == "FINISHED"  # untouched
+
+
+def test_latest_sweep_is_resolved_for_the_comparison_too(evaluated):
+    """``parent_run_id=latest`` puts the comparison run under the sweep itself, never under a
+    literal parent id "latest" (an orphan the MLflow UI cannot place). Runs last: it adds runs."""
+    root, client = evaluated["root"], evaluated["client"]
+    proc = run_cli(
+        root, "parent_run_id=latest", "eval.lengths=[1,8]", "eval.size=40", "eval.counterfactual=false",
+        f"mlflow.tracking_uri={tracking_uri(root)}", f"hydra.run.dir={root}/eval-latest", script=EVALUATE_PY,
+    )
+    assert proc.returncode == 0, explain(proc)
+    comparisons = [r for r in all_runs(client) if r.data.tags.get("attnseq.kind") == "comparison"]
+    newest = max(comparisons, key=lambda r: r.info.start_time)
+    assert newest.data.tags[MLFLOW_PARENT_RUN_ID] == evaluated["parent"].info.run_id

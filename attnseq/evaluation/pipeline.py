@@ -24,7 +24,7 @@ from attnseq.evaluation.compare import (
     write_comparison,
 )
 from attnseq.evaluation.evaluator import EvalResult, EvalSettings, evaluate_run
-from attnseq.evaluation.trained_runs import TrainedRun, load_trained_run, select_runs
+from attnseq.evaluation.trained_runs import TrainedRun, latest_sweep, load_trained_run, select_runs
 from attnseq.evaluation.validation import check_config
 from attnseq.tracking import paths, tags
 from attnseq.tracking.plots import accuracy_vs_length, attention_heatmap, figure_to_array, save_figure
@@ -152,12 +152,15 @@ def evaluate(cfg: DictConfig) -> list[EvalResult]:
     check_config(cfg)
     check_tracking_uri(cfg.mlflow.tracking_uri)
     client = MlflowClient(tracking_uri=cfg.mlflow.tracking_uri)
+    parent, experiment_name = cfg.parent_run_id, cfg.experiment_name
+    if parent == "latest":  # resolved once: the comparison run goes under the sweep itself
+        parent, experiment_name = latest_sweep(client, experiment_name), None
     runs = select_runs(
         client,
         run_id=cfg.run_id,
         run_ids=list(cfg.run_ids or []),
-        parent_run_id=cfg.parent_run_id,
-        experiment_name=cfg.experiment_name,
+        parent_run_id=parent,
+        experiment_name=experiment_name,
         filter_string=cfg.filter,
     )
     out_dir = Path(cfg.paths.output_dir)
@@ -175,7 +178,7 @@ def evaluate(cfg: DictConfig) -> list[EvalResult]:
         results.append(result)
     if len(results) > 1 and cfg.compare:
         groups = group_runs(trained_runs, results)
-        comparison = log_comparison(client, groups, out_dir / "comparison", parent=cfg.parent_run_id)
+        comparison = log_comparison(client, groups, out_dir / "comparison", parent=parent)
         header, rows = table_rows(groups)
         print(redact_text(f"\n{markdown_table(header, rows)}\n{INTERVAL_NOTE}\nComparison run {comparison}; "
                           f"figures and tables (per group, per run, attention diagnostics) in "

@@ -85,10 +85,8 @@ def select_runs(
     filter_string: str | None = None,
 ) -> list[Run]:
     """Exactly one way of choosing: a run, a list of runs, a sweep's children, or an experiment's
-    training runs (optionally filtered with MLflow's search syntax). ``parent_run_id="latest"``
-    picks the newest sweep, within ``experiment_name`` when that is given too."""
-    if parent_run_id == "latest":
-        parent_run_id, experiment_name = latest_sweep(client, experiment_name), None
+    training runs (optionally filtered with MLflow's search syntax). A sweep given as ``"latest"``
+    is resolved by the caller (``latest_sweep``), which needs the real id for the comparison too."""
     chosen = [name for name, value in (("run_id", run_id), ("run_ids", run_ids), ("parent_run_id", parent_run_id),
                                        ("experiment_name", experiment_name)) if value]
     if len(chosen) != 1:
