@@ -28,7 +28,7 @@ RESUME_OVERRIDES = "attnseq.resume_overrides"
 """The overrides a resume applied on top of the run's own config (``trainer.max_epochs=10``)."""
 RESUME_RUNTIME = "attnseq.resume_runtime"
 """What the latest resume ran with that differs from the run's ``runtime.*`` params (those record its
-first start; a param cannot change): ``runtime.threads=2``, or ``unchanged``."""
+first start; a param cannot change), as ``provenance.runtime_changes`` writes it: ``unchanged`` when nothing does."""
 HEARTBEAT = "attnseq.heartbeat"
 """A training run's last sign of life (Unix time), refreshed while its process trains."""
 
