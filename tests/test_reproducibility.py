@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import signal
 import subprocess
@@ -193,3 +194,17 @@ def test_a_resume_with_another_thread_count_finishes_and_says_so(tmp_path):
     assert run.data.params[provenance.THREADS] == "1"
     assert run.data.tags[tags.RESUME_RUNTIME] == "runtime.threads=2"
     assert run.data.tags[tags.RESUME_OVERRIDES] == "threads=2"
+
+
+# -- data-parallel ----------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_threads_hold_under_data_parallel_training_and_are_recorded_as_they_ran(tmp_path):
+    """Lightning's launcher gives each process (CPUs // processes) threads unless OMP_NUM_THREADS is
+    set: ask for one more than that, so its choice and ours cannot coincide."""
+    threads = len(os.sched_getaffinity(0)) // 2 + 1
+    proc = run_cli(tmp_path, *tiny(max_epochs=1, heatmaps=False), "trainer=ddp", f"threads={threads}",
+                   *outputs_under(tmp_path))
+    assert proc.returncode == 0, explain(proc)
+    [run] = all_runs(MlflowClient(tracking_uri(tmp_path)))
+    assert run.data.params["trainer.strategy"] == "ddp"
+    assert run.data.params[provenance.THREADS] == str(threads)
