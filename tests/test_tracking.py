@@ -1,6 +1,6 @@
 """The tracking layer on its own: what reaches a real (SQLite) MLflow store through ``TrackedRun``
 — every param of a large config, masked secrets, MLflow's source tags — the layering rules, and
-that each tag and artifact name is spelled in one place only."""
+that each tag, artifact and runtime param name is spelled in one place only."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_GIT_DIRTY, MLFLOW_PARENT_RUN_ID
 
-from attnseq.tracking import paths, tags
+from attnseq.tracking import paths, provenance, tags
 from attnseq.tracking.run import TrackedRun
 from attnseq.tracking.store import ensure_experiment
 from attnseq.training.logger import RunLogger
@@ -109,7 +109,7 @@ def names_defined_in(module) -> dict[str, str]:
     }
 
 
-@pytest.mark.parametrize("module", [tags, paths], ids=["tags", "paths"])
+@pytest.mark.parametrize("module", [tags, paths, provenance], ids=["tags", "paths", "runtime params"])
 def test_each_tag_and_artifact_name_is_spelled_once(module):
     names = names_defined_in(module)
     assert names, "the module defines no names"

@@ -28,6 +28,7 @@ from attnseq.evaluation.trained_runs import TrainedRun, latest_sweep, load_train
 from attnseq.evaluation.validation import check_config
 from attnseq.tracking import paths, tags
 from attnseq.tracking.plots import accuracy_vs_length, attention_heatmap, figure_to_array, save_figure
+from attnseq.tracking.provenance import runtime_params
 from attnseq.tracking.redaction import redact_text
 from attnseq.tracking.run import TrackedRun
 from attnseq.tracking.store import check_tracking_uri
@@ -75,7 +76,8 @@ def log_evaluation(client: MlflowClient, trained: TrainedRun, settings: EvalSett
                             {tags.KIND: tags.EVALUATION, tags.EVALUATED_RUN: trained.run_id},
                             parent_run_id=trained.run_id)
     try:
-        run.log_params({f"eval.{key}": value for key, value in vars(settings).items()})
+        device = next(trained.model.parameters()).device
+        run.log_params({**runtime_params(device), **{f"eval.{key}": value for key, value in vars(settings).items()}})
         run.log_metrics(result.metrics)
         for path in write_bucket_files(result.bucket_rows, folder):
             run.log_file(path, paths.EVAL_TABLES)

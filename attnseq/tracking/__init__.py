@@ -12,6 +12,6 @@ Training, sweeps and evaluation stand on it; it imports neither of them.
   reach it, so that rules such as redaction apply once to every run;
 - ``tags`` and ``paths``: the name of every tag, kind of run and artifact, defined once;
 - ``redaction``, ``params``, ``provenance``: what is masked (everywhere), how a config becomes params, which
-  commit a run was made from;
+  commit and runtime (threads, versions, device, deterministic algorithms) a run was made with;
 - ``plots``: the figures runs carry.
 """

@@ -1,7 +1,8 @@
 """The tags attnseq sets on its MLflow runs, and the kinds of run, each named once.
 
 MLflow's own tags (run name, parent run, source commit) keep MLflow's names, from
-``mlflow.utils.mlflow_tags``.
+``mlflow.utils.mlflow_tags``. The runtime a run was made with is recorded as ``runtime.*`` params,
+named in ``provenance``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ RESUMED_FROM = "attnseq.resumed_from"
 """The checkpoint a resumed training run continued from."""
 RESUME_OVERRIDES = "attnseq.resume_overrides"
 """The overrides a resume applied on top of the run's own config (``trainer.max_epochs=10``)."""
+RESUME_RUNTIME = "attnseq.resume_runtime"
+"""What the latest resume ran with that differs from the run's ``runtime.*`` params (those record its
+first start; a param cannot change), as ``provenance.runtime_changes`` writes it: ``unchanged`` when nothing does."""
 HEARTBEAT = "attnseq.heartbeat"
 """A training run's last sign of life (Unix time), refreshed while its process trains."""
 

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
@@ -20,6 +20,7 @@ from attnseq.data import Seq2SeqDataModule
 from attnseq.errors import AttnSeqError
 from attnseq.tracking import paths, tags
 from attnseq.tracking.params import config_params, config_yaml
+from attnseq.tracking.provenance import runtime_changes, runtime_params
 from attnseq.tracking.redaction import redact
 from attnseq.tracking.retry import TrackingUnavailable
 from attnseq.tracking.run import TrackedRun
@@ -102,6 +103,8 @@ def prepare(cfg: DictConfig) -> tuple[DictConfig, Resumption | None]:
         raise
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+        # Lightning's data-parallel launcher sets its own thread count unless this is set (workers inherit it)
+        os.environ["OMP_NUM_THREADS"] = str(cfg.threads)
     keep_freed_memory()  # the training step's buffers are reused, not faulted in again every step
     L.seed_everything(cfg.seed, workers=True)
     Path(cfg.paths.output_dir).mkdir(parents=True, exist_ok=True)
@@ -171,7 +174,8 @@ def fit(
     trainer = L.Trainer(
         **OmegaConf.to_container(cfg.trainer, resolve=True),
         logger=RunLogger(run.tracked, run.experiment_id, logged_through),
-        callbacks=[SignalBridge(), guard, best, last, artifacts, interrupts,
+        callbacks=[RuntimeRecord(run, resumed=resumption is not None),
+                   SignalBridge(), guard, best, last, artifacts, interrupts,
                    Heartbeat(run.tracked, float(cfg.get("heartbeat", {}).get("every_s", 30)))],
         default_root_dir=str(cfg.paths.output_dir),
     )
@@ -183,6 +187,28 @@ def fit(
         trainer.test(module, datamodule=datamodule, ckpt_path=best.best_model_path or None, weights_only=True)
     result = trainer.callback_metrics.get(cfg.optimized_metric)
     return None if result is None else float(result)
+
+
+class RuntimeRecord(Callback):
+    """Records the runtime that decides the run's numbers (``provenance.runtime_params``) when fit
+    sets up, once the process is as it trains: the Trainer has switched deterministic algorithms on
+    or off, and a data-parallel launcher has set the thread count. A new run logs them as params; a
+    resumed run keeps its params (a param cannot change) and says what this resume changed in a tag."""
+
+    def __init__(self, run: TrainingRun, resumed: bool) -> None:
+        self.run = run
+        self.resumed = resumed
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage != "fit" or not self.run.owned:
+            return
+        runtime = runtime_params(trainer.strategy.root_device)
+        tracked = self.run.tracked
+        if self.resumed:
+            recorded = tracked.client.get_run(tracked.run_id).data.params
+            tracked.set_tags({tags.RESUME_RUNTIME: runtime_changes(recorded, runtime)})
+        else:
+            tracked.log_params(runtime)
 
 
 def stop(run: TrainingRun | None, error: BaseException) -> None:
