@@ -92,7 +92,7 @@ class TrainingReport(Callback):
         total, trainable = parameter_count(pl_module)
         epochs = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else "unlimited"
         say(f"Training '{self.run_name}': {total:,} parameters ({trainable:,} trainable), "
-            f"{epochs} epochs, on {trainer.strategy.root_device}")
+            f"{epochs} epoch{'' if epochs == 1 else 's'}, on {trainer.strategy.root_device}")
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.printed_through = trainer.current_epoch - 1  # a resumed run: its earlier epochs were printed then
