@@ -147,8 +147,8 @@ def test_a_run_prints_its_epochs_table_and_url_without_library_noise(tmp_path):
     assert re.search(r"val_exact=\d\.\d{3}, val_acc=\d\.\d{3}", out), out  # on the bar
     assert re.search(rf"^\* 01-05 +\d+ +{metric} +{metric}\n  06-10 +\d+ +{metric} +{metric}\n  11-12 ", out, re.M)
     store = (tmp_path / "mlflow.db").resolve()
-    assert f"start the UI: mlflow ui --backend-store-uri sqlite:///{store} --port 5000" in out
-    assert re.search(r"the run: +http://127\.0\.0\.1:5000/#/experiments/\d+/runs/[0-9a-f]{32}$", out, re.M), out
+    assert f"Open it with: mlflow ui --backend-store-uri sqlite:///{store} --port 5000" in out
+    assert re.search(r"then: +http://127\.0\.0\.1:5000/#/experiments/\d+/runs/[0-9a-f]{32}$", out, re.M), out
     for noise in NOISE:
         assert noise not in proc.stdout + proc.stderr, noise
 

@@ -193,5 +193,5 @@ def evaluate(cfg: DictConfig) -> list[EvalResult]:
                           f"{out_dir / 'comparison'}"), flush=True)
     links = ui_links(cfg.mlflow.tracking_uri, runs[0].info.experiment_id)
     if links.open_with:
-        print(f"start the UI: {links.open_with}", flush=True)
+        print(f"Open it with: {links.open_with}", flush=True)
     return results

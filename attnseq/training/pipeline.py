@@ -249,8 +249,9 @@ def finish(run: TrainingRun, uri: str) -> None:
     lines = [f"\nMLflow run '{tracked.name}' ({tracked.run_id}) FINISHED in experiment {run.experiment_id}, "
              f"store {redact('', uri)}"]
     if links.open_with:
-        lines.append(f"  start the UI: {links.open_with}   (or: make ui STORE=<the store>)")
-    lines.append(f"  the run:      {links.url}")
+        lines += [f"Open it with: {links.open_with}   (or: make ui STORE=<the store>)", f"then:         {links.url}"]
+    else:
+        lines.append(f"Open it with: {links.url}")
     print("\n".join(lines), flush=True)
 
 

@@ -109,8 +109,8 @@ class SweepParentRun(Callback):
         links = ui_links(parent.client.tracking_uri, self.experiment_id, parent.run_id)
         lines = [f"\nSweep parent run {parent.run_id}: {len(rows)} jobs, {len(failed)} not finished", table]
         if links.open_with:
-            lines.append(f"start the UI: {links.open_with}")
-        lines.append(f"the sweep:    {links.url}")
+            lines.append(f"Open it with: {links.open_with}")
+        lines.append(f"The sweep:    {links.url}")
         print(redact_text("\n".join(lines)), flush=True)
 
 
