@@ -41,9 +41,15 @@ bottleneck: $(STAMP)  ## no attention vs every scorer in conf/scorer/ (2 trainin
 bench: $(STAMP)  ## training and decoding throughput, side by side (≈ 15 min) → benchmarks/results.md
 	$(PY) benchmarks/bench.py $(ARGS)
 
-MLFLOW_URI ?= sqlite:///mlflow.db
-ui: $(STAMP)  ## the MLflow UI on the embedded store, at http://127.0.0.1:5000
-	$(VENV)/bin/mlflow ui --backend-store-uri $(MLFLOW_URI) --host 127.0.0.1 --port 5000
+# STORE: a store URI (sqlite:///…, postgresql://…) or a path to an SQLite file; a relative one is made
+# absolute from here. One worker and no job runner (MLflow's GenAI background jobs, unused here): a
+# server for one user, on a laptop.
+STORE ?= sqlite:///mlflow.db
+PORT ?= 5000
+STORE_URI = $(if $(findstring ://,$(STORE)),$(if $(filter sqlite:///%,$(STORE)),sqlite:///$(abspath $(patsubst sqlite:///%,%,$(STORE))),$(STORE)),sqlite:///$(abspath $(STORE)))
+ui: $(STAMP)  ## the MLflow UI on STORE (default: this folder's mlflow.db) at http://127.0.0.1:$(PORT)
+	@echo "MLflow UI on $(STORE_URI): http://127.0.0.1:$(PORT)"
+	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(VENV)/bin/mlflow ui --backend-store-uri $(STORE_URI) --host 127.0.0.1 --port $(PORT) --workers 1
 
 docker-check:  ## build docker/Dockerfile with buildah and train inside it (root; ~4 min cold, ~25 s warm)
 	scripts/docker-check

@@ -12,18 +12,20 @@ import os
 import hydra
 from omegaconf import DictConfig
 
-from attnseq.cli import hydra_errors, user_errors
+from attnseq.cli import hydra_errors, quiet_libraries, user_errors
 from attnseq.config import resolvers  # noqa: F401  (registers ${attnseq.unique:})
 from attnseq.evaluation import evaluate
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
 def main(cfg: DictConfig) -> None:
+    quiet_libraries()
     with user_errors():
         evaluate(cfg)
 
 
 if __name__ == "__main__":
+    quiet_libraries()
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     with hydra_errors("evaluate"):
         main()

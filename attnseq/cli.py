@@ -13,9 +13,11 @@ message, the closest existing option or key, exit code 2.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -173,3 +175,161 @@ def known_keys(config_name: str, conf_dir: Path = CONF_DIR) -> list[str]:
             if isinstance(content, dict):
                 walk({k: v for k, v in content.items() if k != "hydra"}, "" if global_package else f"{group}.")
     return sorted(keys)
+
+
+# -- quiet libraries -------------------------------------------------------------------------------
+
+LIBRARY_CHATTER = (
+    "💡 Tip:",  # Lightning advertises its cloud logger on every Trainer
+    "`Trainer.fit` stopped:",  # printed on the progress bar's line; the epoch lines already say it
+)
+"""Beginnings of the messages Lightning logs through its ``rank_zero_info`` that attnseq's own
+console lines replace."""
+RANK_ZERO_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
+
+
+class _DropChatter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(LIBRARY_CHATTER)
+
+
+_CHATTER_FILTER = _DropChatter()
+
+
+def quiet_libraries() -> None:
+    """Silence the known noise of the libraries, each at its source; idempotent.
+
+    - Lightning's litlogger tip and its "`Trainer.fit` stopped" line: dropped by a filter on the
+      loggers Lightning prints them through (its other messages stay);
+    - the ``LeafSpec`` FutureWarning: Lightning's own ``_pytree`` calls torch's deprecated ``LeafSpec()``
+      (Lightning's bug, nothing attnseq does); ignored for that message from that module only;
+    - MLflow's database INFO lines (creating and migrating the SQLite schema, through MLflow's logger
+      and alembic's): those loggers at WARNING.
+    """
+    for name in RANK_ZERO_LOGGERS:
+        rank_zero = logging.getLogger(name)
+        if _CHATTER_FILTER not in rank_zero.filters:
+            rank_zero.addFilter(_CHATTER_FILTER)
+    warnings.filterwarnings(
+        "ignore",
+        message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+        category=FutureWarning,
+        module=r"lightning\.pytorch\.utilities\._pytree",
+    )
+    for name in ("mlflow.store.db.utils", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+# -- --help ----------------------------------------------------------------------------------------
+
+HELP_FLAGS = ("--help", "-h")
+
+
+def wants_help(argv: list[str]) -> bool:
+    """``--help``/``-h`` among the arguments: answered by ``config_help`` before any heavy import."""
+    return any(arg in HELP_FLAGS for arg in argv)
+
+
+def config_help(config_name: str, conf_dir: Path = CONF_DIR) -> str:
+    """The config groups with their options (the first comment of each option's file) and the keys
+    of the primary config and its default options with their meaning (the comment on their line).
+
+    Read from the YAML files' text only: no config is composed and nothing heavy is imported.
+    """
+    primary = conf_dir / f"{config_name}.yaml"
+    defaults = _defaults_list(primary)
+    lines = [f"python {config_name}.py [key=value ...] [group=option ...]   (-m: a sweep over a,b,c values)", ""]
+    first = _leading_comment(primary)
+    if first:
+        lines += [first, ""]
+    groups = [(group, option) for group, option in defaults if (conf_dir / group).is_dir()]
+    if groups:
+        lines.append("Config groups (group=option; * = the default):")
+        for group, default in groups:
+            lines.append(f"  {group}:")
+            for path in sorted((conf_dir / group).glob("*.yaml")):
+                mark = "*" if path.stem == default else " "
+                lines.append(f"   {mark} {path.stem:22s} {_leading_comment(path)}".rstrip())
+        lines.append("")
+    keys: dict[str, tuple[str, str]] = {}  # dotted key → (default, meaning); a later file sets the default
+    files = [(primary, "")] + [(path, f"{group}.") for group, default in groups if default not in (None, "null")
+                               for path in _option_files(conf_dir / group, default)]
+    for path, prefix in files:
+        for dotted, value, meaning in _keys(path, prefix):
+            earlier = keys.get(dotted, ("", ""))
+            keys[dotted] = (value or earlier[0], meaning or earlier[1])
+    lines.append("Keys (key=value; the default follows the key):")
+    for dotted, (value, meaning) in keys.items():
+        shown = f"{dotted} = {value}" if value else f"{dotted}.*"
+        lines.append(f"  {shown:38s} {meaning}".rstrip())
+    lines += [
+        "",
+        f"Every key with its current value: python {config_name}.py --cfg job   (Hydra's own help: --hydra-help)",
+    ]
+    return "\n".join(lines)
+
+
+_KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z_][\w-]*):(?P<value>[^#]*?)\s*(?:#\s*(?P<comment>.*))?$")
+
+
+def _defaults_list(path: Path) -> list[tuple[str, str | None]]:
+    """``(group, option)`` of each ``- group: option`` entry of a config's defaults list."""
+    entries, inside = [], False
+    for line in path.read_text().splitlines():
+        if line.startswith("defaults:"):
+            inside = True
+            continue
+        if inside:
+            match = re.match(r"^\s+-\s+(?P<group>[\w/@.]+):\s*(?P<option>[\w.-]+)", line)
+            if match:
+                group = match["group"]
+                if not group.startswith(("override", "hydra")):
+                    entries.append((group, match["option"]))
+            elif line and not line.startswith((" ", "#")):
+                break
+    return entries
+
+
+def _leading_comment(path: Path) -> str:
+    """The first comment line of a config file that is not a ``# @package`` directive."""
+    for line in path.read_text().splitlines():
+        stripped = line.strip()
+        if not stripped.startswith("#"):
+            if stripped:
+                return ""
+            continue
+        text = stripped.lstrip("#").strip()
+        if text and not text.startswith("@package"):
+            return text
+    return ""
+
+
+def _option_files(group_dir: Path, option: str) -> list[Path]:
+    """An option's file, after the shared files it pulls in (``- base/x@_here_``)."""
+    path = group_dir / f"{option}.yaml"
+    if not path.is_file():
+        return []
+    shared = [group_dir / f"{group}.yaml" for group, _ in _defaults_list(path)]
+    shared += [group_dir / f"{m}.yaml" for m in re.findall(r"^\s+-\s+([\w/]+)@_here_", path.read_text(), re.M)]
+    return [p for p in shared if p.is_file()] + [path]
+
+
+def _keys(path: Path, prefix: str) -> list[tuple[str, str, str]]:
+    """``(dotted key, default, meaning)`` of each key of a file outside its ``defaults`` and ``hydra``;
+    a section appears (default ``""``) only when a comment says what it is."""
+    found, parents, skipping = [], [], False
+    for line in path.read_text().splitlines():
+        match = _KEY_LINE.match(line)
+        if not match:
+            continue
+        depth = len(match["indent"]) // 2
+        key = match["key"]
+        if depth == 0:
+            skipping = key in ("defaults", "hydra")
+        if skipping or key.startswith("_"):
+            continue
+        parents = parents[:depth] + [key]
+        value, meaning = match["value"].strip(), (match["comment"] or "").strip()
+        if value or meaning:
+            found.append((prefix + ".".join(parents), value, meaning))
+    return found

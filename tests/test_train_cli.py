@@ -256,7 +256,7 @@ def sweep(tmp_path_factory):
     parents = [r for r in runs if not is_child(r)]
     assert len(parents) == 1, [(r.info.run_name, r.data.tags.get("attnseq.kind")) for r in parents]
     children = [r for r in runs if is_child(r)]
-    return {"root": root, "client": client, "parent": parents[0], "children": children}
+    return {"root": root, "client": client, "parent": parents[0], "children": children, "stdout": proc.stdout}
 
 
 def test_sweep_parent(sweep):
@@ -290,6 +290,20 @@ def test_sweep_child(sweep, scorer, heads):
     assert f"scorer={scorer}" in child.info.run_name and f"model.heads={heads}" in child.info.run_name
     assert child.data.tags["attnseq.sweep_id"] == sweep["parent"].info.run_id
     assert "model/model.pt" in artifact_paths(sweep["client"], child.info.run_id, "model")
+
+
+def test_sweep_ends_with_one_row_per_job(sweep):
+    """After the jobs: a row per job (name, status, the optimized metric, the job's URL), then the sweep's URL."""
+    tail = sweep["stdout"].split(f"Sweep parent run {sweep['parent'].info.run_id}:", 1)[1]
+    experiment = sweep["parent"].info.experiment_id
+    for child in sweep["children"]:
+        url = f"http://127.0.0.1:5000/#/experiments/{experiment}/runs/{child.info.run_id}"
+        [row] = [line for line in tail.splitlines() if line.endswith(url)]
+        assert row.startswith(child.info.run_name), row
+        assert row.split()[-3:] == ["FINISHED", f"{child.data.metrics['val/acc_best']:.3f}", url], row
+    store = (sweep["root"] / "mlflow.db").resolve()
+    assert f"mlflow ui --backend-store-uri sqlite:///{store} --port 5000" in tail
+    assert tail.rstrip().endswith(f"http://127.0.0.1:5000/#/experiments/{experiment}/runs/{sweep['parent'].info.run_id}")
 
 
 # -- the same sweep in parallel (joblib) --------------------------------------------------------

@@ -4,6 +4,7 @@ diagnostics against the gold alignment likewise; BLEU for text tasks; the counte
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -65,7 +66,9 @@ def _strip(ids: list[int]) -> list[int]:
 
 
 @torch.no_grad()
-def evaluate_run(trained: TrainedRun, settings: EvalSettings, examples: list[Example] | None = None) -> EvalResult:
+def evaluate_run(trained: TrainedRun, settings: EvalSettings, examples: list[Example] | None = None,
+                 progress: Callable[[int], object] | None = None) -> EvalResult:
+    """The run's metrics at ``settings``; ``progress`` is told the size of each decoded batch."""
     examples = examples if examples is not None else evaluation_examples(trained, settings)
     model, width = trained.model.eval(), settings.bucket_width
     max_length = settings.lengths[1]
@@ -109,6 +112,8 @@ def evaluate_run(trained: TrainedRun, settings: EvalSettings, examples: list[Exa
             hyps = [" ".join(trained.tgt_vocab.decode(_strip(row))) for row in decoded.tokens.tolist()]
             refs = [[" ".join(ex.tgt)] for ex in ordered[start : start + settings.batch_size]]
             bleu.update(hyps, refs)
+        if progress is not None:
+            progress(len(batch))
 
     metrics = {f"eval/{k}": float(v) for k, v in accuracy.compute().items()}
     inside = accuracy_inside.compute() if int(accuracy_inside.sequences.sum()) else {}

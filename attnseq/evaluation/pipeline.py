@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import sys
 from pathlib import Path
 
 from mlflow.tracking import MlflowClient
@@ -31,7 +32,7 @@ from attnseq.tracking.plots import accuracy_vs_length, attention_heatmap, figure
 from attnseq.tracking.provenance import runtime_params
 from attnseq.tracking.redaction import redact_text
 from attnseq.tracking.run import TrackedRun
-from attnseq.tracking.store import check_tracking_uri
+from attnseq.tracking.store import check_tracking_uri, ui_links
 
 
 def settings_for(cfg: DictConfig, trained: TrainedRun) -> EvalSettings:
@@ -167,23 +168,30 @@ def evaluate(cfg: DictConfig) -> list[EvalResult]:
     )
     out_dir = Path(cfg.paths.output_dir)
     trained_runs, results = [], []
-    for run in tqdm(runs, desc="evaluating runs", unit="run", disable=len(runs) == 1):
+    for run in tqdm(runs, desc="evaluating runs", unit="run", disable=len(runs) == 1, file=sys.stdout):
         trained = load_trained_run(client, run)
         settings = settings_for(cfg, trained)
-        result = evaluate_run(trained, settings)
+        # one bar per run, over the sequences it decodes (below the runs' bar, gone once the run is done)
+        with tqdm(total=settings.size, desc=redact_text(trained.name), unit="seq", leave=False,
+                  position=0 if len(runs) == 1 else 1, file=sys.stdout) as decoding:
+            result = evaluate_run(trained, settings, progress=decoding.update)
         eval_run = log_evaluation(client, trained, settings, result, out_dir / trained.run_id)
         m = result.metrics
+        url = ui_links(cfg.mlflow.tracking_uri, run.info.experiment_id, eval_run).url
         line = (f"{trained.name}: eval acc {m['eval/acc']:.3f}, exact {m['eval/exact_match']:.3f} at lengths "
-                f"{settings.lengths[0]}-{settings.lengths[1]} (evaluation run {eval_run})")
-        print(redact_text(line), flush=True)
+                f"{settings.lengths[0]}-{settings.lengths[1]}; evaluation run {url}")
+        tqdm.write(redact_text(line), file=sys.stdout)
         trained_runs.append(trained)
         results.append(result)
     if len(results) > 1 and cfg.compare:
         groups = group_runs(trained_runs, results)
         comparison = log_comparison(client, groups, out_dir / "comparison", parent=parent)
         header, rows = table_rows(groups)
-        print(redact_text(f"\n{markdown_table(header, rows)}\n{INTERVAL_NOTE}\nComparison run {comparison}; "
+        url = ui_links(cfg.mlflow.tracking_uri, runs[0].info.experiment_id, comparison).url
+        print(redact_text(f"\n{markdown_table(header, rows)}\n{INTERVAL_NOTE}\nComparison run {url}; "
                           f"figures and tables (per group, per run, attention diagnostics) in "
                           f"{out_dir / 'comparison'}"), flush=True)
+    links = ui_links(cfg.mlflow.tracking_uri, runs[0].info.experiment_id)
+    if links.open_with:
+        print(f"Open it with: {links.open_with}", flush=True)
     return results
-

@@ -7,6 +7,8 @@ import fcntl
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
+from urllib.parse import urlsplit, urlunsplit
 
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
@@ -186,3 +188,37 @@ def ensure_experiment(client: MlflowClient, name: str) -> str:
         if experiment is None:
             raise
         return experiment.experiment_id
+
+
+UI_HOST = "127.0.0.1"
+UI_PORT = 5000
+"""Where ``mlflow ui`` (and ``make ui``) serves a local store by default."""
+
+
+class UiLinks(NamedTuple):
+    """How to look at a run in the MLflow UI."""
+
+    open_with: str | None  # the command that starts a UI on the store; None when a server already serves it
+    url: str  # the page of the experiment, or of the run
+
+
+def ui_links(tracking_uri: str, experiment_id: str, run_id: str | None = None, port: int = UI_PORT) -> UiLinks:
+    """The command that opens the store (its absolute path, so it works from any folder) and the URL
+    of the experiment's or run's page. For an ``http(s)`` store the URL is the server's own, without
+    the credentials in the URI; for any other store it is the local ``mlflow ui`` the command starts.
+    Every link attnseq prints is built here."""
+    page = f"#/experiments/{experiment_id}" + (f"/runs/{run_id}" if run_id else "")
+    scheme = tracking_uri.split("://", 1)[0].lower() if "://" in tracking_uri else ""
+    if scheme in ("http", "https"):
+        server = urlsplit(tracking_uri)
+        host = server.hostname or ""
+        netloc = host + (f":{server.port}" if server.port else "")
+        base = urlunsplit((server.scheme, netloc, server.path.rstrip("/") + "/", "", ""))
+        return UiLinks(None, redact_text(base + page))
+    store = tracking_uri
+    if scheme == "sqlite":
+        path = sqlite_path(tracking_uri)
+        if path is not None:
+            store = f"sqlite:///{path.resolve()}"
+    command = f"mlflow ui --backend-store-uri {redact('', store)} --port {port}"
+    return UiLinks(command, f"http://{UI_HOST}:{port}/{page}")

@@ -24,10 +24,11 @@ from attnseq.tracking.provenance import runtime_changes, runtime_params
 from attnseq.tracking.redaction import redact
 from attnseq.tracking.retry import TrackingUnavailable
 from attnseq.tracking.run import TrackedRun
-from attnseq.tracking.store import check_tracking_uri, ensure_experiment
+from attnseq.tracking.store import check_tracking_uri, ensure_experiment, ui_links
 from attnseq.training import signals
 from attnseq.training.artifacts import RunArtifacts, UploadedCheckpoint
 from attnseq.training.build import build_datamodule, build_module, validate
+from attnseq.training.console import ResultsBar, TrainingReport
 from attnseq.training.guards import FiniteLossGuard, Heartbeat, InterruptCheckpoint, SignalBridge, heartbeat_value
 from attnseq.training.identity import run_identity
 from attnseq.training.lit_module import Seq2SeqLitModule
@@ -171,12 +172,17 @@ def fit(
     )
     guard = FiniteLossGuard(interrupts.path, check_every_n_steps=cfg.trainer.get("log_every_n_steps", 50))
     logged_through = resumption.logged_through if resumption else None
+    trainer_args = OmegaConf.to_container(cfg.trainer, resolve=True)
+    # the model summary is the report's start line (Lightning's table has an empty FLOPs column)
+    trainer_args["enable_model_summary"] = False
+    bar = [ResultsBar()] if trainer_args.get("enable_progress_bar", True) else []
     trainer = L.Trainer(
-        **OmegaConf.to_container(cfg.trainer, resolve=True),
+        **trainer_args,
         logger=RunLogger(run.tracked, run.experiment_id, logged_through),
         callbacks=[RuntimeRecord(run, resumed=resumption is not None),
                    SignalBridge(), guard, best, last, artifacts, interrupts,
-                   Heartbeat(run.tracked, float(cfg.get("heartbeat", {}).get("every_s", 30)))],
+                   Heartbeat(run.tracked, float(cfg.get("heartbeat", {}).get("every_s", 30))),
+                   *bar, TrainingReport(run.tracked.name)],
         default_root_dir=str(cfg.paths.output_dir),
     )
     # Lightning's SIGTERM handler, while its loops run, calls ours after its own (see signals)
@@ -239,13 +245,14 @@ def finish(run: TrainingRun, uri: str) -> None:
         return
     tracked = run.tracked
     tracked.finish("FINISHED")
-    shown = redact("", uri)
-    ui = f"mlflow ui --backend-store-uri {shown}" if not uri.startswith("http") else shown
-    print(
-        f"\nMLflow run '{tracked.name}' ({tracked.run_id}) in experiment {run.experiment_id}, store {shown}\n"
-        f"Open it with: {ui}   (or `make ui`)",
-        flush=True,
-    )
+    links = ui_links(uri, run.experiment_id, tracked.run_id)
+    lines = [f"\nMLflow run '{tracked.name}' ({tracked.run_id}) FINISHED in experiment {run.experiment_id}, "
+             f"store {redact('', uri)}"]
+    if links.open_with:
+        lines += [f"Open it with: {links.open_with}   (or: make ui STORE=<the store>)", f"then:         {links.url}"]
+    else:
+        lines.append(f"Open it with: {links.url}")
+    print("\n".join(lines), flush=True)
 
 
 def record_failed_sweep_job(cfg: DictConfig, error: AttnSeqError) -> None:

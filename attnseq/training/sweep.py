@@ -5,7 +5,7 @@ creates the experiment and the parent run, then hands the parent's id and the va
 to the jobs through the environment (``sweep_context`` reads them, in process or in a joblib
 worker); jobs become its children (``mlflow.parentRunId``) and are named after the overrides
 that vary. At the end it marks the parent FINISHED when every child finished, FAILED otherwise,
-and prints a summary.
+and prints one row per job (status, the sweep's optimized metric, the job's URL) and the sweep's URL.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from attnseq.tracking import paths, tags
 from attnseq.tracking.redaction import redact_overrides, redact_text
 from attnseq.tracking.retry import TrackingUnavailable, store_unreachable, unavailable
 from attnseq.tracking.run import TrackedRun
-from attnseq.tracking.store import check_tracking_uri, ensure_experiment
+from attnseq.tracking.store import check_tracking_uri, ensure_experiment, ui_links
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +56,11 @@ class SweepParentRun(Callback):
     def __init__(self) -> None:
         self.parent: TrackedRun | None = None
         self.experiment_id: str | None = None
+        self.metric = "val/acc_best"  # the sweep's optimized metric: the summary's column
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         uri = config.mlflow.tracking_uri
+        self.metric = str(config.get("optimized_metric") or "val/acc_best")
         check_tracking_uri(uri)  # for SQLite: creates the store's schema, under its lock
         client = MlflowClient(tracking_uri=uri)
         self.experiment_id = ensure_experiment(client, config.mlflow.experiment_name)
@@ -93,6 +95,7 @@ class SweepParentRun(Callback):
             failed = [name for name, status in rows if status != "FINISHED"]
             summary = "\n".join(f"{status:9s} {name}" for name, status in rows)
             parent.log_text(summary + "\n", paths.SWEEP_SUMMARY)
+            table = job_table(children, self.metric, self.experiment_id, parent.client.tracking_uri)
             parent.log_metrics({"sweep/jobs": len(rows), "sweep/failed_jobs": len(failed)})
             status = forced_status or ("FAILED" if failed or not rows else "FINISHED")
             parent.finish(status)
@@ -103,5 +106,24 @@ class SweepParentRun(Callback):
                 parent.client.tracking_uri, "closing the sweep", error, parent.run_id)
             print(f"\nSweep parent run {parent.run_id} not closed: {lost}", file=sys.stderr, flush=True)
             return
-        line = f"\nSweep parent run {parent.run_id}: {len(rows)} jobs, {len(failed)} not finished\n{summary}"
-        print(redact_text(line), flush=True)
+        links = ui_links(parent.client.tracking_uri, self.experiment_id, parent.run_id)
+        lines = [f"\nSweep parent run {parent.run_id}: {len(rows)} jobs, {len(failed)} not finished", table]
+        if links.open_with:
+            lines.append(f"Open it with: {links.open_with}")
+        lines.append(f"The sweep:    {links.url}")
+        print(redact_text("\n".join(lines)), flush=True)
+
+
+def job_table(children: list, metric: str, experiment_id: str, tracking_uri: str) -> str:
+    """One row per job of a sweep, by name: its status, its ``metric`` (the run's latest value: the
+    optimized metric is a running best) and the URL of its page."""
+    rows = sorted(children, key=lambda c: c.info.run_name or c.info.run_id)
+    names = [c.info.run_name or c.info.run_id for c in rows]
+    width = max([len("job"), *map(len, names)])
+    lines = [f"{'job':{width}s}  {'status':9s}  {metric:>{max(len(metric), 6)}s}  url"]
+    for child, name in zip(rows, names):
+        value = child.data.metrics.get(metric)
+        shown = "-" if value is None else f"{value:.3f}"
+        url = ui_links(tracking_uri, experiment_id, child.info.run_id).url
+        lines.append(f"{name:{width}s}  {child.info.status:9s}  {shown:>{max(len(metric), 6)}s}  {url}")
+    return "\n".join(lines)

@@ -1,0 +1,167 @@
+"""What the terminal shows: the epoch line, the per-bucket table, the UI links, the sweep's rows,
+``train.py --help``, the library noise that must not appear — on hand-built inputs, and through the
+real ``train.py`` on a tiny run with its progress bar on."""
+
+from __future__ import annotations
+
+import logging
+import re
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from cli_helpers import REPO, TRAIN_PY, clean_env, explain, outputs_under, run_cli, tiny
+
+from attnseq.cli import config_help, quiet_libraries
+from attnseq.tracking.store import ui_links
+from attnseq.training.console import bucket_table, epoch_line
+from attnseq.training.sweep import job_table
+
+
+# -- lines and tables ------------------------------------------------------------------------------
+def test_epoch_line_shows_the_metrics_present_in_order():
+    metrics = {"val/exact_match": 0.25, "train/loss": 1.23456, "val/acc": 0.5, "val/loss": 2.0,
+               "val/exact_match_train_lengths": 0.75, "val/acc_len/01-05": 0.9}
+    assert epoch_line(3, 12, metrics) == (
+        "epoch  3/12  loss 1.235  val loss 2.000  acc 0.500  exact 0.250  exact@train lengths 0.750"
+    )
+    assert epoch_line(1, 1, {"train/loss": 1.0, "val/align_acc": 0.125}) == "epoch 1/1  loss 1.000  align 0.125"
+
+
+def test_bucket_table_marks_training_lengths_and_empty_buckets():
+    rows = [
+        {"bucket": "01-05", "lo": 1, "hi": 5, "sequences": 14, "acc": 0.5, "exact_match": 0.25},
+        {"bucket": "06-10", "lo": 6, "hi": 10, "sequences": 10, "acc": 0.125, "exact_match": 0.0},
+        {"bucket": "11-12", "lo": 11, "hi": 12, "sequences": 0, "acc": None, "exact_match": None},
+    ]
+    assert bucket_table(rows, (1, 6)).splitlines() == [
+        "  length     seqs     acc   exact",
+        "* 01-05        14   0.500   0.250",
+        "  06-10        10   0.125   0.000",
+        "  11-12         0       -       -",
+    ]
+
+
+# -- UI links ----------------------------------------------------------------------------------------
+def test_ui_links_for_a_relative_sqlite_store_use_its_absolute_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    links = ui_links("sqlite:///sub/mlflow.db", "7", "abc")
+    assert links.open_with == f"mlflow ui --backend-store-uri sqlite:///{tmp_path.resolve()}/sub/mlflow.db --port 5000"
+    assert links.url == "http://127.0.0.1:5000/#/experiments/7/runs/abc"
+    assert ui_links("sqlite:////data/m.db", "7", port=5001) == (
+        "mlflow ui --backend-store-uri sqlite:////data/m.db --port 5001", "http://127.0.0.1:5001/#/experiments/7")
+
+
+def test_ui_links_for_a_server_are_its_own_pages_without_credentials():
+    links = ui_links("https://alice:s3cret-pw@mlflow.example.org:8443/prefix", "2", "r1")
+    assert links == (None, "https://mlflow.example.org:8443/prefix/#/experiments/2/runs/r1")
+
+
+def test_ui_links_for_a_database_mask_its_password():
+    links = ui_links("postgresql://alice:s3cret-pw@db.example.org/mlflow", "2")
+    assert links.open_with == "mlflow ui --backend-store-uri postgresql://***@db.example.org/mlflow --port 5000"
+
+
+def test_job_table_has_one_row_per_job_sorted_by_name():
+    def child(name, run_id, status, metrics):
+        return SimpleNamespace(info=SimpleNamespace(run_name=name, run_id=run_id, status=status),
+                               data=SimpleNamespace(metrics=metrics))
+
+    children = [child("scorer=dot (#1)", "r2", "FAILED", {}), child("scorer=additive (#0)", "r1", "FINISHED",
+                                                                     {"val/acc_best": 0.8125})]
+    assert job_table(children, "val/acc_best", "4", "sqlite:////s/mlflow.db").splitlines() == [
+        "job                   status     val/acc_best  url",
+        "scorer=additive (#0)  FINISHED          0.812  http://127.0.0.1:5000/#/experiments/4/runs/r1",
+        "scorer=dot (#1)       FAILED                -  http://127.0.0.1:5000/#/experiments/4/runs/r2",
+    ]
+
+
+# -- library noise -------------------------------------------------------------------------------------
+def test_quiet_libraries_drops_only_the_known_chatter(caplog):
+    quiet_libraries()
+    rank_zero = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    with caplog.at_level(logging.INFO, logger="lightning.pytorch.utilities.rank_zero"):
+        rank_zero.info("💡 Tip: For seamless cloud logging, try installing litlogger")
+        rank_zero.info("`Trainer.fit` stopped: `max_epochs=2` reached.")
+        rank_zero.info("GPU available: False, used: False")
+    assert [r.getMessage() for r in caplog.records] == ["GPU available: False, used: False"]
+    assert logging.getLogger("mlflow.store.db.utils").getEffectiveLevel() == logging.WARNING
+
+
+def test_quiet_libraries_ignores_the_leafspec_warning_only_from_lightning():
+    message = "`isinstance(treespec, LeafSpec)` is deprecated, use `isinstance(treespec, TreeSpec)` instead."
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quiet_libraries()
+        warnings.warn_explicit(message, FutureWarning, "_pytree.py", 21, module="lightning.pytorch.utilities._pytree")
+        warnings.warn_explicit(message, FutureWarning, "mine.py", 1, module="my_package.mine")
+    assert [w.filename for w in caught] == ["mine.py"]
+
+
+# -- --help --------------------------------------------------------------------------------------------
+def test_config_help_lists_every_group_option_and_the_keys_meanings():
+    text = config_help("train")
+    for group in ("dataset", "encoder", "scorer", "decoder", "trainer"):
+        options = sorted(p.stem for p in (REPO / "conf" / group).glob("*.yaml"))
+        assert options, group
+        for option in options:
+            assert re.search(rf"^ {{3}}[* ] {re.escape(option)}\b", text, re.MULTILINE), (group, option)
+    assert re.search(r"^ {3}\* additive +Bahdanau", text, re.MULTILINE)  # the default, with its file's comment
+    assert re.search(r"^  model\.heads = 1 +attention heads", text, re.MULTILINE)
+    assert re.search(r"^  dataset\.train_lengths = \[1, 15\]", text, re.MULTILINE)
+    assert re.search(r"^  dataset\.task = copy +copy \| reverse", text, re.MULTILINE)  # the option's value wins
+
+
+def test_train_help_is_fast_and_imports_nothing_heavy(tmp_path):
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-X", "importtime", str(TRAIN_PY), "--help"], cwd=tmp_path,
+                          env=clean_env(), capture_output=True, text=True, timeout=60)
+    elapsed = time.perf_counter() - start
+    assert proc.returncode == 0, explain(proc)
+    assert elapsed < 3.0, elapsed
+    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
+    assert not {"torch", "lightning", "mlflow"} & imported
+    assert proc.stdout.strip() == config_help("train").strip()
+    assert not list(tmp_path.iterdir())  # no store, no outputs folder
+
+
+# -- through the real train.py -----------------------------------------------------------------------
+NOISE = ("litlogger", "LeafSpec", "FLOPs", "Trainer.fit` stopped", "INFO mlflow", "alembic", "v_num")
+
+
+def test_a_run_prints_its_epochs_table_and_url_without_library_noise(tmp_path):
+    proc = run_cli(tmp_path, *tiny(), "trainer.enable_progress_bar=true", "trainer.enable_model_summary=true",
+                   *outputs_under(tmp_path))
+    assert proc.returncode == 0, explain(proc)
+    out = proc.stdout.replace("\r", "\n")
+    assert re.search(r"^Training '.+': [\d,]+ parameters \([\d,]+ trainable\), 2 epochs, on cpu$", out, re.M), out
+    metric = r"\d\.\d{3}"
+    for epoch in (1, 2):
+        line = rf"^epoch {epoch}/2  loss {metric}  val loss {metric}  acc {metric}  exact {metric}  " \
+               rf"exact@train lengths {metric}  align {metric}$"
+        assert len(re.findall(line, out, re.M)) == 1, out
+    assert re.search(r"val_exact=\d\.\d{3}, val_acc=\d\.\d{3}", out), out  # on the bar
+    assert re.search(rf"^\* 01-05 +\d+ +{metric} +{metric}\n  06-10 +\d+ +{metric} +{metric}\n  11-12 ", out, re.M)
+    store = (tmp_path / "mlflow.db").resolve()
+    assert f"Open it with: mlflow ui --backend-store-uri sqlite:///{store} --port 5000" in out
+    assert re.search(r"then: +http://127\.0\.0\.1:5000/#/experiments/\d+/runs/[0-9a-f]{32}$", out, re.M), out
+    for noise in NOISE:
+        assert noise not in proc.stdout + proc.stderr, noise
+
+
+@pytest.mark.parametrize("full_error", [False, True])
+def test_a_misspelt_option_exits_2_quickly(tmp_path, full_error):
+    env = {k: v for k, v in clean_env().items() if k != "HYDRA_FULL_ERROR"}
+    if full_error:
+        env["HYDRA_FULL_ERROR"] = "1"
+    proc = run_cli(tmp_path, "scorer=dott", *outputs_under(tmp_path), env=env, timeout=120)
+    if full_error:  # the traceback asked for: Hydra's own report
+        assert proc.returncode == 1 and "Traceback" in proc.stderr, explain(proc)
+        return
+    assert proc.returncode == 2, explain(proc)
+    assert "Did you mean scorer=dot?" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (Path(tmp_path) / "mlflow.db").exists()
