@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: train lint system-deps test test-fast test-slow test-gpu ui bottleneck bench docker-check clean
+.PHONY: train lint system-deps test test-fast test-slow test-gpu ui bottleneck reverse-alignment bench docker-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,9 +34,13 @@ test-slow: $(STAMP) system-deps  ## only the tests marked slow
 test-gpu: $(STAMP)  ## only the tests that need a CUDA device
 	$(PY) -m pytest -m gpu $(PYTEST_ARGS)
 
-bottleneck: $(STAMP)  ## no attention vs every scorer in conf/scorer/ (2 trainings at a time), evaluation to length 80, comparison
+bottleneck: $(STAMP)  ## no attention vs every scorer in conf/scorer/, 3 seeds each (2 trainings at a time), evaluation to length 80, comparison with 95% intervals
 	$(PY) train.py -m experiment=bottleneck
 	$(PY) evaluate.py parent_run_id=latest experiment_name=bottleneck eval.lengths=[1,80] eval.bucket_width=10
+
+reverse-alignment: $(STAMP)  ## additive attention on reverse (GRU, biGRU × both conventions): where it looks vs what it uses
+	$(PY) train.py -m experiment=reverse_alignment
+	$(PY) evaluate.py parent_run_id=latest experiment_name=reverse_alignment
 
 bench: $(STAMP)  ## training and decoding throughput, side by side (≈ 15 min) → benchmarks/results.md
 	$(PY) benchmarks/bench.py $(ARGS)
