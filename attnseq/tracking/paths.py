@@ -15,6 +15,9 @@ TGT_VOCAB = "vocab/tgt.json"
 MODEL_SUMMARY = "model/summary.txt"
 MODEL_FILE = "model/model.pt"
 """The model's config and weights, loadable with ``torch.load(weights_only=True)``."""
+MLFLOW_MODEL = "model"
+"""The run's MLflow model (a logged model of that name): ``runs:/<run id>/model``. Its files are
+kept apart from the run's ``model/`` folder above, which MLflow merges in when it downloads it."""
 CHECKPOINTS = "checkpoints"
 LAST_CHECKPOINT = "checkpoints/last.ckpt"
 
