@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 import torch
 from cli_helpers import all_runs, clean_env, explain, outputs_under, run_cli, tiny, tracking_uri
+from mlflow.entities import LoggedModelStatus
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
@@ -174,7 +175,8 @@ def test_the_run_lists_its_model_with_its_final_metrics_and_it_registers(trained
     client = MlflowClient(uri)
     run = client.get_run(run_id)
     models = client.search_logged_models([run.info.experiment_id])
-    assert [(m.name, m.source_run_id, m.status.to_str()) for m in models] == [(paths.MLFLOW_MODEL, run_id, "READY")]
+    ready = LoggedModelStatus.READY
+    assert [(m.name, m.source_run_id, m.status) for m in models] == [(paths.MLFLOW_MODEL, run_id, ready)]
     logged = client.get_logged_model(models[0].model_id)
     assert [output.model_id for output in run.outputs.model_outputs] == [logged.model_id]
     linked = {metric.key: metric.value for metric in logged.metrics}
@@ -189,14 +191,16 @@ def test_the_run_lists_its_model_with_its_final_metrics_and_it_registers(trained
     with logging_scope(client):
         version = mlflow.register_model(f"runs:/{run_id}/model", "attnseq-copy")
         registered = mlflow.pyfunc.load_model("models:/attnseq-copy/1")
-    assert version.version == "1" and version.run_id == run_id
+    assert int(version.version) == 1 and version.run_id == run_id and version.source == f"models:/{logged.model_id}"
     assert registered.metadata.model_id == logged.model_id
     output = registered.predict(pd.DataFrame({"source": SOURCES[:1]}))["output"].tolist()
     assert output == expected_outputs(uri, run_id, SOURCES[:1])
 
 
 def mlflow_env(uri: str) -> dict[str, str]:
-    return clean_env() | {"MLFLOW_TRACKING_URI": uri}
+    """The store, and this interpreter's scripts first on PATH (``mlflow models serve`` runs ``uvicorn``)."""
+    scripts = str(Path(sys.executable).parent)
+    return clean_env() | {"MLFLOW_TRACKING_URI": uri, "PATH": f"{scripts}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
 @pytest.mark.slow
@@ -262,10 +266,19 @@ def test_mlflow_models_serve_answers_rest_calls_on_loopback(trained, tmp_path):
         assert status == 400
         assert "does not hold: 'nope'" in body["message"] and "Fix:" in body["message"]
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
+        stop(server)
+        log.close()
+
+
+def stop(server: subprocess.Popen) -> None:
+    """The server and the uvicorn workers it started (its own process group)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(server.pid, sig)
+        except ProcessLookupError:
+            pass
         try:
             server.wait(timeout=30)
+            return
         except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
-        log.close()
+            continue

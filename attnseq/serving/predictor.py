@@ -4,7 +4,8 @@ into output text. It is what the MLflow model runs, and it imports no MLflow.
 A source is read the way the run read its data: a symbol or toy-translation task's tokens are
 separated by spaces (``"s3 s1 s4"``); a TSV corpus's text goes through the run's tokenizer. Every
 output stops at EOS, or at the run's validation limit of ``decode.max_length_ratio × source
-length + decode.max_length_extra`` tokens, whatever else is decoded in the same batch.
+length + decode.max_length_extra`` tokens. Sources are batched by length, so each output is the
+one its source would get decoded alone, by greedy decoding or by beam search.
 
 Nothing is unpickled: the config is YAML, the vocabularies JSON, and the weights are read with
 ``torch.load(..., weights_only=True)``.
@@ -20,13 +21,14 @@ from typing import Any
 
 import torch
 import yaml
+from torch import Tensor
 
-from attnseq.data import EOS, PAD, SPACE_TOKEN, SPECIAL_TOKENS, Vocabulary, tokenize
+from attnseq.data import EOS, SPACE_TOKEN, SPECIAL_TOKENS, Vocabulary, tokenize
 from attnseq.errors import ProblemAndFix
 from attnseq.model import ModelConfig, Seq2Seq, beam_search, build_seq2seq, greedy_decode
 
 BATCH_SIZE = 256
-"""Sources decoded together; a longer list is decoded in batches of this size."""
+"""Sources of one length are decoded together, this many at most."""
 SHOWN_TOKENS = 12
 """How many vocabulary tokens an unknown-token error lists as examples."""
 
@@ -152,26 +154,30 @@ class Translator:
                                 "or GNMT's α, e.g. 0.6.")
         beam_size, length_penalty = int(beam_size), float(length_penalty)
         encoded = self.encode(sources)
-        outputs: list[str] = []
-        for start in range(0, len(encoded), BATCH_SIZE):
-            outputs += self.translate_batch(encoded[start:start + BATCH_SIZE], beam_size, length_penalty)
+        outputs: list[str] = [""] * len(encoded)
+        by_length: dict[int, list[int]] = {}
+        for row, ids in enumerate(encoded):
+            by_length.setdefault(len(ids), []).append(row)
+        for rows in by_length.values():  # one length per batch: every output gets its own limit
+            for start in range(0, len(rows), BATCH_SIZE):
+                chunk = rows[start:start + BATCH_SIZE]
+                src = torch.tensor([encoded[row] for row in chunk])  # (B, T_src)
+                for row, text in zip(chunk, self.translate_batch(src, beam_size, length_penalty)):
+                    outputs[row] = text
         return outputs
 
-    def translate_batch(self, encoded: list[list[int]], beam_size: int, length_penalty: float) -> list[str]:
-        lengths = torch.tensor([len(ids) for ids in encoded])  # (B,)
-        src = torch.full((len(encoded), int(lengths.max())), PAD, dtype=torch.long)  # (B, T_src)
-        for row, ids in enumerate(encoded):
-            src[row, : len(ids)] = torch.tensor(ids)
-        max_length = self.limit(int(lengths.max()))
+    def translate_batch(self, src: Tensor, beam_size: int, length_penalty: float) -> list[str]:
+        """Sources of one length, ``src (B, T_src)``."""
+        lengths = torch.full((src.shape[0],), src.shape[1], dtype=torch.long)  # (B,)
+        max_length = self.limit(src.shape[1])
         if beam_size == 1:
             decoded = greedy_decode(self.model, src, lengths, max_length=max_length)
         else:
             decoded = beam_search(self.model, src, lengths, beam_size, max_length, length_penalty=length_penalty)
         outputs = []
-        for row, ids in enumerate(encoded):
-            kept = min(int(decoded.lengths[row]), self.limit(len(ids)))
-            out_ids = decoded.tokens[row, :kept].tolist()
-            if EOS in out_ids:
-                out_ids = out_ids[: out_ids.index(EOS)]
+        for row in range(src.shape[0]):
+            out_ids = decoded.tokens[row, : int(decoded.lengths[row])].tolist()
+            if out_ids[-1:] == [EOS]:
+                out_ids = out_ids[:-1]
             outputs.append(self.reading.text(self.tgt_vocab.decode(out_ids)))
         return outputs
