@@ -20,7 +20,7 @@ import mlflow
 import pandas as pd
 import pytest
 import torch
-from cli_helpers import all_runs, clean_env, explain, outputs_under, run_cli, tiny, tracking_uri
+from cli_helpers import all_runs, artifact_paths, clean_env, explain, outputs_under, run_cli, tiny, tracking_uri
 from mlflow.entities import LoggedModelStatus
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
@@ -131,6 +131,10 @@ def trained(tmp_path_factory):
     return tracking_uri(root), runs[0].info.run_id
 
 
+def model_uri(run_id: str) -> str:
+    return f"runs:/{run_id}/{paths.MLFLOW_MODEL}"
+
+
 def expected_outputs(uri: str, run_id: str, sources: list[str], beam_size: int = 1) -> list[str]:
     """Each source decoded alone by the model library, from the run's model file as evaluation rebuilds it."""
     client = MlflowClient(uri)
@@ -156,7 +160,7 @@ def expected_outputs(uri: str, run_id: str, sources: list[str], beam_size: int =
 def test_the_pyfunc_model_decodes_as_the_model_library_does(trained):
     uri, run_id = trained
     with logging_scope(MlflowClient(uri)):
-        model = mlflow.pyfunc.load_model(f"runs:/{run_id}/model")
+        model = mlflow.pyfunc.load_model(model_uri(run_id))
     table = pd.DataFrame({"source": SOURCES})
     assert model.predict(table)["output"].tolist() == expected_outputs(uri, run_id, SOURCES)
     beam = model.predict(table, params={"beam_size": 4})["output"].tolist()
@@ -184,12 +188,14 @@ def test_the_run_lists_its_model_with_its_final_metrics_and_it_registers(trained
     assert linked["val/exact_match"] == run.data.metrics["val/exact_match"]
     history = client.get_metric_history(run_id, "val/acc")
     assert len({(m.step, m.timestamp) for m in history}) == len(history)  # linking added no point
+    # the run's own model/ folder still lists through a client of its store, whatever the process-wide one
+    assert {paths.MODEL_FILE, paths.MODEL_SUMMARY} <= artifact_paths(client, run_id, "model")
     requirements = Path(mlflow.artifacts.download_artifacts(f"{logged.artifact_location}/requirements.txt",
                                                             dst_path=str(tmp_path))).read_text().split()
     assert requirements == pip_requirements()
 
     with logging_scope(client):
-        version = mlflow.register_model(f"runs:/{run_id}/model", "attnseq-copy")
+        version = mlflow.register_model(model_uri(run_id), "attnseq-copy")
         registered = mlflow.pyfunc.load_model("models:/attnseq-copy/1")
     assert int(version.version) == 1 and version.run_id == run_id and version.source == f"models:/{logged.model_id}"
     assert registered.metadata.model_id == logged.model_id
@@ -209,7 +215,7 @@ def test_mlflow_models_predict_decodes_a_json_file(trained, tmp_path):
     request = {"dataframe_split": {"columns": ["source"], "data": [[s] for s in SOURCES]}, "params": {"beam_size": 3}}
     (tmp_path / "in.json").write_text(json.dumps(request))
     proc = subprocess.run(
-        [sys.executable, "-m", "mlflow", "models", "predict", "-m", f"runs:/{run_id}/model", "-i", "in.json",
+        [sys.executable, "-m", "mlflow", "models", "predict", "-m", model_uri(run_id), "-i", "in.json",
          "-t", "json", "-o", "out.json", "--env-manager", "local"],
         cwd=tmp_path, env=mlflow_env(uri), capture_output=True, text=True, timeout=300,
     )
@@ -239,7 +245,7 @@ def test_mlflow_models_serve_answers_rest_calls_on_loopback(trained, tmp_path):
     port = free_port()
     log = (tmp_path / "serve.log").open("w")
     server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "models", "serve", "-m", f"runs:/{run_id}/model", "--env-manager", "local",
+        [sys.executable, "-m", "mlflow", "models", "serve", "-m", model_uri(run_id), "--env-manager", "local",
          "--host", "127.0.0.1", "-p", str(port), "-w", "1"],
         cwd=tmp_path, env=mlflow_env(uri), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )

@@ -9,7 +9,7 @@ paths are ``attnseq.tracking.paths``).
   run's copy is never an epoch behind): that checkpoint, so ``resume=`` works from another machine;
 - at the end: the accuracy-vs-length figure, the best and last checkpoints, a portable
   model file (config + weights, loadable with ``torch.load(weights_only=True)``), and the same
-  model as an MLflow model (``attnseq.serving``: ``runs:/<run id>/model``).
+  model as an MLflow model (``attnseq.serving``: ``runs:/<run id>/translator``).
 
 All of it happens on rank 0 only, and never inside a training step.
 """
