@@ -52,7 +52,8 @@ LAYERS = {
     "model": {"kernels", "attention", "data"},
     "tracking": set(),
     "config": set(),
-    "training": {"kernels", "attention", "data", "metrics", "model", "tracking", "config"},
+    "serving": {"kernels", "attention", "data", "model", "tracking"},
+    "training": {"kernels", "attention", "data", "metrics", "model", "tracking", "config", "serving"},
     "evaluation": {"kernels", "attention", "data", "metrics", "model", "tracking", "config"},
 }
 """The layering the README's "Layout" describes, bottom first."""

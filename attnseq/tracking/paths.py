@@ -15,6 +15,11 @@ TGT_VOCAB = "vocab/tgt.json"
 MODEL_SUMMARY = "model/summary.txt"
 MODEL_FILE = "model/model.pt"
 """The model's config and weights, loadable with ``torch.load(weights_only=True)``."""
+MLFLOW_MODEL = "translator"
+"""The name of the run's MLflow model (a logged model): ``runs:/<run id>/translator``. Not ``model``:
+MLflow would list that logged model inside the run's ``model/`` folder above, and doing so looks the
+model up in the process-wide store, not the client's (MLflow 3.17), so listing ``model/`` through
+``MlflowClient(uri)`` would fail wherever that store is another one."""
 CHECKPOINTS = "checkpoints"
 LAST_CHECKPOINT = "checkpoints/last.ckpt"
 

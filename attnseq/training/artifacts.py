@@ -7,8 +7,9 @@ paths are ``attnseq.tracking.paths``).
   slider) and the per-bucket table, appended;
 - every time Lightning has written ``last.ckpt`` (``UploadedCheckpoint``, after the write, so the
   run's copy is never an epoch behind): that checkpoint, so ``resume=`` works from another machine;
-- at the end: the accuracy-vs-length figure, the best and last checkpoints, and a portable
-  model file (config + weights, loadable with ``torch.load(weights_only=True)``).
+- at the end: the accuracy-vs-length figure, the best and last checkpoints, a portable
+  model file (config + weights, loadable with ``torch.load(weights_only=True)``), and the same
+  model as an MLflow model (``attnseq.serving``: ``runs:/<run id>/translator``).
 
 All of it happens on rank 0 only, and never inside a training step.
 """
@@ -21,13 +22,17 @@ from pathlib import Path
 
 import lightning as L
 import torch
+import yaml
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from attnseq.data import Example, collate
 from attnseq.data.vocab import EOS
 from attnseq.model import greedy_decode
+from attnseq.serving.logged_model import log_translator
+from attnseq.serving.predictor import SourceReading
 from attnseq.tracking import paths
 from attnseq.tracking.plots import accuracy_vs_length, attention_heatmap, figure_to_array
+from attnseq.tracking.redaction import redact_document
 from attnseq.tracking.run import TrackedRun
 from attnseq.training import signals
 from attnseq.training.lit_module import Seq2SeqLitModule, decode_length_limit
@@ -48,6 +53,10 @@ def pick_heatmap_samples(
         label: min(examples, key=lambda e: abs(len(e.src) - target))
         for label, target in list(targets.items())[:count]
     }
+
+
+MODEL_INPUT_EXAMPLES = 2
+"""Validation sources stored as the MLflow model's input example."""
 
 
 class RunArtifacts(Callback):
@@ -127,9 +136,9 @@ class RunArtifacts(Callback):
                 f"validation accuracy vs source length, after {trainer.current_epoch} epochs",
             )
             self.run.log_image(figure_to_array(figure), paths.LENGTH_FIGURE)
-        self.log_checkpoints(pl_module)
+        self.log_checkpoints(trainer, pl_module)
 
-    def log_checkpoints(self, pl_module: Seq2SeqLitModule) -> None:
+    def log_checkpoints(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
         for path in (self.best.best_model_path, self.last.best_model_path):
             if path and Path(path).is_file():
                 self.run.log_file(path, paths.CHECKPOINTS)
@@ -144,6 +153,21 @@ class RunArtifacts(Callback):
             path = Path(tmp) / paths.file_name(paths.MODEL_FILE)
             torch.save({"model_config": asdict(pl_module.model.config), "state_dict": weights}, path)
             self.run.log_file(path, paths.folder(paths.MODEL_FILE))
+            self.log_mlflow_model(trainer, path)
+
+    def log_mlflow_model(self, trainer: L.Trainer, model_file: Path) -> None:
+        """The run's MLflow model (``attnseq.serving``), from the model file just written beside it."""
+        data = trainer.datamodule
+        config = redact_document(self.resolved_config, paths.RESOLVED_CONFIG)
+        written = {}
+        for artifact, text in ((paths.RESOLVED_CONFIG, config), (paths.SRC_VOCAB, data.src_vocab.to_json()),
+                               (paths.TGT_VOCAB, data.tgt_vocab.to_json())):
+            written[artifact] = model_file.with_name(paths.file_name(artifact))
+            written[artifact].write_text(text, encoding="utf-8")
+        reading = SourceReading.of_config(yaml.safe_load(config) or {})
+        examples = [reading.text(example.src) for example in data.val_examples[:MODEL_INPUT_EXAMPLES]]
+        log_translator(self.run.client, self.run.run_id, model_file, written[paths.RESOLVED_CONFIG],
+                       written[paths.SRC_VOCAB], written[paths.TGT_VOCAB], examples, step=trainer.global_step)
 
 
 class UploadedCheckpoint(ModelCheckpoint):

@@ -1,0 +1,183 @@
+"""``Translator``: a trained model with its vocabularies and decoding settings, turning source text
+into output text. It is what the MLflow model runs, and it imports no MLflow.
+
+A source is read the way the run read its data: a symbol or toy-translation task's tokens are
+separated by spaces (``"s3 s1 s4"``); a TSV corpus's text goes through the run's tokenizer. Every
+output stops at EOS, or at the run's validation limit of ``decode.max_length_ratio × source
+length + decode.max_length_extra`` tokens. Sources are batched by length, so each output is the
+one its source would get decoded alone, by greedy decoding or by beam search.
+
+Nothing is unpickled: the config is YAML, the vocabularies JSON, and the weights are read with
+``torch.load(..., weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from numbers import Integral, Real
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from torch import Tensor
+
+from attnseq.data import EOS, SPACE_TOKEN, SPECIAL_TOKENS, Vocabulary, tokenize
+from attnseq.errors import ProblemAndFix
+from attnseq.model import ModelConfig, Seq2Seq, beam_search, build_seq2seq, greedy_decode
+
+BATCH_SIZE = 256
+"""Sources of one length are decoded together, this many at most."""
+SHOWN_TOKENS = 12
+"""How many vocabulary tokens an unknown-token error lists as examples."""
+
+
+class InvalidSource(ProblemAndFix):
+    """A source the model cannot read: empty, or with tokens its vocabulary does not hold."""
+
+
+@dataclass(frozen=True)
+class SourceReading:
+    """How source text becomes tokens, and output tokens text: the training run's own reading."""
+
+    tokenizer: str | None = None  # None: tokens separated by whitespace (the synthetic tasks)
+    lowercase: bool = False
+
+    @classmethod
+    def of_config(cls, config: Mapping[str, Any]) -> SourceReading:
+        dataset = config.get("dataset", {})
+        if dataset.get("task") != "tsv":
+            return cls()
+        return cls(tokenizer=dataset.get("tokenizer", "word"), lowercase=bool(dataset.get("lowercase", True)))
+
+    def tokens(self, text: str) -> list[str]:
+        if self.tokenizer is None:
+            return text.split()
+        return tokenize(text, self.tokenizer, self.lowercase)
+
+    def text(self, tokens: Sequence[str]) -> str:
+        if self.tokenizer == "char":
+            return "".join(" " if token == SPACE_TOKEN else token for token in tokens)
+        return " ".join(tokens)
+
+
+@dataclass(frozen=True)
+class DecodeLimit:
+    """``ratio × source length + extra`` output tokens at most, as at validation (``decode.*``)."""
+
+    ratio: float = 1.5
+    extra: int = 5
+
+    @classmethod
+    def of_config(cls, config: Mapping[str, Any]) -> DecodeLimit:
+        decode = config.get("decode", {})
+        return cls(float(decode.get("max_length_ratio", cls.ratio)), int(decode.get("max_length_extra", cls.extra)))
+
+    def __call__(self, source_length: int) -> int:
+        return int(source_length * self.ratio) + self.extra
+
+
+def load_saved_model(path: str | Path) -> Seq2Seq:
+    """A model file (``model/model.pt``: config and weights, tensors and plain values only), in eval mode."""
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    model = build_seq2seq(ModelConfig.from_saved(saved["model_config"]))
+    model.load_state_dict(saved["state_dict"], strict=True)
+    return model.eval()
+
+
+class Translator:
+    def __init__(
+        self,
+        model: Seq2Seq,
+        src_vocab: Vocabulary,
+        tgt_vocab: Vocabulary,
+        reading: SourceReading,
+        limit: DecodeLimit,
+    ) -> None:
+        self.model = model
+        self.src_vocab = src_vocab
+        self.tgt_vocab = tgt_vocab
+        self.reading = reading
+        self.limit = limit
+
+    @classmethod
+    def from_files(cls, model_file: str | Path, config_file: str | Path, src_vocab_file: str | Path,
+                   tgt_vocab_file: str | Path) -> Translator:
+        """From a run's model file, resolved config (YAML) and vocabularies (JSON)."""
+        config = yaml.safe_load(Path(config_file).read_text(encoding="utf-8")) or {}
+        return cls(
+            load_saved_model(model_file),
+            Vocabulary.load(src_vocab_file),
+            Vocabulary.load(tgt_vocab_file),
+            SourceReading.of_config(config),
+            DecodeLimit.of_config(config),
+        )
+
+    def encode(self, sources: Sequence[str]) -> list[list[int]]:
+        """Each source's token ids; ``InvalidSource`` naming the first bad source."""
+        encoded = []
+        for row, text in enumerate(sources):
+            tokens = self.reading.tokens(text) if isinstance(text, str) else []
+            if not tokens:
+                raise InvalidSource(
+                    f"source {row} ({text!r}) holds no tokens.",
+                    "give every source at least one token, e.g. \"" + self.example_source() + '".',
+                )
+            unknown = sorted({token for token in tokens if token not in self.src_vocab})
+            if unknown:
+                raise InvalidSource(
+                    f"source {row} ({text!r}) has tokens the model's vocabulary does not hold: "
+                    f"{', '.join(repr(t) for t in unknown)}.",
+                    f"use only the {len(self.known_tokens())} tokens it was trained on: "
+                    f"{' '.join(self.known_tokens()[:SHOWN_TOKENS])}"
+                    f"{' …' if len(self.known_tokens()) > SHOWN_TOKENS else ''}.",
+                )
+            encoded.append(self.src_vocab.encode(tokens))
+        return encoded
+
+    def known_tokens(self) -> list[str]:
+        """The source tokens the model was trained on (the vocabulary less its special tokens)."""
+        return self.src_vocab.tokens[len(SPECIAL_TOKENS):]
+
+    def example_source(self) -> str:
+        return self.reading.text(self.known_tokens()[:3])
+
+    @torch.no_grad()
+    def translate(self, sources: Sequence[str], beam_size: int = 1, length_penalty: float = 0.0) -> list[str]:
+        """The output text of each source: greedy with ``beam_size=1``, beam search above."""
+        if isinstance(beam_size, bool) or not isinstance(beam_size, Integral) or beam_size < 1:
+            raise InvalidSource(f"beam_size={beam_size!r} must be a whole number ≥ 1.", "pass beam_size=1 (greedy) "
+                                "or a beam width such as 5.")
+        if isinstance(length_penalty, bool) or not isinstance(length_penalty, Real) or not length_penalty >= 0.0:
+            raise InvalidSource(f"length_penalty={length_penalty!r} must be ≥ 0.", "pass 0 (rank by log-probability) "
+                                "or GNMT's α, e.g. 0.6.")
+        beam_size, length_penalty = int(beam_size), float(length_penalty)
+        encoded = self.encode(sources)
+        outputs: list[str] = [""] * len(encoded)
+        by_length: dict[int, list[int]] = {}
+        for row, ids in enumerate(encoded):
+            by_length.setdefault(len(ids), []).append(row)
+        for rows in by_length.values():  # one length per batch: every output gets its own limit
+            for start in range(0, len(rows), BATCH_SIZE):
+                chunk = rows[start:start + BATCH_SIZE]
+                src = torch.tensor([encoded[row] for row in chunk])  # (B, T_src)
+                for row, text in zip(chunk, self.translate_batch(src, beam_size, length_penalty)):
+                    outputs[row] = text
+        return outputs
+
+    def translate_batch(self, src: Tensor, beam_size: int, length_penalty: float) -> list[str]:
+        """Sources of one length, ``src (B, T_src)``."""
+        lengths = torch.full((src.shape[0],), src.shape[1], dtype=torch.long)  # (B,)
+        max_length = self.limit(src.shape[1])
+        if beam_size == 1:
+            decoded = greedy_decode(self.model, src, lengths, max_length=max_length)
+        else:
+            decoded = beam_search(self.model, src, lengths, beam_size, max_length, length_penalty=length_penalty)
+        outputs = []
+        for row in range(src.shape[0]):
+            out_ids = decoded.tokens[row, : int(decoded.lengths[row])].tolist()
+            if out_ids[-1:] == [EOS]:
+                out_ids = out_ids[:-1]
+            outputs.append(self.reading.text(self.tgt_vocab.decode(out_ids)))
+        return outputs

@@ -1,0 +1,45 @@
+"""The MLflow model's code ("models from code"): MLflow executes this file to obtain the model, so
+no model object is ever pickled. Do not import it; ``logged_model.log_translator`` names its path.
+
+Input: a table with a ``source`` column of source texts (``"s3 s1 s4"``). Output: a table with an
+``output`` column of decoded texts. Params: ``beam_size`` (1: greedy) and ``length_penalty``.
+"""
+
+from __future__ import annotations
+
+import mlflow
+import pandas as pd
+from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
+from mlflow.pyfunc import PythonModel
+
+from attnseq.serving.logged_model import (
+    CONFIG,
+    DEFAULT_PARAMS,
+    MODEL_FILE,
+    OUTPUT_COLUMN,
+    SOURCE_COLUMN,
+    SRC_VOCAB,
+    TGT_VOCAB,
+)
+from attnseq.serving.predictor import InvalidSource, Translator
+
+
+class TranslatorModel(PythonModel):
+    def load_context(self, context) -> None:
+        files = context.artifacts
+        self.translator = Translator.from_files(files[MODEL_FILE], files[CONFIG], files[SRC_VOCAB], files[TGT_VOCAB])
+
+    def predict(self, context, model_input: pd.DataFrame, params: dict | None = None) -> pd.DataFrame:
+        """``model_input``: the signature's table (MLflow has checked its ``source`` column)."""
+        settings = {**DEFAULT_PARAMS, **(params or {})}
+        try:
+            outputs = self.translator.translate(
+                model_input[SOURCE_COLUMN].tolist(), settings["beam_size"], settings["length_penalty"]
+            )
+        except InvalidSource as error:
+            raise MlflowException(str(error), error_code=INVALID_PARAMETER_VALUE) from None
+        return pd.DataFrame({OUTPUT_COLUMN: outputs})
+
+
+mlflow.models.set_model(TranslatorModel())

@@ -1,0 +1,290 @@
+"""The MLflow model a training run logs (``attnseq.serving``): reading sources, decoding limits and
+errors on hand-built models with known outputs; then, on a run trained through ``train.py``, the
+same predictions through ``mlflow.pyfunc``, ``mlflow models predict``, ``mlflow models serve`` and a
+registered version, checked against the model library decoding the run's own model file."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+import pytest
+import torch
+from cli_helpers import all_runs, artifact_paths, clean_env, explain, outputs_under, run_cli, tiny, tracking_uri
+from mlflow.entities import LoggedModelStatus
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from attnseq.data import SPACE_TOKEN, Vocabulary
+from attnseq.evaluation.trained_runs import load_trained_run
+from attnseq.model import ModelConfig, beam_search, build_seq2seq, greedy_decode
+from attnseq.serving.logged_model import logging_scope, pip_requirements
+from attnseq.serving.predictor import DecodeLimit, InvalidSource, SourceReading, Translator
+from attnseq.tracking import paths
+
+SYMBOLS = [f"s{i}" for i in range(10)]
+SOURCES = ["s3 s1 s4", "s0", "s9 s8 s7 s6 s5 s4 s3 s2 s1 s0 s1 s2"]  # the last is longer than training
+
+
+# -- hand-built models: known outputs ---------------------------------------------------------
+def constant_translator(output_id: int, limit: DecodeLimit | None = None) -> Translator:
+    """A model whose every step emits ``output_id``: zero readout weights, a bias only there."""
+    src_vocab, tgt_vocab = Vocabulary(SYMBOLS), Vocabulary(["x", "y"])
+    model = build_seq2seq(ModelConfig(len(src_vocab), len(tgt_vocab), embedding_dim=4, hidden_size=6)).eval()
+    with torch.no_grad():
+        model.decoder.readout.weight.zero_()
+        model.decoder.readout.bias.fill_(-10.0)
+        model.decoder.readout.bias[output_id] = 10.0
+    return Translator(model, src_vocab, tgt_vocab, SourceReading(), limit or DecodeLimit(1.5, 5))
+
+
+def test_an_output_without_eos_stops_at_its_own_source_length_limit_whatever_shares_its_batch():
+    x = Vocabulary(["x", "y"]).encode(["x"])[0]
+    translator = constant_translator(x, DecodeLimit(ratio=1.5, extra=2))
+    outputs = translator.translate(["s1", "s1 s2 s3 s4", "s5 s6"])
+    # 1.5 × 1 + 2 = 3, 1.5 × 4 + 2 = 8, 1.5 × 2 + 2 = 5 tokens
+    assert outputs == ["x x x", "x x x x x x x x", "x x x x x"]
+    assert translator.translate(["s1"]) == ["x x x"]  # alone: the same
+    assert translator.translate(["s1 s2"], beam_size=3) == ["x x x x x"]
+
+
+def test_an_output_that_starts_with_eos_is_empty():
+    from attnseq.data import EOS
+
+    assert constant_translator(EOS).translate(["s1 s2", "s3"]) == ["", ""]
+
+
+def test_sources_are_read_as_the_run_read_its_data():
+    symbols = SourceReading.of_config({"dataset": {"task": "copy"}})
+    assert symbols.tokens("  s3 s1\ts4 ") == ["s3", "s1", "s4"]
+    words = SourceReading.of_config({"dataset": {"task": "tsv", "tokenizer": "word", "lowercase": True}})
+    assert words.tokens("Hello, World!") == ["hello", ",", "world", "!"]
+    chars = SourceReading.of_config({"dataset": {"task": "tsv", "tokenizer": "char", "lowercase": False}})
+    assert chars.tokens("Ab c") == ["A", "b", SPACE_TOKEN, "c"]
+    assert chars.text(["A", "b", SPACE_TOKEN, "c"]) == "Ab c"
+    assert symbols.text(["s3", "s1"]) == "s3 s1"
+
+
+def test_the_decode_limit_is_the_validation_one():
+    limit = DecodeLimit.of_config({"decode": {"max_length_ratio": 2.0, "max_length_extra": 1}})
+    assert [limit(n) for n in (1, 3, 7)] == [3, 7, 15]
+    assert DecodeLimit.of_config({})(4) == int(4 * 1.5) + 5
+
+
+@pytest.mark.parametrize(
+    "sources, message",
+    [
+        (["s1 s2", "s1 q7 s2 zz"], "source 1 ('s1 q7 s2 zz') has tokens the model's vocabulary does not hold: "
+                                   "'q7', 'zz'"),
+        (["s1", ""], "source 1 ('') holds no tokens"),
+        (["   "], "source 0 ('   ') holds no tokens"),
+        ([None], "source 0 (None) holds no tokens"),
+    ],
+)
+def test_unknown_tokens_and_empty_sources_are_named_with_a_fix(sources, message):
+    with pytest.raises(InvalidSource) as caught:
+        constant_translator(4).translate(sources)
+    assert message in str(caught.value)
+    assert "Fix:" in str(caught.value)
+
+
+@pytest.mark.parametrize("settings", [{"beam_size": 0}, {"beam_size": 2.5}, {"beam_size": True},
+                                      {"length_penalty": -1.0}])
+def test_bad_decoding_params_are_refused(settings):
+    with pytest.raises(InvalidSource, match="Fix:"):
+        constant_translator(4).translate(["s1"], **settings)
+
+
+def test_the_logging_scope_puts_back_the_tracking_uri_the_environment_and_sys_path(monkeypatch, tmp_path):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///elsewhere.db")
+    monkeypatch.delenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", raising=False)
+    before_uri, before_path = mlflow.get_tracking_uri(), list(sys.path)
+    client = MlflowClient(tracking_uri(tmp_path))
+    with logging_scope(client):
+        assert mlflow.get_tracking_uri() == tracking_uri(tmp_path)
+        sys.path.insert(0, str(tmp_path))
+    assert mlflow.get_tracking_uri() == before_uri
+    assert os.environ["MLFLOW_TRACKING_URI"] == "sqlite:///elsewhere.db"
+    assert "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR" not in os.environ
+    assert sys.path == before_path
+
+
+# -- a trained run -----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """(store URI, run id) of a tiny run trained through train.py."""
+    root = tmp_path_factory.mktemp("served")
+    proc = run_cli(root, *tiny(heatmaps=False), *outputs_under(root))
+    assert proc.returncode == 0, explain(proc)
+    runs = all_runs(MlflowClient(tracking_uri(root)))
+    assert len(runs) == 1
+    return tracking_uri(root), runs[0].info.run_id
+
+
+def model_uri(run_id: str) -> str:
+    return f"runs:/{run_id}/{paths.MLFLOW_MODEL}"
+
+
+def expected_outputs(uri: str, run_id: str, sources: list[str], beam_size: int = 1) -> list[str]:
+    """Each source decoded alone by the model library, from the run's model file as evaluation rebuilds it."""
+    client = MlflowClient(uri)
+    rebuilt = load_trained_run(client, client.get_run(run_id))
+    ratio, extra = rebuilt.config["decode"]["max_length_ratio"], rebuilt.config["decode"]["max_length_extra"]
+    outputs = []
+    for source in sources:
+        tokens = source.split()
+        src = torch.tensor([rebuilt.src_vocab.encode(tokens)])  # (1, T_src)
+        lengths = torch.tensor([len(tokens)])  # (1,)
+        limit = int(len(tokens) * ratio) + extra
+        if beam_size == 1:
+            decoded = greedy_decode(rebuilt.model, src, lengths, max_length=limit)
+        else:
+            decoded = beam_search(rebuilt.model, src, lengths, beam_size, limit)
+        ids = decoded.tokens[0, : int(decoded.lengths[0])].tolist()
+        words = rebuilt.tgt_vocab.decode(ids)
+        outputs.append(" ".join(words[:-1] if words[-1:] == ["</s>"] else words))
+    return outputs
+
+
+@pytest.mark.slow
+def test_the_pyfunc_model_decodes_as_the_model_library_does(trained):
+    uri, run_id = trained
+    with logging_scope(MlflowClient(uri)):
+        model = mlflow.pyfunc.load_model(model_uri(run_id))
+    table = pd.DataFrame({"source": SOURCES})
+    assert model.predict(table)["output"].tolist() == expected_outputs(uri, run_id, SOURCES)
+    beam = model.predict(table, params={"beam_size": 4})["output"].tolist()
+    assert beam == expected_outputs(uri, run_id, SOURCES, beam_size=4)
+    with pytest.raises(MlflowException, match=r"does not hold: 's99'(.|\n)*Fix: use only the 10 tokens"):
+        model.predict(pd.DataFrame({"source": ["s1 s99"]}))
+    assert model.metadata.get_params_schema().to_dict() == [
+        {"name": "beam_size", "type": "long", "default": 1, "shape": None},
+        {"name": "length_penalty", "type": "double", "default": 0.0, "shape": None},
+    ]
+
+
+@pytest.mark.slow
+def test_the_run_lists_its_model_with_its_final_metrics_and_it_registers(trained, tmp_path):
+    uri, run_id = trained
+    client = MlflowClient(uri)
+    run = client.get_run(run_id)
+    models = client.search_logged_models([run.info.experiment_id])
+    ready = LoggedModelStatus.READY
+    assert [(m.name, m.source_run_id, m.status) for m in models] == [(paths.MLFLOW_MODEL, run_id, ready)]
+    logged = client.get_logged_model(models[0].model_id)
+    assert [output.model_id for output in run.outputs.model_outputs] == [logged.model_id]
+    linked = {metric.key: metric.value for metric in logged.metrics}
+    assert linked["val/acc"] == run.data.metrics["val/acc"]
+    assert linked["val/exact_match"] == run.data.metrics["val/exact_match"]
+    history = client.get_metric_history(run_id, "val/acc")
+    assert len({(m.step, m.timestamp) for m in history}) == len(history)  # linking added no point
+    # the run's own model/ folder still lists through a client of its store, whatever the process-wide one
+    assert {paths.MODEL_FILE, paths.MODEL_SUMMARY} <= artifact_paths(client, run_id, "model")
+    requirements = Path(mlflow.artifacts.download_artifacts(f"{logged.artifact_location}/requirements.txt",
+                                                            dst_path=str(tmp_path))).read_text().split()
+    assert requirements == pip_requirements()
+
+    with logging_scope(client):
+        version = mlflow.register_model(model_uri(run_id), "attnseq-copy")
+        registered = mlflow.pyfunc.load_model("models:/attnseq-copy/1")
+    assert int(version.version) == 1 and version.run_id == run_id and version.source == f"models:/{logged.model_id}"
+    assert registered.metadata.model_id == logged.model_id
+    output = registered.predict(pd.DataFrame({"source": SOURCES[:1]}))["output"].tolist()
+    assert output == expected_outputs(uri, run_id, SOURCES[:1])
+
+
+def mlflow_env(uri: str) -> dict[str, str]:
+    """The store, and this interpreter's scripts first on PATH (``mlflow models serve`` runs ``uvicorn``)."""
+    scripts = str(Path(sys.executable).parent)
+    return clean_env() | {"MLFLOW_TRACKING_URI": uri, "PATH": f"{scripts}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+@pytest.mark.slow
+def test_mlflow_models_predict_decodes_a_json_file(trained, tmp_path):
+    uri, run_id = trained
+    request = {"dataframe_split": {"columns": ["source"], "data": [[s] for s in SOURCES]}, "params": {"beam_size": 3}}
+    (tmp_path / "in.json").write_text(json.dumps(request))
+    proc = subprocess.run(
+        [sys.executable, "-m", "mlflow", "models", "predict", "-m", model_uri(run_id), "-i", "in.json",
+         "-t", "json", "-o", "out.json", "--env-manager", "local"],
+        cwd=tmp_path, env=mlflow_env(uri), capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, explain(proc)
+    predictions = json.loads((tmp_path / "out.json").read_text())["predictions"]
+    assert [row["output"] for row in predictions] == expected_outputs(uri, run_id, SOURCES, beam_size=3)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def post(url: str, body: dict) -> tuple[int, dict]:
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+@pytest.mark.slow
+def test_mlflow_models_serve_answers_rest_calls_on_loopback(trained, tmp_path):
+    uri, run_id = trained
+    port = free_port()
+    log = (tmp_path / "serve.log").open("w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "models", "serve", "-m", model_uri(run_id), "--env-manager", "local",
+         "--host", "127.0.0.1", "-p", str(port), "-w", "1"],
+        cwd=tmp_path, env=mlflow_env(uri), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert server.poll() is None, (tmp_path / "serve.log").read_text()[-4000:]
+            try:
+                with urllib.request.urlopen(f"{base}/ping", timeout=5) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "the server did not answer /ping within 180 s"
+            time.sleep(1)
+        status, body = post(f"{base}/invocations", {"dataframe_records": [{"source": s} for s in SOURCES]})
+        assert status == 200, body
+        assert [row["output"] for row in body["predictions"]] == expected_outputs(uri, run_id, SOURCES)
+        status, body = post(f"{base}/invocations", {"inputs": {"source": SOURCES[:2]}, "params": {"beam_size": 2}})
+        assert status == 200, body
+        assert [row["output"] for row in body["predictions"]] == expected_outputs(uri, run_id, SOURCES[:2], 2)
+        status, body = post(f"{base}/invocations", {"dataframe_records": [{"source": "s1 nope"}]})
+        assert status == 400
+        assert "does not hold: 'nope'" in body["message"] and "Fix:" in body["message"]
+    finally:
+        stop(server)
+        log.close()
+
+
+def stop(server: subprocess.Popen) -> None:
+    """The server and the uvicorn workers it started (its own process group)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(server.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            server.wait(timeout=30)
+            return
+        except subprocess.TimeoutExpired:
+            continue
