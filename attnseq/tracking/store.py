@@ -7,6 +7,7 @@ import fcntl
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
@@ -171,18 +172,52 @@ def _file_lock(path: Path | None) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+EXPERIMENT_KIND = "mlflow.experimentKind"
+"""MLflow's experiment tag for the kind of work an experiment holds (its UI's kind selector writes it)."""
+MODEL_TRAINING_KIND = "custom_model_development"
+"""The value of ``EXPERIMENT_KIND`` for model training (the UI labels it "Machine learning")."""
+WORKFLOW_TYPE = "workflowType=machine_learning"
+"""The query that makes MLflow 3.17's UI open a page in the model-training view.
+
+The UI (its built ``main.*.js``, module 31080) picks the view from the page's ``workflowType`` query,
+else from the last choice saved in the browser, else the GenAI view; a feature flag that is always on
+in the open-source build (module 89511, export ``Z0``) makes it ignore the experiment's
+``EXPERIMENT_KIND`` tag. Every URL attnseq prints therefore carries this query; the tag is still set,
+so the experiment reads as model training wherever the tag is honoured.
+"""
+DEFAULT_UI_ADDRESS = "http://127.0.0.1:5000"
+"""Where ``mlflow ui`` serves a database store by default."""
+
+
 def ensure_experiment(client: MlflowClient, name: str) -> str:
-    """The experiment's id, created if missing (tolerating a concurrent creator)."""
+    """The experiment's id, created if missing (tolerating a concurrent creator), tagged as model
+    training (``EXPERIMENT_KIND``) unless it already says what it is."""
     experiment = client.get_experiment_by_name(name)
-    if experiment is not None and experiment.lifecycle_stage == "active":
-        return experiment.experiment_id
-    if experiment is not None:
+    if experiment is None:
+        try:
+            return client.create_experiment(name, tags={EXPERIMENT_KIND: MODEL_TRAINING_KIND})
+        except MlflowException:
+            experiment = client.get_experiment_by_name(name)
+            if experiment is None:
+                raise
+    if experiment.lifecycle_stage != "active":
         client.restore_experiment(experiment.experiment_id)
-        return experiment.experiment_id
-    try:
-        return client.create_experiment(name)
-    except MlflowException:
-        experiment = client.get_experiment_by_name(name)
-        if experiment is None:
-            raise
-        return experiment.experiment_id
+    if EXPERIMENT_KIND not in experiment.tags:  # a kind someone chose in the UI is kept
+        client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND, MODEL_TRAINING_KIND)
+    return experiment.experiment_id
+
+
+def ui_url(tracking_uri: str, experiment_id: str, run_id: str | None = None,
+           ui_address: str = DEFAULT_UI_ADDRESS) -> str:
+    """The address of an experiment's page, or of one of its runs, in the model-training view.
+
+    For a tracking server (``http(s)://``) the server itself serves the UI (its credentials are left
+    out: the browser asks for them); for any other store it is ``ui_address``, where ``mlflow ui``
+    started on that store listens. The UI routes after ``#``:
+    ``<address>/#/experiments/<id>/runs/<run id>?workflowType=machine_learning``.
+    """
+    is_server = tracking_uri.lower().startswith(("http://", "https://"))
+    parts = urlsplit(tracking_uri if is_server else ui_address)
+    address = urlunsplit((parts.scheme, parts.netloc.rsplit("@", 1)[-1], parts.path.rstrip("/"), "", ""))
+    page = f"/experiments/{experiment_id}" + (f"/runs/{run_id}" if run_id else "")
+    return f"{address}/#{page}?{WORKFLOW_TYPE}"
