@@ -31,7 +31,7 @@ COUNTERFACTUAL_FIGURE = "figures/counterfactual.png"
 def attention_image(label: str) -> str:
     """The key of a training run's time-stepped heatmap (``short``, ``medium``, ``long``).
 
-    Every time-stepped image's step is the trainer's global step, the step its metrics have, so the
+    Every time-stepped image's step is the step the validation metrics of that epoch have, so the
     UI's image slider and metric charts share one axis (the run's ``epoch`` metric maps it to epochs).
     """
     return f"attention/{label}"

@@ -4,8 +4,9 @@ paths are ``attnseq.tracking.paths``).
 - at start: the resolved config, the vocabularies, the model summary and its parameter count;
 - every validation epoch: attention heatmaps of a fixed set of validation samples (short,
   medium, longer than training) and the accuracy-vs-length figure, as time-stepped images whose step
-  is the global step, like the metrics' (the UI's slider and charts share one axis; the ``epoch``
-  metric maps steps to epochs), and the per-bucket table, appended;
+  is the step Lightning logs the validation metrics at (``metric_step``), so the UI's image slider and
+  metric charts share one axis (Lightning's ``epoch`` metric maps steps to epochs), and the
+  per-bucket table, appended;
 - every time Lightning has written ``last.ckpt`` (``UploadedCheckpoint``, after the write, so the
   run's copy is never an epoch behind): that checkpoint, so ``resume=`` works from another machine;
 - at the end of training: the last validation's curves ``val/acc_by_length`` and
@@ -54,6 +55,13 @@ def pick_heatmap_samples(
     }
 
 
+def metric_step(trainer: L.Trainer) -> int:
+    """The step Lightning gives the metrics it logs now: the count of batches the optimizer has
+    stepped on, which during a validation run inside a training epoch is one behind ``global_step``
+    (Lightning counts the epoch's last batch after validating)."""
+    return trainer.fit_loop.epoch_loop._batches_that_stepped
+
+
 def length_curves_of(rows: list[dict]) -> dict[str, list[dict]]:
     """The two curves of an accuracy-vs-length figure, from bucket rows: token accuracy, exact match."""
     return {"token accuracy": rows, "exact match": [{**r, "acc": r["exact_match"]} for r in rows]}
@@ -94,7 +102,7 @@ class RunArtifacts(Callback):
     def on_validation_end(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
         if trainer.sanity_checking or not trainer.is_global_zero:
             return
-        epoch, step = trainer.current_epoch, trainer.global_step
+        epoch, step = trainer.current_epoch, metric_step(trainer)
         rows = pl_module.last_bucket_tables.get("val", [])
         if rows:
             table = {key: [row[key] for row in rows] for key in rows[0]}
@@ -108,7 +116,7 @@ class RunArtifacts(Callback):
 
     @torch.no_grad()
     def log_heatmaps(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule, epoch: int) -> None:
-        data, step = trainer.datamodule, trainer.global_step
+        data, step = trainer.datamodule, metric_step(trainer)
         batch = collate(data.encode_examples(list(self.samples.values()))).to(pl_module.device)
         was_training = pl_module.training
         pl_module.eval()
