@@ -166,8 +166,8 @@ def test_single_run_acc_best_is_running_max_of_acc(single):
 
 
 def test_single_run_images_share_the_metrics_step_axis(single):
-    """Heatmaps and the accuracy-vs-length figure: one image per validation, at the global steps the
-    validation metrics were logged at."""
+    """Heatmaps and the accuracy-vs-length figure: one image per validation, at the steps the
+    validation metrics were logged at; the heatmaps also before training, at step 0."""
     client, run_id = single["client"], single["run"].info.run_id
     val_steps = sorted(m.step for m in client.get_metric_history(run_id, "val/acc"))
     assert len(val_steps) == MAX_EPOCHS and val_steps[0] > 0
@@ -176,8 +176,8 @@ def test_single_run_images_share_the_metrics_step_axis(single):
         match = re.fullmatch(r"images/(attention~\w+|length~accuracy_vs_length)\+step\+(\d+)\+.*\.png", path)
         if match and not path.endswith("+compressed.png"):
             steps.setdefault(match[1], []).append(int(match[2]))
-    expected = [f"attention~{label}" for label in HEATMAP_LABELS] + ["length~accuracy_vs_length"]
-    assert {key: sorted(s) for key, s in steps.items()} == {key: val_steps for key in expected}
+    expected = {f"attention~{label}": [0, *val_steps] for label in HEATMAP_LABELS}
+    assert {key: sorted(s) for key, s in steps.items()} == {**expected, "length~accuracy_vs_length": val_steps}
 
 
 def test_single_run_length_curves_step_by_upper_length(single):

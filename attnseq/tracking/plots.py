@@ -70,8 +70,10 @@ def _heatmap_row(panels: Sequence[tuple], title: str) -> Figure:
     height = max(2.5, HEATMAP_CELL_IN * max(len(out) for _, _, _, out, _ in panels) + 1.9)
     fig, axes = plt.subplots(1, len(panels), figsize=(sum(widths), height), squeeze=False, dpi=HEATMAP_DPI,
                              gridspec_kw={"width_ratios": widths})
+    longest = max(len(out) for _, _, _, out, _ in panels)
     for ax, (label, matrix, src_tokens, out_tokens, gold) in zip(axes[0], panels):
         image = _heatmap_panel(ax, label, matrix, src_tokens, out_tokens, gold)
+        ax.set_ylim(longest - 0.5, -0.5)  # every panel's rows the same height, the first at the top
     axes[0][0].set_ylabel("output")
     fig.colorbar(image, ax=axes[0][-1], fraction=0.046, pad=0.02, label="weight")
     fig.suptitle(title, fontsize=HEATMAP_LABEL_PT + 1)
@@ -192,6 +194,6 @@ def figure_to_array(fig: Figure) -> np.ndarray:
 
 
 def save_figure(fig: Figure, path) -> None:
-    """Write a PNG and close the figure."""
-    fig.savefig(path, dpi=120)
+    """Write a PNG (at 120 pixels per inch, or the figure's own if finer) and close the figure."""
+    fig.savefig(path, dpi=max(120, fig.dpi))
     plt.close(fig)

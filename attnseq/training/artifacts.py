@@ -2,8 +2,9 @@
 paths are ``attnseq.tracking.paths``).
 
 - at start: the resolved config, the vocabularies, the model summary and its parameter count;
-- every validation epoch: attention heatmaps of a fixed set of validation samples (short,
-  medium, longer than training) and the accuracy-vs-length figure, as time-stepped images whose step
+- before training (step 0) and every validation epoch: attention heatmaps of a fixed set of
+  validation samples (short, medium, longer than training), and every validation epoch the
+  accuracy-vs-length figure, as time-stepped images whose step
   is the step Lightning logs the validation metrics at (``metric_step``), so the UI's image slider and
   metric charts share one axis (Lightning's ``epoch`` metric maps steps to epochs), and the
   per-bucket table, appended;
@@ -112,10 +113,15 @@ class RunArtifacts(Callback):
             figure = accuracy_vs_length(length_curves_of(rows), pl_module.train_lengths, title)
             self.run.log_image_step(figure_to_array(figure), paths.LENGTH_IMAGE, step)
         if self.samples and epoch % self.heatmap_every_n_epochs == 0:
-            self.log_heatmaps(trainer, pl_module, epoch)
+            self.log_heatmaps(trainer, pl_module, f"epoch {epoch} (step {step})")
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
+        """The heatmaps before any training, at step 0: MLflow's image cards open on step 0."""
+        if self.samples and trainer.is_global_zero and metric_step(trainer) == 0:  # not on a resume
+            self.log_heatmaps(trainer, pl_module, "before training (step 0)")
 
     @torch.no_grad()
-    def log_heatmaps(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule, epoch: int) -> None:
+    def log_heatmaps(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule, when: str) -> None:
         data, step = trainer.datamodule, metric_step(trainer)
         batch = collate(data.encode_examples(list(self.samples.values()))).to(pl_module.device)
         was_training = pl_module.training
@@ -129,8 +135,7 @@ class RunArtifacts(Callback):
             out_tokens = data.tgt_vocab.decode(out_ids)
             weights = decoded.attention[i, :, :n_out, :n_src].float().cpu().numpy()  # (H, T_out, T_src)
             correct = out_ids[:-1] == data.tgt_vocab.encode(example.tgt) and out_ids[-1:] == [EOS]
-            title = (f"{label} sample (source length {n_src}), epoch {epoch} (step {step}): "
-                     f"{'correct' if correct else 'wrong'}")
+            title = f"{label} sample (source length {n_src}), {when}: {'correct' if correct else 'wrong'}"
             figure = attention_heatmap(weights, example.src, out_tokens, title, gold=example.alignment)
             self.run.log_image_step(figure_to_array(figure), paths.attention_image(label), step)
 
