@@ -22,9 +22,12 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from attnseq.attention import NO_ATTENTION
-from attnseq.evaluation.pipeline import GROUPS_PARAM
+from attnseq.data import Example, Vocabulary
+from attnseq.evaluation.compare import Compared
+from attnseq.evaluation.pipeline import GROUPS_PARAM, same_sample_figure
 from attnseq.metrics import DIAGNOSTICS
 from attnseq.model import ModelConfig
+from attnseq.model.decoding import Decoded
 
 EVAL_LENGTHS = (1, 14)  # past the tiny runs' training lengths (1-6)
 WIDTH = 5
@@ -90,6 +93,12 @@ def test_evaluation_metrics_cover_every_bucket(evaluated, scorer):
             assert abs(metrics[f"eval/align_offset_len/{name}"]) < EVAL_LENGTHS[1]
             assert 0.0 <= metrics[f"eval/attn_margin_len/{name}"] <= 1.0
     assert run.data.params["eval.lengths"] == str(EVAL_LENGTHS)
+    uppers = [int(name.split("-")[1]) for name in expected_buckets()]  # 5, 10, 14
+    client = evaluated["client"]
+    for curve, per_bucket in (("eval/acc_by_length", "eval/acc_len"), ("eval/exact_by_length", "eval/exact_len")):
+        points = {m.step: m.value for m in client.get_metric_history(run.info.run_id, curve)}
+        assert points == {hi: pytest.approx(metrics[f"{per_bucket}/{name}"])
+                          for hi, name in zip(uppers, expected_buckets())}
 
 
 @pytest.mark.parametrize("scorer", SCORERS)
@@ -181,3 +190,32 @@ def test_latest_sweep_is_resolved_for_the_comparison_too(evaluated):
     comparisons = [r for r in all_runs(client) if r.data.tags.get("attnseq.kind") == "comparison"]
     newest = max(comparisons, key=lambda r: r.info.start_time)
     assert newest.data.tags[MLFLOW_PARENT_RUN_ID] == evaluated["parent"].info.run_id
+
+
+def compared(name: str, samples: list[tuple[list[str], int]]) -> Compared:
+    """A stand-in evaluated run whose heatmap samples are ``(source, decoded length)`` pairs."""
+    vocab = Vocabulary(["a", "b", "c"])
+    long_samples = []
+    for src, n_out in samples:
+        attention = torch.full((2, n_out, len(src) + 1), 1.0 / len(src))  # (H, T_out, T_enc): one pad column
+        long_samples.append((Example(src, src), Decoded(torch.full((n_out,), vocab.encode(["a"])[0]), n_out,
+                                                        attention)))
+    trained = type("Trained", (), {"name": name, "tgt_vocab": vocab})()
+    return Compared(trained, type("Result", (), {"long_samples": long_samples})())
+
+
+def test_same_sample_heatmaps_put_one_shared_sequence_side_by_side():
+    shared, longer = ["a", "b", "c", "a"], ["c", "b", "a", "c", "b"]
+    figure = same_sample_figure([compared("gru", [(["a"], 1), (shared, 3), (longer, 5)]),
+                                 compared("none", []),  # no attention: no panel
+                                 compared("lstm", [(shared, 4), (longer, 2)])])
+    heatmaps = [ax for ax in figure.axes if ax.get_images()]
+    assert [ax.get_title() for ax in heatmaps] == ["gru", "lstm"]
+    assert [ax.get_images()[0].get_array().shape for ax in heatmaps] == [(5, 5), (2, 5)]  # the longest shared
+    assert [t.get_text() for t in heatmaps[0].get_xticklabels()] == longer
+    assert "source length 5" in figure.texts[0].get_text()
+
+
+def test_no_same_sample_figure_without_two_runs_sharing_a_sequence():
+    assert same_sample_figure([compared("gru", [(["a", "b"], 2)]), compared("lstm", [(["b", "a"], 2)])]) is None
+    assert same_sample_figure([compared("gru", [(["a", "b"], 2)]), compared("none", [])]) is None

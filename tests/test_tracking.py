@@ -14,8 +14,9 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_GIT_DIRTY, MLFLOW_PARENT_RUN_ID
 
 from attnseq.tracking import paths, provenance, tags
+from attnseq.tracking.length_curves import length_curve_points, log_length_curves
 from attnseq.tracking.run import TrackedRun
-from attnseq.tracking.store import ensure_experiment
+from attnseq.tracking.store import EXPERIMENT_KIND, MODEL_TRAINING_KIND, ensure_experiment, ui_url
 from attnseq.training.logger import RunLogger
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,6 +29,57 @@ def store(tmp_path_factory):
     root = tmp_path_factory.mktemp("store")
     client = MlflowClient(tracking_uri=f"sqlite:///{root}/mlflow.db")
     return client, ensure_experiment(client, "tracking")
+
+
+def test_experiments_attnseq_creates_or_reuses_are_tagged_model_training(tmp_path):
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    created = ensure_experiment(client, "new")
+    assert client.get_experiment(created).tags[EXPERIMENT_KIND] == "custom_model_development" == MODEL_TRAINING_KIND
+    untagged = client.create_experiment("made elsewhere")
+    assert ensure_experiment(client, "made elsewhere") == untagged
+    assert client.get_experiment(untagged).tags[EXPERIMENT_KIND] == MODEL_TRAINING_KIND
+    chosen = client.create_experiment("chosen in the UI", tags={EXPERIMENT_KIND: "genai_development"})
+    client.delete_experiment(chosen)
+    assert ensure_experiment(client, "chosen in the UI") == chosen  # restored, its kind kept
+    restored = client.get_experiment(chosen)
+    assert restored.lifecycle_stage == "active" and restored.tags[EXPERIMENT_KIND] == "genai_development"
+
+
+def test_ui_urls_open_the_model_training_view():
+    assert ui_url("sqlite:////data/mlflow.db", "3", "abc123") == (
+        "http://127.0.0.1:5000/#/experiments/3/runs/abc123?workflowType=machine_learning"
+    )
+    assert ui_url("sqlite:///mlflow.db", "3", ui_address="http://127.0.0.1:5055/") == (
+        "http://127.0.0.1:5055/#/experiments/3?workflowType=machine_learning"
+    )
+    assert ui_url(f"https://me:{SECRET}@mlflow.example.org:8443/", "7") == (
+        "https://mlflow.example.org:8443/#/experiments/7?workflowType=machine_learning"
+    )
+
+
+BUCKET_ROWS = [  # as LengthBucketedAccuracy.bucket_table writes them: 06-10 has no sequences
+    {"bucket": "01-05", "lo": 1, "hi": 5, "sequences": 4, "tokens": 12, "acc": 0.75, "exact_match": 0.5},
+    {"bucket": "06-10", "lo": 6, "hi": 10, "sequences": 0, "tokens": 0, "acc": None, "exact_match": None},
+    {"bucket": "11-12", "lo": 11, "hi": 12, "sequences": 2, "tokens": 23, "acc": 0.25, "exact_match": 0.0},
+]
+
+
+def test_length_curves_step_by_each_buckets_upper_length():
+    assert length_curve_points("eval", BUCKET_ROWS) == {
+        5: {"eval/acc_by_length": 0.75, "eval/exact_by_length": 0.5},
+        12: {"eval/acc_by_length": 0.25, "eval/exact_by_length": 0.0},
+    }
+
+
+def test_length_curves_reach_the_store_as_metric_histories(store):
+    client, experiment_id = store
+    run = TrackedRun.create(client, experiment_id, "curves", {tags.KIND: tags.EVALUATION})
+    log_length_curves(run, "eval", BUCKET_ROWS)
+    run.finish("FINISHED")
+    history = client.get_metric_history(run.run_id, "eval/acc_by_length")
+    assert sorted((m.step, m.value) for m in history) == [(5, 0.75), (12, 0.25)]
+    history = client.get_metric_history(run.run_id, "eval/exact_by_length")
+    assert sorted((m.step, m.value) for m in history) == [(5, 0.5), (12, 0.0)]
 
 
 def test_more_params_than_one_batch_holds_all_arrive(store):

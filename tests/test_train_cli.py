@@ -165,16 +165,32 @@ def test_single_run_acc_best_is_running_max_of_acc(single):
     assert best == pytest.approx([max(acc[: i + 1]) for i in range(len(acc))])
 
 
-def test_single_run_heatmaps_every_epoch(single):
-    paths = artifact_paths(single["client"], single["run"].info.run_id, "images")
+def test_single_run_images_share_the_metrics_step_axis(single):
+    """Heatmaps and the accuracy-vs-length figure: one image per validation, at the steps the
+    validation metrics were logged at; the heatmaps also before training, at step 0."""
+    client, run_id = single["client"], single["run"].info.run_id
+    val_steps = sorted(m.step for m in client.get_metric_history(run_id, "val/acc"))
+    assert len(val_steps) == MAX_EPOCHS and val_steps[0] > 0
     steps: dict[str, list[int]] = {}
-    for path in paths:
-        match = re.fullmatch(r"images/attention~(\w+)\+step\+(\d+)\+.*\.png", path)
+    for path in artifact_paths(client, run_id, "images"):
+        match = re.fullmatch(r"images/(attention~\w+|length~accuracy_vs_length)\+step\+(\d+)\+.*\.png", path)
         if match and not path.endswith("+compressed.png"):
             steps.setdefault(match[1], []).append(int(match[2]))
-    assert {label: sorted(s) for label, s in steps.items()} == {
-        label: list(range(MAX_EPOCHS)) for label in HEATMAP_LABELS
-    }, sorted(paths)
+    expected = {f"attention~{label}": [0, *val_steps] for label in HEATMAP_LABELS}
+    assert {key: sorted(s) for key, s in steps.items()} == {**expected, "length~accuracy_vs_length": val_steps}
+
+
+def test_single_run_length_curves_step_by_upper_length(single):
+    """``val/acc_by_length`` and ``val/exact_by_length``: one point per non-empty bucket at its upper
+    length, equal to that bucket's own metric after the last epoch."""
+    client, run, data = single["client"], single["run"], single["data"]
+    uppers = {}
+    for example in data.val_examples:
+        bucket = bucket_of(len(example.src), BUCKET_WIDTH, EVAL_LENGTHS[1])
+        uppers[bucket] = int(bucket.split("-")[1])
+    for curve, per_bucket in (("val/acc_by_length", "val/acc_len"), ("val/exact_by_length", "val/exact_len")):
+        points = {m.step: m.value for m in client.get_metric_history(run.info.run_id, curve)}
+        assert points == {hi: pytest.approx(run.data.metrics[f"{per_bucket}/{b}"]) for b, hi in uppers.items()}
 
 
 def test_single_run_artifacts(single):

@@ -9,6 +9,7 @@ import json
 import sys
 from pathlib import Path
 
+from matplotlib.figure import Figure
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig
 from tqdm import tqdm
@@ -17,6 +18,7 @@ from attnseq.errors import ConfigError
 from attnseq.evaluation.compare import (
     HALF_WIDTH,
     INTERVAL_NOTE,
+    Compared,
     SeedGroup,
     group_runs,
     markdown_table,
@@ -28,7 +30,14 @@ from attnseq.evaluation.evaluator import EvalResult, EvalSettings, evaluate_run
 from attnseq.evaluation.trained_runs import TrainedRun, latest_sweep, load_trained_run, select_runs
 from attnseq.evaluation.validation import check_config
 from attnseq.tracking import paths, tags
-from attnseq.tracking.plots import accuracy_vs_length, attention_heatmap, figure_to_array, save_figure
+from attnseq.tracking.length_curves import log_length_curves
+from attnseq.tracking.plots import (
+    accuracy_vs_length,
+    attention_heatmap,
+    figure_to_array,
+    same_sample_heatmaps,
+    save_figure,
+)
 from attnseq.tracking.provenance import runtime_params
 from attnseq.tracking.redaction import redact_text
 from attnseq.tracking.run import TrackedRun
@@ -70,7 +79,9 @@ def write_bucket_files(rows: list[dict], folder: Path) -> list[Path]:
 
 def log_evaluation(client: MlflowClient, trained: TrainedRun, settings: EvalSettings, result: EvalResult,
                    folder: Path) -> str:
-    """An evaluation run nested under the evaluated run, holding metrics, tables and figures."""
+    """An evaluation run nested under the evaluated run, holding metrics (with the curves
+    ``eval/acc_by_length`` and ``eval/exact_by_length``, stepped by bucket upper length), tables and
+    figures."""
     lo, hi = settings.lengths
     name = f"eval {trained.name} @ {lo}-{hi}" + (f" beam {settings.beam_size}" if settings.beam_size > 1 else "")
     run = TrackedRun.create(client, trained.run.info.experiment_id, name,
@@ -80,6 +91,7 @@ def log_evaluation(client: MlflowClient, trained: TrainedRun, settings: EvalSett
         device = next(trained.model.parameters()).device
         run.log_params({**runtime_params(device), **{f"eval.{key}": value for key, value in vars(settings).items()}})
         run.log_metrics(result.metrics)
+        log_length_curves(run, "eval", result.bucket_rows)
         for path in write_bucket_files(result.bucket_rows, folder):
             run.log_file(path, paths.EVAL_TABLES)
         figure = accuracy_vs_length(
@@ -124,7 +136,8 @@ GROUPS_PARAM = "comparison.groups"
 def log_comparison(client: MlflowClient, groups: list[SeedGroup], out_dir: Path, parent: str | None) -> str:
     """A comparison run holding every table and figure, each group's mean of every overall ``eval/``
     metric (``eval/acc/scorer_dot``) and, over several seeds, its interval half-width
-    (``eval/acc_ci95/scorer_dot``)."""
+    (``eval/acc_ci95/scorer_dot``), and the heatmaps of one long source sequence as every run attended
+    to it, side by side, where the runs evaluated a sequence in common."""
     runs = [member.trained for group in groups for member in group.members]
     written = write_comparison(groups, out_dir, title=f"{len(runs)} runs")
     run = TrackedRun.create(client, runs[0].run.info.experiment_id,
@@ -135,6 +148,9 @@ def log_comparison(client: MlflowClient, groups: list[SeedGroup], out_dir: Path,
         run.log_params({GROUPS_PARAM: "; ".join(group.name for group in groups)})
         for path in written.values():
             run.log_file(path, paths.COMPARISON)
+        figure = same_sample_figure([member for group in groups for member in group.members])
+        if figure is not None:
+            log_figure(run, figure, out_dir, paths.SAME_SAMPLE_HEATMAPS)
         metrics = {}
         for group in groups:
             for key, interval in group.overall().items():
@@ -149,6 +165,28 @@ def log_comparison(client: MlflowClient, groups: list[SeedGroup], out_dir: Path,
         raise
     run.finish("FINISHED")
     return run.run_id
+
+
+def same_sample_figure(members: list[Compared]) -> Figure | None:
+    """The longest source sequence among every attending run's heatmap samples, one panel per run;
+    None when fewer than two runs attend or they share no sample (different evaluation lengths)."""
+    attending = [member for member in members if member.result.long_samples]
+    if len(attending) < 2:
+        return None
+    samples = [{tuple(example.src): (example, decoded) for example, decoded in member.result.long_samples}
+               for member in attending]
+    common = set(samples[0]).intersection(*samples[1:])
+    if not common:
+        return None
+    source = max(common, key=lambda src: (len(src), src))
+    example = samples[0][source][0]
+    panels = []
+    for member, by_source in zip(attending, samples):
+        decoded = by_source[source][1]
+        weights = decoded.attention[:, :, : len(source)].float().numpy()  # (H, T_out, T_src)
+        panels.append((member.trained.name, weights, member.trained.tgt_vocab.decode(decoded.tokens.tolist())))
+    return same_sample_heatmaps(panels, example.src, f"source length {len(source)}, as each run attends to it",
+                                gold=example.alignment)
 
 
 def evaluate(cfg: DictConfig) -> list[EvalResult]:

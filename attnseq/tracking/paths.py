@@ -26,11 +26,19 @@ LAST_CHECKPOINT = "checkpoints/last.ckpt"
 BUCKET_TABLE = "tables/val_length_buckets.json"
 """The per-bucket validation table, one block of rows per epoch."""
 LENGTH_FIGURE = "figures/accuracy_vs_length.png"
+"""The final accuracy-vs-length figure (an evaluation's, or a training run's after its last epoch)."""
+LENGTH_IMAGE = "length/accuracy_vs_length"
+"""The key of a training run's time-stepped accuracy-vs-length figure: one per validation, so the UI's
+slider shows the curve evolve."""
 COUNTERFACTUAL_FIGURE = "figures/counterfactual.png"
 
 
 def attention_image(label: str) -> str:
-    """The key of a training run's time-stepped heatmap (``short``, ``medium``, ``long``)."""
+    """The key of a training run's time-stepped heatmap (``short``, ``medium``, ``long``).
+
+    Every time-stepped image's step is the step the validation metrics of that epoch have, so the
+    UI's image slider and metric charts share one axis (the run's ``epoch`` metric maps it to epochs).
+    """
     return f"attention/{label}"
 
 
@@ -45,6 +53,8 @@ def long_heatmap(index: int, source_length: int) -> str:
 
 COMPARISON = "comparison"
 """A comparison run's figures and tables."""
+SAME_SAMPLE_HEATMAPS = "comparison/same_sample_heatmaps.png"
+"""A comparison run's heatmaps of one source sequence, one panel per evaluated run."""
 SWEEP_SUMMARY = "sweep_summary.txt"
 
 

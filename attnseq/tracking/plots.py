@@ -19,6 +19,16 @@ GOLD_LABEL = "gold source position"
 ARGMAX_LABEL = "attention argmax"
 
 
+HEATMAP_DPI = 150
+"""Pixels per inch of every heatmap: a source or output token gets ``HEATMAP_CELL_IN`` inches (48 px)
+and its label is 9 pt, 19 px tall, so a full-size heatmap is ``150 × (0.32 × T_src + 1.8)`` px wide
+(a 12-token source: 846 px; 24 tokens: 1422 px) and ``150 × (0.32 × T_out + 1.9)`` px tall. MLflow's
+image cards show a copy scaled to at most 256 px (``mlflow.tracking.multimedia.compress_image_size``);
+the full image opens when a card is clicked."""
+HEATMAP_CELL_IN = 0.32
+HEATMAP_LABEL_PT = 9
+
+
 def attention_heatmap(
     weights: np.ndarray,
     src_tokens: Sequence[str],
@@ -31,40 +41,67 @@ def attention_heatmap(
     Source tokens run along the x axis, the decoded tokens down the y axis. Each panel marks its
     own matrix's argmax in every row with a black cross and, when ``gold`` is given (the gold source
     position of each target token, -1 for none), the gold position with a red circle: a cross inside
-    a circle is a hit, a cross beside it shows the offset.
+    a circle is a hit, a cross beside it shows the offset. Sizes: ``HEATMAP_DPI``.
     """
     heads = weights.shape[0]
     panels = [("mean over heads" if heads > 1 else "attention", weights.mean(0))]
     if heads > 1:
         panels += [(f"head {h}", weights[h]) for h in range(heads)]
-    cell = 0.28
-    width = max(3.0, cell * len(src_tokens) + 1.5)
-    height = max(2.5, cell * len(out_tokens) + 1.6)
-    fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), height), squeeze=False)
-    for ax, (label, matrix) in zip(axes[0], panels):
-        image = ax.imshow(matrix, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
-        ax.set_xticks(range(len(src_tokens)), src_tokens, rotation=90, fontsize=7)
-        ax.set_yticks(range(len(out_tokens)), out_tokens, fontsize=7)
-        ax.set_xlabel("source")
-        ax.set_title(label, fontsize=8)
-        if gold is not None:
-            points = [(src, out) for out, src in enumerate(gold[: len(out_tokens)]) if src >= 0]
-            if points:
-                xs, ys = zip(*points)
-                ax.scatter(xs, ys, s=70, facecolors="none", edgecolors="red", linewidths=1.3, label=GOLD_LABEL)
-        rows = min(len(out_tokens), matrix.shape[0])
-        if rows:
-            peaks = matrix[:rows].argmax(axis=1)  # (T_out,)
-            ax.scatter(peaks, range(rows), s=24, marker="x", c="black", linewidths=1.3, label=ARGMAX_LABEL,
-                       path_effects=[patheffects.withStroke(linewidth=2.6, foreground="white")])
+    return _heatmap_row([(label, matrix, src_tokens, out_tokens, gold) for label, matrix in panels], title)
+
+
+def same_sample_heatmaps(
+    panels: Sequence[tuple[str, np.ndarray, Sequence[str], Sequence[str]]],
+    src_tokens: Sequence[str],
+    title: str,
+    gold: Sequence[int] | None = None,
+) -> Figure:
+    """One source sequence as each run attended to it, side by side: ``panels`` holds each run's
+    ``(label, weights (H, T_out, T_src), its decoded tokens)``; a panel draws the head mean, marked
+    like ``attention_heatmap``."""
+    rows = [(label, weights.mean(0), src_tokens, out_tokens, gold) for label, weights, out_tokens in panels]
+    return _heatmap_row(rows, title)
+
+
+def _heatmap_row(panels: Sequence[tuple], title: str) -> Figure:
+    """Heatmap panels ``(label, matrix (T_out, T_src), src tokens, out tokens, gold or None)`` in a
+    row, each sized by its own tokens, one shared colour bar."""
+    widths = [max(3.0, HEATMAP_CELL_IN * len(src) + 1.8) for _, _, src, _, _ in panels]
+    height = max(2.5, HEATMAP_CELL_IN * max(len(out) for _, _, _, out, _ in panels) + 1.9)
+    fig, axes = plt.subplots(1, len(panels), figsize=(sum(widths), height), squeeze=False, dpi=HEATMAP_DPI,
+                             gridspec_kw={"width_ratios": widths})
+    longest = max(len(out) for _, _, _, out, _ in panels)
+    for ax, (label, matrix, src_tokens, out_tokens, gold) in zip(axes[0], panels):
+        image = _heatmap_panel(ax, label, matrix, src_tokens, out_tokens, gold)
+        ax.set_ylim(longest - 0.5, -0.5)  # every panel's rows the same height, the first at the top
     axes[0][0].set_ylabel("output")
     fig.colorbar(image, ax=axes[0][-1], fraction=0.046, pad=0.02, label="weight")
-    fig.suptitle(title, fontsize=9)
+    fig.suptitle(title, fontsize=HEATMAP_LABEL_PT + 1)
     handles, labels = axes[0][0].get_legend_handles_labels()
     if handles:
-        fig.legend(handles, labels, loc="lower center", ncol=len(handles), fontsize=7, frameon=False)
+        fig.legend(handles, labels, loc="lower center", ncol=len(handles), fontsize=HEATMAP_LABEL_PT, frameon=False)
     fig.tight_layout(rect=(0, 0.05 if handles else 0, 1, 1))
     return fig
+
+
+def _heatmap_panel(ax: Axes, label: str, matrix: np.ndarray, src_tokens: Sequence[str],
+                   out_tokens: Sequence[str], gold: Sequence[int] | None):
+    image = ax.imshow(matrix, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
+    ax.set_xticks(range(len(src_tokens)), src_tokens, rotation=90, fontsize=HEATMAP_LABEL_PT)
+    ax.set_yticks(range(len(out_tokens)), out_tokens, fontsize=HEATMAP_LABEL_PT)
+    ax.set_xlabel("source")
+    ax.set_title(label, fontsize=HEATMAP_LABEL_PT + 1)
+    if gold is not None:
+        points = [(src, out) for out, src in enumerate(gold[: len(out_tokens)]) if src >= 0]
+        if points:
+            xs, ys = zip(*points)
+            ax.scatter(xs, ys, s=70, facecolors="none", edgecolors="red", linewidths=1.3, label=GOLD_LABEL)
+    rows = min(len(out_tokens), matrix.shape[0])
+    if rows:
+        peaks = matrix[:rows].argmax(axis=1)  # (T_out,)
+        ax.scatter(peaks, range(rows), s=24, marker="x", c="black", linewidths=1.3, label=ARGMAX_LABEL,
+                   path_effects=[patheffects.withStroke(linewidth=2.6, foreground="white")])
+    return image
 
 
 def curve_colours(labels: Sequence[str]) -> dict[str, str]:
@@ -157,6 +194,6 @@ def figure_to_array(fig: Figure) -> np.ndarray:
 
 
 def save_figure(fig: Figure, path) -> None:
-    """Write a PNG and close the figure."""
-    fig.savefig(path, dpi=120)
+    """Write a PNG (at 120 pixels per inch, or the figure's own if finer) and close the figure."""
+    fig.savefig(path, dpi=max(120, fig.dpi))
     plt.close(fig)

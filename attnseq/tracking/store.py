@@ -173,21 +173,53 @@ def _file_lock(path: Path | None) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+EXPERIMENT_KIND = "mlflow.experimentKind"
+"""MLflow's experiment tag for the kind of work an experiment holds (its UI's kind selector writes it)."""
+MODEL_TRAINING_KIND = "custom_model_development"
+"""The value of ``EXPERIMENT_KIND`` for model training (the UI labels it "Machine learning")."""
+WORKFLOW_TYPE = "workflowType=machine_learning"
+"""The query that makes MLflow 3.17's UI open a page in the model-training view.
+
+The UI (its built ``main.*.js``, module 31080) picks the view from the page's ``workflowType`` query,
+else from the last choice saved in the browser, else the GenAI view; a feature flag that is always on
+in the open-source build (module 89511, export ``Z0``) makes it ignore the experiment's
+``EXPERIMENT_KIND`` tag. Every URL attnseq prints therefore carries this query; the tag is still set,
+so the experiment reads as model training wherever the tag is honoured.
+"""
+
+
 def ensure_experiment(client: MlflowClient, name: str) -> str:
-    """The experiment's id, created if missing (tolerating a concurrent creator)."""
+    """The experiment's id, created if missing (tolerating a concurrent creator), tagged as model
+    training (``EXPERIMENT_KIND``) unless it already says what it is."""
     experiment = client.get_experiment_by_name(name)
-    if experiment is not None and experiment.lifecycle_stage == "active":
-        return experiment.experiment_id
-    if experiment is not None:
+    if experiment is None:
+        try:
+            return client.create_experiment(name, tags={EXPERIMENT_KIND: MODEL_TRAINING_KIND})
+        except MlflowException:
+            experiment = client.get_experiment_by_name(name)
+            if experiment is None:
+                raise
+    if experiment.lifecycle_stage != "active":
         client.restore_experiment(experiment.experiment_id)
-        return experiment.experiment_id
-    try:
-        return client.create_experiment(name)
-    except MlflowException:
-        experiment = client.get_experiment_by_name(name)
-        if experiment is None:
-            raise
-        return experiment.experiment_id
+    if EXPERIMENT_KIND not in experiment.tags:  # a kind someone chose in the UI is kept
+        client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND, MODEL_TRAINING_KIND)
+    return experiment.experiment_id
+
+
+def ui_url(tracking_uri: str, experiment_id: str, run_id: str | None = None,
+           ui_address: str = "http://127.0.0.1:5000") -> str:
+    """The address of an experiment's page, or of one of its runs, in the model-training view.
+
+    For a tracking server (``http(s)://``) the server itself serves the UI (its credentials are left
+    out: the browser asks for them); for any other store it is ``ui_address``, where ``mlflow ui``
+    started on that store listens. The UI routes after ``#``:
+    ``<address>/#/experiments/<id>/runs/<run id>?workflowType=machine_learning``.
+    """
+    is_server = tracking_uri.lower().startswith(("http://", "https://"))
+    parts = urlsplit(tracking_uri if is_server else ui_address)
+    address = urlunsplit((parts.scheme, parts.netloc.rsplit("@", 1)[-1], parts.path.rstrip("/"), "", ""))
+    page = f"/experiments/{experiment_id}" + (f"/runs/{run_id}" if run_id else "")
+    return f"{address}/#{page}?{WORKFLOW_TYPE}"
 
 
 UI_HOST = "127.0.0.1"
@@ -199,26 +231,19 @@ class UiLinks(NamedTuple):
     """How to look at a run in the MLflow UI."""
 
     open_with: str | None  # the command that starts a UI on the store; None when a server already serves it
-    url: str  # the page of the experiment, or of the run
+    url: str  # the page of the experiment, or of the run (``ui_url``)
 
 
 def ui_links(tracking_uri: str, experiment_id: str, run_id: str | None = None, port: int = UI_PORT) -> UiLinks:
     """The command that opens the store (its absolute path, so it works from any folder) and the URL
-    of the experiment's or run's page. For an ``http(s)`` store the URL is the server's own, without
-    the credentials in the URI; for any other store it is the local ``mlflow ui`` the command starts.
-    Every link attnseq prints is built here."""
-    page = f"#/experiments/{experiment_id}" + (f"/runs/{run_id}" if run_id else "")
-    scheme = tracking_uri.split("://", 1)[0].lower() if "://" in tracking_uri else ""
-    if scheme in ("http", "https"):
-        server = urlsplit(tracking_uri)
-        host = server.hostname or ""
-        netloc = host + (f":{server.port}" if server.port else "")
-        base = urlunsplit((server.scheme, netloc, server.path.rstrip("/") + "/", "", ""))
-        return UiLinks(None, redact_text(base + page))
+    of the experiment's or run's page in the model-training view. For an ``http(s)`` store the URL is
+    the server's own; for any other store it is the local ``mlflow ui`` the command starts. Every
+    link attnseq prints is built here."""
+    url = ui_url(tracking_uri, experiment_id, run_id, ui_address=f"http://{UI_HOST}:{port}")
+    if tracking_uri.lower().startswith(("http://", "https://")):
+        return UiLinks(None, redact_text(url))
     store = tracking_uri
-    if scheme == "sqlite":
-        path = sqlite_path(tracking_uri)
-        if path is not None:
-            store = f"sqlite:///{path.resolve()}"
-    command = f"mlflow ui --backend-store-uri {redact('', store)} --port {port}"
-    return UiLinks(command, f"http://{UI_HOST}:{port}/{page}")
+    path = sqlite_path(tracking_uri) if tracking_uri.lower().startswith("sqlite:") else None
+    if path is not None:
+        store = f"sqlite:///{path.resolve()}"
+    return UiLinks(f"mlflow ui --backend-store-uri {redact('', store)} --port {port}", url)

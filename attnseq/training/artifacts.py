@@ -2,11 +2,16 @@
 paths are ``attnseq.tracking.paths``).
 
 - at start: the resolved config, the vocabularies, the model summary and its parameter count;
-- every validation epoch: attention heatmaps of a fixed set of validation samples (short,
-  medium, longer than training) as time-stepped images (step = epoch, so the UI shows a step
-  slider) and the per-bucket table, appended;
+- before training (step 0) and every validation epoch: attention heatmaps of a fixed set of
+  validation samples (short, medium, longer than training), and every validation epoch the
+  accuracy-vs-length figure, as time-stepped images whose step
+  is the step Lightning logs the validation metrics at (``metric_step``), so the UI's image slider and
+  metric charts share one axis (Lightning's ``epoch`` metric maps steps to epochs), and the
+  per-bucket table, appended;
 - every time Lightning has written ``last.ckpt`` (``UploadedCheckpoint``, after the write, so the
   run's copy is never an epoch behind): that checkpoint, so ``resume=`` works from another machine;
+- at the end of training: the last validation's curves ``val/acc_by_length`` and
+  ``val/exact_by_length`` (``attnseq.tracking.length_curves``: step = a bucket's upper length);
 - at the end: the accuracy-vs-length figure, the best and last checkpoints, a portable
   model file (config + weights, loadable with ``torch.load(weights_only=True)``), and the same
   model as an MLflow model (``attnseq.serving``: ``runs:/<run id>/translator``).
@@ -31,6 +36,7 @@ from attnseq.model import greedy_decode
 from attnseq.serving.logged_model import log_translator
 from attnseq.serving.predictor import SourceReading
 from attnseq.tracking import paths
+from attnseq.tracking.length_curves import log_length_curves
 from attnseq.tracking.plots import accuracy_vs_length, attention_heatmap, figure_to_array
 from attnseq.tracking.redaction import redact_document
 from attnseq.tracking.run import TrackedRun
@@ -57,6 +63,18 @@ def pick_heatmap_samples(
 
 MODEL_INPUT_EXAMPLES = 2
 """Validation sources stored as the MLflow model's input example."""
+
+
+def metric_step(trainer: L.Trainer) -> int:
+    """The step Lightning gives the metrics it logs now: the count of batches the optimizer has
+    stepped on, which during a validation run inside a training epoch is one behind ``global_step``
+    (Lightning counts the epoch's last batch after validating)."""
+    return trainer.fit_loop.epoch_loop._batches_that_stepped
+
+
+def length_curves_of(rows: list[dict]) -> dict[str, list[dict]]:
+    """The two curves of an accuracy-vs-length figure, from bucket rows: token accuracy, exact match."""
+    return {"token accuracy": rows, "exact match": [{**r, "acc": r["exact_match"]} for r in rows]}
 
 
 class RunArtifacts(Callback):
@@ -94,18 +112,26 @@ class RunArtifacts(Callback):
     def on_validation_end(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
         if trainer.sanity_checking or not trainer.is_global_zero:
             return
-        epoch = trainer.current_epoch
+        epoch, step = trainer.current_epoch, metric_step(trainer)
         rows = pl_module.last_bucket_tables.get("val", [])
         if rows:
             table = {key: [row[key] for row in rows] for key in rows[0]}
             table["epoch"] = [epoch] * len(rows)
             self.run.log_table(table, paths.BUCKET_TABLE)
+            title = f"validation accuracy vs source length, epoch {epoch} (step {step})"
+            figure = accuracy_vs_length(length_curves_of(rows), pl_module.train_lengths, title)
+            self.run.log_image_step(figure_to_array(figure), paths.LENGTH_IMAGE, step)
         if self.samples and epoch % self.heatmap_every_n_epochs == 0:
-            self.log_heatmaps(trainer, pl_module, epoch)
+            self.log_heatmaps(trainer, pl_module, f"epoch {epoch} (step {step})")
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
+        """The heatmaps before any training, at step 0: MLflow's image cards open on step 0."""
+        if self.samples and trainer.is_global_zero and metric_step(trainer) == 0:  # not on a resume
+            self.log_heatmaps(trainer, pl_module, "before training (step 0)")
 
     @torch.no_grad()
-    def log_heatmaps(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule, epoch: int) -> None:
-        data = trainer.datamodule
+    def log_heatmaps(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule, when: str) -> None:
+        data, step = trainer.datamodule, metric_step(trainer)
         batch = collate(data.encode_examples(list(self.samples.values()))).to(pl_module.device)
         was_training = pl_module.training
         pl_module.eval()
@@ -118,9 +144,15 @@ class RunArtifacts(Callback):
             out_tokens = data.tgt_vocab.decode(out_ids)
             weights = decoded.attention[i, :, :n_out, :n_src].float().cpu().numpy()  # (H, T_out, T_src)
             correct = out_ids[:-1] == data.tgt_vocab.encode(example.tgt) and out_ids[-1:] == [EOS]
-            title = f"{label} sample (source length {n_src}), epoch {epoch}: {'correct' if correct else 'wrong'}"
+            title = f"{label} sample (source length {n_src}), {when}: {'correct' if correct else 'wrong'}"
             figure = attention_heatmap(weights, example.src, out_tokens, title, gold=example.alignment)
-            self.run.log_image_step(figure_to_array(figure), paths.attention_image(label), epoch)
+            self.run.log_image_step(figure_to_array(figure), paths.attention_image(label), step)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
+        """The last validation's accuracy and exact match by length, as curves MLflow overlays."""
+        rows = pl_module.last_bucket_tables.get("val", [])
+        if trainer.is_global_zero and rows:
+            log_length_curves(self.run, "val", rows)
 
     # -- end -----------------------------------------------------------------------------
     def on_fit_end(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
@@ -131,7 +163,7 @@ class RunArtifacts(Callback):
         rows = pl_module.last_bucket_tables.get("val", [])
         if rows:
             figure = accuracy_vs_length(
-                {"token accuracy": rows, "exact match": [{**r, "acc": r["exact_match"]} for r in rows]},
+                length_curves_of(rows),
                 pl_module.train_lengths,
                 f"validation accuracy vs source length, after {trainer.current_epoch} epochs",
             )

@@ -1,0 +1,224 @@
+"""The MLflow UI as a user sees it, in a real headless Chromium (Debian's ``chromium``, driven over
+the DevTools protocol: ``headless_chromium``), served by ``mlflow server`` on loopback from a store
+holding a 2-job sweep, its evaluation and the comparison run: the pages attnseq's URLs open are in
+the model-training view, a heatmap image loads, the length-curve chart overlays the two runs, and the
+comparison run sits under the sweep parent. Every screenshot is kept in ``test-artifacts/mlflow_ui/``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
+    EVALUATE_PY,
+    REPO,
+    all_runs,
+    clean_env,
+    explain,
+    outputs_under,
+    run_cli,
+    tiny,
+    tracking_uri,
+)
+from headless_chromium import HeadlessChromium, chromium_executable
+from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+from attnseq.tracking.store import ui_url
+
+pytestmark = pytest.mark.slow
+
+SCORERS = ("additive", "dot")
+"""Two attending scorers: two curves to overlay, and a sequence both runs attended to."""
+ARTIFACTS = REPO / "test-artifacts" / "mlflow_ui"
+SERVER_START_S = 180
+PAGE_S = 90
+
+FULLSCREEN = 'button[data-component-id="fullscreen_button_chartcard"]'
+"""A chart card's full-screen button (MLflow 3.17's component id)."""
+CHILD_ROW_EXPANDER = 'button[data-component-id$="runnamecellrenderer.tsx_46"]'
+"""The +/- button before a parent run's name in the runs list (MLflow 3.17's component id)."""
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ui(tmp_path_factory):
+    chromium = chromium_executable()
+    assert chromium, "no chromium on PATH: scripts/install-system-deps installs it"
+    root = tmp_path_factory.mktemp("mlflow_ui")
+    trained = run_cli(root, "-m", f"scorer={','.join(SCORERS)}", *tiny(), *outputs_under(root))
+    assert trained.returncode == 0, explain(trained)
+    evaluated = run_cli(root, "parent_run_id=latest", "eval.size=60", f"mlflow.tracking_uri={tracking_uri(root)}",
+                        f"hydra.run.dir={root}/eval", script=EVALUATE_PY)
+    assert evaluated.returncode == 0, explain(evaluated)
+    client = MlflowClient(tracking_uri(root))
+    runs = {r.info.run_name: r for r in all_runs(client)}
+    by_kind = {}
+    for run in runs.values():
+        by_kind.setdefault(run.data.tags.get("attnseq.kind"), []).append(run)
+
+    address = f"http://127.0.0.1:{free_port()}"
+    log = (root / "server.log").open("w")
+    server = subprocess.Popen(
+        [str(Path(sys.executable).with_name("mlflow")), "server", "--backend-store-uri", tracking_uri(root),
+         "--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1], "--workers", "1"],
+        cwd=root, env=clean_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    browser = None
+    try:
+        deadline = time.monotonic() + SERVER_START_S
+        while True:
+            try:
+                if requests.get(f"{address}/health", timeout=2).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            assert server.poll() is None, (root / "server.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, f"mlflow server did not answer within {SERVER_START_S} s"
+            time.sleep(1)
+        browser = HeadlessChromium(chromium, root / "profile")
+        yield {"root": root, "address": address, "browser": browser, "client": client, "runs": runs,
+               "kind": by_kind, "experiment_id": by_kind["train"][0].info.experiment_id}
+    finally:
+        if browser is not None:
+            browser.close()
+        os.killpg(server.pid, signal.SIGTERM)  # the server and its workers: the session it leads
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+        log.close()
+
+
+def screenshot(ui, name: str) -> Path:
+    """A screenshot in the test's folder, copied to ``test-artifacts/mlflow_ui/``."""
+    path = ui["browser"].screenshot(ui["root"] / name)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shutil.copy(path, ARTIFACTS / name)
+    return path
+
+
+def page_text(browser) -> str:
+    return browser.evaluate("document.body.innerText")
+
+
+def link_shown(name: str) -> str:
+    """JavaScript: is a link with this text on the page?"""
+    return f"Array.from(document.querySelectorAll('a')).some(a => a.innerText.trim() === {name!r})"
+
+
+def card_titled(title: str) -> str:
+    """JavaScript: the chart card whose title is ``title``."""
+    return f"""(() => {{
+        let card = Array.from(document.querySelectorAll('*'))
+            .find(e => e.childElementCount === 0 && e.textContent.trim() === {title!r});
+        while (card && !card.querySelector({FULLSCREEN!r})) card = card.parentElement;
+        return card;
+    }})()"""
+
+
+def open_runs_list(ui, mode: str) -> None:
+    """The experiment's runs list (``TABLE`` or ``CHART``) with the sweep's jobs shown under it."""
+    browser, [sweep] = ui["browser"], ui["kind"]["sweep"]
+    url = ui_url(ui["address"], ui["experiment_id"]).replace("?", "/runs?", 1) + f"&compareRunsMode={mode}"
+    browser.goto(url)
+    browser.wait_for(link_shown(sweep.info.run_name), PAGE_S, "the sweep parent in the runs list")
+    job = ui["kind"]["train"][0].info.run_name
+    if not browser.evaluate(link_shown(job)):
+        browser.evaluate(f"document.querySelector({CHILD_ROW_EXPANDER!r}).click()")
+    browser.wait_for(link_shown(job), PAGE_S, "the sweep's jobs, once the parent is expanded")
+
+
+def test_the_experiment_url_opens_the_runs_in_the_model_training_view(ui):
+    browser, [sweep] = ui["browser"], ui["kind"]["sweep"]
+    browser.goto(ui_url(ui["address"], ui["experiment_id"]))
+    browser.wait_for(link_shown(sweep.info.run_name), PAGE_S, "the sweep parent in the runs list")
+    text = page_text(browser)
+    assert "matching runs" in text and "Detect Issues" not in text and "Observability" not in text
+    screenshot(ui, "experiment_runs.png")
+
+
+def test_a_run_page_renders_in_the_model_training_view_and_a_heatmap_loads(ui):
+    browser, run = ui["browser"], ui["kind"]["train"][0]
+    url = ui_url(ui["address"], ui["experiment_id"], run.info.run_id)
+    browser.goto(url)
+    browser.wait_for("document.body.innerText.includes('Model metrics')", PAGE_S, "the run page's tabs")
+    assert run.info.run_name in page_text(browser) and "Observability" not in page_text(browser)
+    browser.goto(url.replace("?", "/model-metrics?", 1))
+    loaded = browser.wait_for(
+        "Array.from(document.images).filter(i => decodeURIComponent(i.src).includes('attention~') && i.complete"
+        " && i.naturalWidth > 0).map(i => i.naturalWidth)", PAGE_S, "a heatmap image, loaded")
+    assert all(width > 0 for width in loaded)
+    screenshot(ui, "run_model_metrics.png")
+    # a card shows MLflow's copy scaled to 256 px; clicking it opens the logged PNG at its own size
+    browser.evaluate("Array.from(document.images).find(i => decodeURIComponent(i.src).includes('attention~long')"
+                     ").click()")
+    full = browser.wait_for(
+        "Array.from(document.images).filter(i => /attention~long\\+step\\+0\\+.*[0-9a-f]\\.png/"
+        ".test(decodeURIComponent(i.src)) && i.complete).map(i => i.naturalWidth)[0]",
+        PAGE_S, "the long heatmap before training, at full size")
+    assert full > 256
+    screenshot(ui, "run_heatmap_full_size.png")
+
+
+def test_the_length_curve_chart_overlays_the_two_runs(ui):
+    browser = ui["browser"]
+    open_runs_list(ui, "CHART")
+    browser.evaluate("""(() => {
+        const input = document.querySelector('input[placeholder="Search metric charts"]');
+        Object.getOwnPropertyDescriptor(HTMLInputElement.prototype, 'value').set.call(input, 'acc_by_length');
+        input.dispatchEvent(new Event('input', {bubbles: true}));
+    })()""")
+    card = """(() => {
+        const title = Array.from(document.querySelectorAll('h4'))
+            .find(h => h.textContent.trim() === 'val/acc_by_length');
+        if (!title) {  // charts render when scrolled to: bring the val section into view
+            const section = Array.from(document.querySelectorAll('*'))
+                .find(e => e.childElementCount === 0 && e.textContent.trim() === 'val');
+            if (section) section.scrollIntoView({block: 'start'});
+            return null;
+        }
+        let card = title;
+        while (card && !card.querySelector('.js-plotly-plot')) card = card.parentElement;
+        return card;
+    })()"""
+    browser.wait_for(f"{card} !== null", PAGE_S, "the val/acc_by_length chart")
+    drawn = browser.wait_for(f"""(() => {{
+        const card = {card};
+        const lines = Array.from(card.querySelectorAll('.scatterlayer .trace'))
+            .filter(t => (t.querySelector('path.js-line') || {{getAttribute: () => ''}}).getAttribute('d'));
+        return lines.length >= 2 ? card.innerText : null;
+    }})()""", PAGE_S, "two drawn curves in the val/acc_by_length chart")
+    for run in ui["kind"]["train"]:
+        assert f"{run.info.run_name} (val/acc_by_length)" in drawn
+    screenshot(ui, "length_curves_overlaid.png")
+    browser.evaluate(f"{card_titled('val/acc_by_length')}.querySelector({FULLSCREEN!r}).click()")
+    browser.wait_for("Array.from(document.querySelectorAll('[role=dialog] .js-plotly-plot')).length > 0", PAGE_S,
+                     "the val/acc_by_length chart, full screen")
+    time.sleep(2)  # the full-screen chart draws its lines after the dialog opens
+    screenshot(ui, "length_curves_full_screen.png")
+
+
+def test_the_comparison_run_sits_under_the_sweep_parent(ui):
+    browser, [sweep], [comparison] = ui["browser"], ui["kind"]["sweep"], ui["kind"]["comparison"]
+    assert comparison.data.tags[MLFLOW_PARENT_RUN_ID] == sweep.info.run_id
+    open_runs_list(ui, "TABLE")
+    assert browser.evaluate(link_shown(comparison.info.run_name)), "the comparison run is not among the sweep's rows"
+    browser.goto(ui_url(ui["address"], ui["experiment_id"], comparison.info.run_id))
+    browser.wait_for(f"document.body.innerText.includes('Parent run') && {link_shown(sweep.info.run_name)}",
+                     PAGE_S, "the comparison run's page naming its parent")
+    screenshot(ui, "comparison_run.png")
