@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import math
+from types import SimpleNamespace
 
 import pytest
 from matplotlib.collections import PolyCollection
@@ -15,9 +16,11 @@ from mlflow.tracking import MlflowClient
 
 from attnseq.evaluation.compare import (
     Interval,
+    differing_params,
     group_runs,
     mean_interval,
     metric_label,
+    run_label,
     table_rows,
     write_comparison,
 )
@@ -265,3 +268,17 @@ def test_the_comparison_run_logs_group_means_intervals_and_its_groups(tmp_path):
     assert {"comparison/comparison.md", "comparison/comparison.csv", "comparison/comparison_runs.csv",
             "comparison/comparison.png"} <= logged
     assert metric_label("scorer=dot model.heads=4") == "scorer_dot model.heads_4"
+
+
+def test_settings_an_option_brings_are_not_in_the_label():
+    """``encoder=bigru`` says ``encoder.bidirectional=True``; a setting swept on its own stays."""
+    def run(encoder, bidirectional, hidden):
+        params = {"encoder.name": encoder, "encoder.bidirectional": bidirectional, "encoder.hidden": hidden,
+                  "decoder.convention": "luong", "seed": "0"}
+        return SimpleNamespace(data=SimpleNamespace(params=params, tags={}))
+
+    runs = [run("gru", "False", "64"), run("bigru", "True", "64"), run("gru", "False", "128"),
+            run("bigru", "True", "128")]
+    keys = differing_params(runs)
+    assert keys == ["encoder.hidden", "encoder.name"]
+    assert run_label(runs[1], keys) == "encoder.hidden=64 encoder=bigru"

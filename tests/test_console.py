@@ -51,14 +51,14 @@ def test_ui_links_for_a_relative_sqlite_store_use_its_absolute_path(tmp_path, mo
     monkeypatch.chdir(tmp_path)
     links = ui_links("sqlite:///sub/mlflow.db", "7", "abc")
     assert links.open_with == f"mlflow ui --backend-store-uri sqlite:///{tmp_path.resolve()}/sub/mlflow.db --port 5000"
-    assert links.url == "http://127.0.0.1:5000/#/experiments/7/runs/abc"
+    assert links.url == "http://127.0.0.1:5000/#/experiments/7/runs/abc?workflowType=machine_learning"
     assert ui_links("sqlite:////data/m.db", "7", port=5001) == (
-        "mlflow ui --backend-store-uri sqlite:////data/m.db --port 5001", "http://127.0.0.1:5001/#/experiments/7")
+        "mlflow ui --backend-store-uri sqlite:////data/m.db --port 5001", "http://127.0.0.1:5001/#/experiments/7?workflowType=machine_learning")
 
 
 def test_ui_links_for_a_server_are_its_own_pages_without_credentials():
     links = ui_links("https://alice:s3cret-pw@mlflow.example.org:8443/prefix", "2", "r1")
-    assert links == (None, "https://mlflow.example.org:8443/prefix/#/experiments/2/runs/r1")
+    assert links == (None, "https://mlflow.example.org:8443/prefix/#/experiments/2/runs/r1?workflowType=machine_learning")
 
 
 def test_ui_links_for_a_database_mask_its_password():
@@ -75,8 +75,8 @@ def test_job_table_has_one_row_per_job_sorted_by_name():
                                                                      {"val/acc_best": 0.8125})]
     assert job_table(children, "val/acc_best", "4", "sqlite:////s/mlflow.db").splitlines() == [
         "job                   status     val/acc_best  url",
-        "scorer=additive (#0)  FINISHED          0.812  http://127.0.0.1:5000/#/experiments/4/runs/r1",
-        "scorer=dot (#1)       FAILED                -  http://127.0.0.1:5000/#/experiments/4/runs/r2",
+        "scorer=additive (#0)  FINISHED          0.812  http://127.0.0.1:5000/#/experiments/4/runs/r1?workflowType=machine_learning",
+        "scorer=dot (#1)       FAILED                -  http://127.0.0.1:5000/#/experiments/4/runs/r2?workflowType=machine_learning",
     ]
 
 
@@ -148,7 +148,7 @@ def test_a_run_prints_its_epochs_table_and_url_without_library_noise(tmp_path):
     assert re.search(rf"^\* 01-05 +\d+ +{metric} +{metric}\n  06-10 +\d+ +{metric} +{metric}\n  11-12 ", out, re.M)
     store = (tmp_path / "mlflow.db").resolve()
     assert f"Open it with: mlflow ui --backend-store-uri sqlite:///{store} --port 5000" in out
-    assert re.search(r"then: +http://127\.0\.0\.1:5000/#/experiments/\d+/runs/[0-9a-f]{32}$", out, re.M), out
+    assert re.search(r"then: +http://127\.0\.0\.1:5000/#/experiments/\d+/runs/[0-9a-f]{32}\?workflowType=machine_learning$", out, re.M), out
     for noise in NOISE:
         assert noise not in proc.stdout + proc.stderr, noise
 

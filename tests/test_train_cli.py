@@ -49,6 +49,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_GIT_DIRTY, MLFLOW
 
 from attnseq.data import SPECIAL_TOKENS, Seq2SeqDataModule, Vocabulary
 from attnseq.model import ModelConfig, build_seq2seq
+from attnseq.tracking.store import WORKFLOW_TYPE
 
 
 def flatten(tree: dict, prefix: str = "") -> dict:
@@ -308,18 +309,23 @@ def test_sweep_child(sweep, scorer, heads):
     assert "model/model.pt" in artifact_paths(sweep["client"], child.info.run_id, "model")
 
 
+VIEW = f"?{WORKFLOW_TYPE}"
+"""What every printed UI link ends with: the model-training view (``attnseq.tracking.store``)."""
+
+
 def test_sweep_ends_with_one_row_per_job(sweep):
     """After the jobs: a row per job (name, status, the optimized metric, the job's URL), then the sweep's URL."""
     tail = sweep["stdout"].split(f"Sweep parent run {sweep['parent'].info.run_id}:", 1)[1]
     experiment = sweep["parent"].info.experiment_id
     for child in sweep["children"]:
-        url = f"http://127.0.0.1:5000/#/experiments/{experiment}/runs/{child.info.run_id}"
+        url = f"http://127.0.0.1:5000/#/experiments/{experiment}/runs/{child.info.run_id}{VIEW}"
         [row] = [line for line in tail.splitlines() if line.endswith(url)]
         assert row.startswith(child.info.run_name), row
         assert row.split()[-3:] == ["FINISHED", f"{child.data.metrics['val/acc_best']:.3f}", url], row
     store = (sweep["root"] / "mlflow.db").resolve()
     assert f"mlflow ui --backend-store-uri sqlite:///{store} --port 5000" in tail
-    assert tail.rstrip().endswith(f"http://127.0.0.1:5000/#/experiments/{experiment}/runs/{sweep['parent'].info.run_id}")
+    parent = sweep["parent"].info.run_id
+    assert tail.rstrip().endswith(f"http://127.0.0.1:5000/#/experiments/{experiment}/runs/{parent}{VIEW}")
 
 
 # -- the same sweep in parallel (joblib) --------------------------------------------------------

@@ -171,7 +171,9 @@ def numeric_columns(rows: Sequence[Mapping]) -> list[str]:
 
 def differing_params(runs: Sequence[Run]) -> list[str]:
     """Config keys whose values differ between the runs that have them: what a sweep varied (the
-    seed included). A key only some runs have (``scorer.attn_dim``) counts where its values differ."""
+    seed included). A key only some runs have (``scorer.attn_dim``) counts where its values differ.
+    When a config group's option varies (its ``CHOICE_KEYS`` key, ``encoder.name``), a setting of
+    that group with one value per option (``encoder.bidirectional``) is left out: the option says it."""
     keys = sorted(set().union(*(r.data.params for r in runs)))
     varying = []
     for key in keys:
@@ -179,7 +181,29 @@ def differing_params(runs: Sequence[Run]) -> list[str]:
             continue
         if len({r.data.params[key] for r in runs if key in r.data.params}) > 1:
             varying.append(key)
-    return varying
+    choices = {choice_group(key): key for key in varying if choice_group(key)}
+
+    def implied(key: str) -> bool:  # one value per option of its group: the option says it
+        choice = choices.get(key.split(".", 1)[0])
+        if choice is None or choice == key:
+            return False
+        seen: dict[str | None, set[str | None]] = {}
+        for run in runs:
+            seen.setdefault(run.data.params.get(choice), set()).add(run.data.params.get(key))
+        return all(len(values) == 1 for values in seen.values())
+
+    return [key for key in varying if not implied(key)]
+
+
+CHOICE_KEYS = ("name", "convention", "task")
+"""The key by which an option of a config group names itself (``encoder.name``, ``decoder.convention``,
+``dataset.task``): a label shows it as the choice, ``encoder=bigru``."""
+
+
+def choice_group(key: str) -> str | None:
+    """The config group whose option ``key`` names, or None."""
+    group, _, leaf = key.partition(".")
+    return group if leaf in CHOICE_KEYS else None
 
 
 def run_label(run: Run, keys: Sequence[str]) -> str:
@@ -188,7 +212,7 @@ def run_label(run: Run, keys: Sequence[str]) -> str:
     shown = [key for key in keys if key in run.data.params]
     if not shown:
         return run.data.tags.get(tags.CHOICES) or "same config"
-    return " ".join(f"{key.removesuffix('.name')}={run.data.params[key]}" for key in shown)
+    return " ".join(f"{choice_group(key) or key}={run.data.params[key]}" for key in shown)
 
 
 def group_runs(trained: Sequence[TrainedRun], results: Sequence[EvalResult]) -> list[SeedGroup]:
