@@ -148,7 +148,8 @@ def test_a_run_prints_its_epochs_table_and_url_without_library_noise(tmp_path):
     assert re.search(rf"^\* 01-05 +\d+ +{metric} +{metric}\n  06-10 +\d+ +{metric} +{metric}\n  11-12 ", out, re.M)
     store = (tmp_path / "mlflow.db").resolve()
     assert f"Open it with: mlflow ui --backend-store-uri sqlite:///{store} --port 5000" in out
-    assert re.search(r"then: +http://127\.0\.0\.1:5000/#/experiments/\d+/runs/[0-9a-f]{32}\?workflowType=machine_learning$", out, re.M), out
+    page = r"then: +http://127\.0\.0\.1:5000/#/experiments/\d+/runs/[0-9a-f]{32}\?workflowType=machine_learning$"
+    assert re.search(page, out, re.M), out
     for noise in NOISE:
         assert noise not in proc.stdout + proc.stderr, noise
 
