@@ -151,7 +151,7 @@ def test_evaluation_rebuilds_the_model_from_the_run_alone(evaluated):
     client = evaluated["client"]
     run = evaluated["train"]["additive"]
     trained = load_trained_run(client, run)
-    saved = torch.load(client.download_artifacts(run.info.run_id, "model/model.pt", str(evaluated["root"] / "m")),
+    saved = torch.load(client.download_artifacts(run.info.run_id, "weights/model.pt", str(evaluated["root"] / "m")),
                        weights_only=True)
     assert trained.model.config.scorer == saved["model_config"]["scorer"] == "additive"
     result = evaluate_run(trained, EvalSettings(EVAL_LENGTHS, WIDTH, size=120, counterfactual=False, seed=1))

@@ -188,8 +188,8 @@ def test_the_run_lists_its_model_with_its_final_metrics_and_it_registers(trained
     assert linked["val/exact_match"] == run.data.metrics["val/exact_match"]
     history = client.get_metric_history(run_id, "val/acc")
     assert len({(m.step, m.timestamp) for m in history}) == len(history)  # linking added no point
-    # the run's own model/ folder still lists through a client of its store, whatever the process-wide one
-    assert {paths.MODEL_FILE, paths.MODEL_SUMMARY} <= artifact_paths(client, run_id, "model")
+    # the run's own weights/ folder lists through a client of its store, whatever the process-wide one
+    assert {paths.MODEL_FILE, paths.MODEL_SUMMARY} <= artifact_paths(client, run_id, "weights")
     requirements = Path(mlflow.artifacts.download_artifacts(f"{logged.artifact_location}/requirements.txt",
                                                             dst_path=str(tmp_path))).read_text().split()
     assert requirements == pip_requirements()

@@ -343,14 +343,17 @@ def test_run_finishes_with_one_metric_value_per_epoch(stack, single):
 def test_run_artifacts_arrive_through_the_server(stack, single):
     client, run_id = stack["client"], single.info.run_id
     paths = artifact_paths(client, run_id)
-    for expected in ("checkpoints/best.ckpt", "checkpoints/last.ckpt", "model/model.pt", "config/resolved.yaml"):
+    for expected in ("checkpoints/best.ckpt", "checkpoints/last.ckpt", "weights/model.pt", "config/resolved.yaml"):
         assert expected in paths, sorted(paths)
     heatmap_steps: dict[str, set[int]] = {}
     for path in paths:
         match = re.fullmatch(r"images/attention~(\w+)\+step\+(\d+)\+.*\.png", path)
         if match and not path.endswith("+compressed.png"):
             heatmap_steps.setdefault(match[1], set()).add(int(match[2]))
-    assert heatmap_steps == {label: set(range(MAX_EPOCHS)) for label in ("short", "medium", "long")}, sorted(paths)
+    # before training (step 0), then at each validation's metric step: images and charts share one axis
+    validated = {m.step for m in client.get_metric_history(run_id, "val/acc")}
+    assert len(validated) == MAX_EPOCHS
+    assert heatmap_steps == {label: {0} | validated for label in ("short", "medium", "long")}, sorted(paths)
     # proxied artifacts: the run's artifact root is the server's, not a path or bucket of the client's
     assert single.info.artifact_uri.startswith("mlflow-artifacts:/"), single.info.artifact_uri
 

@@ -200,7 +200,7 @@ def test_single_run_artifacts(single):
         "config/resolved.yaml",
         "vocab/src.json",
         "vocab/tgt.json",
-        "model/model.pt",
+        "weights/model.pt",
         "checkpoints/best.ckpt",
         "checkpoints/last.ckpt",
         "figures/accuracy_vs_length.png",
@@ -230,7 +230,7 @@ def test_single_run_vocabularies_load(single):
 
 def test_single_run_model_file_rebuilds_the_model(single):
     local, run = single["local"], single["run"]
-    saved = torch.load(local / "model" / "model.pt", map_location="cpu", weights_only=True)
+    saved = torch.load(local / "weights" / "model.pt", map_location="cpu", weights_only=True)
     config = ModelConfig(**saved["model_config"])
     assert (config.hidden_size, config.embedding_dim, config.heads) == (16, 8, 1)
     assert (config.cell, config.scorer, config.decoder, config.bidirectional) == ("gru", "additive", "bahdanau", False)
@@ -306,7 +306,7 @@ def test_sweep_child(sweep, scorer, heads):
     assert child.info.status == "FINISHED"
     assert f"scorer={scorer}" in child.info.run_name and f"model.heads={heads}" in child.info.run_name
     assert child.data.tags["attnseq.sweep_id"] == sweep["parent"].info.run_id
-    assert "model/model.pt" in artifact_paths(sweep["client"], child.info.run_id, "model")
+    assert "weights/model.pt" in artifact_paths(sweep["client"], child.info.run_id, "weights")
 
 
 VIEW = f"?{WORKFLOW_TYPE}"

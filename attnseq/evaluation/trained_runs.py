@@ -134,15 +134,15 @@ def load_trained_run(client: MlflowClient, run: Run) -> TrainedRun:
     with tempfile.TemporaryDirectory() as tmp:
         local = {}
         for artifact in (paths.RESOLVED_CONFIG, paths.SRC_VOCAB, paths.TGT_VOCAB, paths.MODEL_FILE):
-            try:
-                local[artifact] = Path(client.download_artifacts(run.info.run_id, artifact, tmp))
-            except (MlflowException, OSError):
+            places = (artifact, paths.LEGACY_MODEL_FILE) if artifact == paths.MODEL_FILE else (artifact,)
+            local[artifact] = _first_downloaded(client, run.info.run_id, places, tmp)
+            if local[artifact] is None:
                 raise ConfigError(
                     f"run {run.info.run_id} ({run.info.run_name}, status {run.info.status}) has no "
                     f"'{artifact}' artifact, so its model cannot be rebuilt.",
                     "evaluate a run that finished training (a run killed before its first epoch "
                     "ended has no checkpoint), or resume it first.",
-                ) from None
+                )
         config = yaml.safe_load(local[paths.RESOLVED_CONFIG].read_text())
         src_vocab = Vocabulary.load(local[paths.SRC_VOCAB])
         tgt_vocab = Vocabulary.load(local[paths.TGT_VOCAB])
@@ -150,3 +150,13 @@ def load_trained_run(client: MlflowClient, run: Run) -> TrainedRun:
     model = build_seq2seq(ModelConfig.from_saved(saved["model_config"]))
     model.load_state_dict(saved["state_dict"], strict=True)
     return TrainedRun(run, config, src_vocab, tgt_vocab, model.eval())
+
+
+def _first_downloaded(client: MlflowClient, run_id: str, places: tuple[str, ...], into: str) -> Path | None:
+    """The first of ``places`` the run holds, downloaded into ``into``; None when it holds none."""
+    for place in places:
+        try:
+            return Path(client.download_artifacts(run_id, place, into))
+        except (MlflowException, OSError):
+            continue
+    return None

@@ -1,6 +1,6 @@
 """Logging a training run's model as an MLflow model: a pyfunc "from code" (``pyfunc_model.py``),
 listed under the run's and the experiment's *Logged models*, registrable, and usable with
-``mlflow models predict`` / ``serve`` as ``runs:/<run id>/translator`` (``paths.MLFLOW_MODEL``).
+``mlflow models predict`` / ``serve`` as ``runs:/<run id>/model`` (``paths.MLFLOW_MODEL``).
 
 The model carries the run's model file, resolved config and vocabularies as artifacts, a copy of
 the ``attnseq`` package as its code, a signature with a params schema (``beam_size``,

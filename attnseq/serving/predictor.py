@@ -79,7 +79,7 @@ class DecodeLimit:
 
 
 def load_saved_model(path: str | Path) -> Seq2Seq:
-    """A model file (``model/model.pt``: config and weights, tensors and plain values only), in eval mode."""
+    """A model file (``paths.MODEL_FILE``: config and weights, tensors and plain values only), in eval mode."""
     saved = torch.load(path, map_location="cpu", weights_only=True)
     model = build_seq2seq(ModelConfig.from_saved(saved["model_config"]))
     model.load_state_dict(saved["state_dict"], strict=True)

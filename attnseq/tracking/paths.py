@@ -12,14 +12,16 @@ RESOLVED_CONFIG = "config/resolved.yaml"
 """The resolved training config, secrets masked: what ``resume=`` and evaluation rebuild from."""
 SRC_VOCAB = "vocab/src.json"
 TGT_VOCAB = "vocab/tgt.json"
-MODEL_SUMMARY = "model/summary.txt"
-MODEL_FILE = "model/model.pt"
-"""The model's config and weights, loadable with ``torch.load(weights_only=True)``."""
-MLFLOW_MODEL = "translator"
-"""The name of the run's MLflow model (a logged model): ``runs:/<run id>/translator``. Not ``model``:
-MLflow would list that logged model inside the run's ``model/`` folder above, and doing so looks the
-model up in the process-wide store, not the client's (MLflow 3.17), so listing ``model/`` through
-``MlflowClient(uri)`` would fail wherever that store is another one."""
+MODEL_SUMMARY = "weights/summary.txt"
+MODEL_FILE = "weights/model.pt"
+"""The model's config and weights, loadable with ``torch.load(weights_only=True)``: what evaluate.py
+and the MLflow model rebuild the model from."""
+LEGACY_MODEL_FILE = "model/model.pt"
+"""Where runs made before the MLflow model existed keep ``MODEL_FILE``; evaluation still reads them."""
+MLFLOW_MODEL = "model"
+"""The name of the run's MLflow model (a logged model): ``runs:/<run id>/model``. No artifact folder of
+the run is called ``model``: MLflow would list the logged model inside it, looking it up in the
+process-wide store rather than the client's (MLflow 3.17)."""
 CHECKPOINTS = "checkpoints"
 LAST_CHECKPOINT = "checkpoints/last.ckpt"
 
@@ -59,10 +61,10 @@ SWEEP_SUMMARY = "sweep_summary.txt"
 
 
 def folder(artifact: str) -> str:
-    """The folder an artifact path lies in: ``model/model.pt`` → ``model``."""
+    """The folder an artifact path lies in: ``weights/model.pt`` → ``weights``."""
     return str(PurePosixPath(artifact).parent)
 
 
 def file_name(artifact: str) -> str:
-    """The file name of an artifact path: ``model/model.pt`` → ``model.pt``."""
+    """The file name of an artifact path: ``weights/model.pt`` → ``model.pt``."""
     return PurePosixPath(artifact).name

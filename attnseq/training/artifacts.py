@@ -14,7 +14,7 @@ paths are ``attnseq.tracking.paths``).
   ``val/exact_by_length`` (``attnseq.tracking.length_curves``: step = a bucket's upper length);
 - at the end: the accuracy-vs-length figure, the best and last checkpoints, a portable
   model file (config + weights, loadable with ``torch.load(weights_only=True)``), and the same
-  model as an MLflow model (``attnseq.serving``: ``runs:/<run id>/translator``).
+  model as an MLflow model (``attnseq.serving``: ``runs:/<run id>/model``).
 
 All of it happens on rank 0 only, and never inside a training step.
 """
