@@ -359,7 +359,7 @@ def test_run_artifacts_arrive_through_the_server(stack, single):
 
 
 def test_downloaded_model_loads(stack, single, tmp_path):
-    local = stack["client"].download_artifacts(single.info.run_id, "model/model.pt", str(tmp_path))
+    local = stack["client"].download_artifacts(single.info.run_id, "weights/model.pt", str(tmp_path))
     saved = torch.load(local, map_location="cpu", weights_only=True)
     assert saved["model_config"]["hidden_size"] == 16
     assert saved["state_dict"], "model.pt holds no weights"
@@ -371,7 +371,7 @@ def test_artifacts_are_objects_in_the_bucket(stack, single, tmp_path):
     prefix = f"{single.info.experiment_id}/{run_id}/artifacts/"
     keys = {o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
             for o in page.get("Contents", [])}
-    assert {prefix + "checkpoints/best.ckpt", prefix + "model/model.pt"} <= keys, sorted(keys)
+    assert {prefix + "checkpoints/best.ckpt", prefix + "weights/model.pt"} <= keys, sorted(keys)
     local = stack["client"].download_artifacts(run_id, "checkpoints/best.ckpt", str(tmp_path))
     stored = s3.get_object(Bucket=bucket, Key=prefix + "checkpoints/best.ckpt")["Body"].read()
     assert hashlib.sha256(stored).hexdigest() == hashlib.sha256(Path(local).read_bytes()).hexdigest()
@@ -404,7 +404,7 @@ def test_sweep_parent_and_children(stack, sweep):
     assert [c.info.status for c in children] == ["FINISHED"] * len(SWEEP_SCORERS)
     assert "sweep_summary.txt" in artifact_paths(stack["client"], parent.info.run_id)
     for child in children:
-        assert "model/model.pt" in artifact_paths(stack["client"], child.info.run_id, "model")
+        assert "weights/model.pt" in artifact_paths(stack["client"], child.info.run_id, "weights")
 
 
 # -- the server's Host-header check ------------------------------------------------------------
