@@ -29,7 +29,8 @@ def test_epoch_line_shows_the_metrics_present_in_order():
     assert epoch_line(3, 12, metrics) == (
         "epoch  3/12  loss 1.235  val loss 2.000  acc 0.500  exact 0.250  exact@train lengths 0.750"
     )
-    assert epoch_line(1, 1, {"train/loss": 1.0, "val/align_acc": 0.125}) == "epoch 1/1  loss 1.000  align 0.125"
+    assert epoch_line(1, 1, {"train/loss": 1.0, "val/align_acc_train_lengths": 0.125}) == (
+        "epoch 1/1  loss 1.000  align@train lengths 0.125")
 
 
 def test_bucket_table_marks_training_lengths_and_empty_buckets():
@@ -142,7 +143,7 @@ def test_a_run_prints_its_epochs_table_and_url_without_library_noise(tmp_path):
     metric = r"\d\.\d{3}"
     for epoch in (1, 2):
         line = rf"^epoch {epoch}/2  loss {metric}  val loss {metric}  acc {metric}  exact {metric}  " \
-               rf"exact@train lengths {metric}  align {metric}$"
+               rf"exact@train lengths {metric}  align@train lengths {metric}$"
         assert len(re.findall(line, out, re.M)) == 1, out
     assert re.search(r"val_exact=\d\.\d{3}, val_acc=\d\.\d{3}", out), out  # on the bar
     assert re.search(rf"^\* 01-05 +\d+ +{metric} +{metric}\n  06-10 +\d+ +{metric} +{metric}\n  11-12 ", out, re.M)
