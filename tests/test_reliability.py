@@ -264,7 +264,7 @@ def test_the_same_seed_and_config_give_identical_validation_metrics(tmp_path):
 
 # -- security ----------------------------------------------------------------------------------------
 def test_checkpoints_never_unpickle_objects(tmp_path):
-    from attnseq.evaluation.trained_runs import load_model_file
+    from attnseq.model import load_model_file
 
     marker = tmp_path / "pwned"
 

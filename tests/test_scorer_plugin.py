@@ -152,7 +152,7 @@ def test_a_new_scorer_teacher_forced_equals_step_by_step(plugin, dec, heads):
 
 
 def test_a_new_scorer_trains_through_the_cli_and_its_saved_model_loads_again(plugin, tmp_path):
-    from attnseq.evaluation.trained_runs import load_model_file
+    from attnseq.model import load_model_file
 
     module, name = plugin
     env = clean_env()

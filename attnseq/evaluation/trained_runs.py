@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
 from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
@@ -20,7 +19,7 @@ from mlflow.tracking import MlflowClient
 
 from attnseq.data import Vocabulary
 from attnseq.errors import ConfigError
-from attnseq.model import ModelConfig, Seq2Seq, build_seq2seq
+from attnseq.model import Seq2Seq, load_saved_model
 from attnseq.tracking import paths, tags
 
 
@@ -124,11 +123,6 @@ def select_runs(
     return runs
 
 
-def load_model_file(path: Path) -> dict[str, Any]:
-    """A run's model file: tensors and plain values only — never arbitrary objects."""
-    return torch.load(path, map_location="cpu", weights_only=True)
-
-
 def load_trained_run(client: MlflowClient, run: Run) -> TrainedRun:
     """Rebuild a run's model from its artifacts; a clear error when one is missing."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -146,10 +140,8 @@ def load_trained_run(client: MlflowClient, run: Run) -> TrainedRun:
         config = yaml.safe_load(local[paths.RESOLVED_CONFIG].read_text())
         src_vocab = Vocabulary.load(local[paths.SRC_VOCAB])
         tgt_vocab = Vocabulary.load(local[paths.TGT_VOCAB])
-        saved = load_model_file(local[paths.MODEL_FILE])
-    model = build_seq2seq(ModelConfig.from_saved(saved["model_config"]))
-    model.load_state_dict(saved["state_dict"], strict=True)
-    return TrainedRun(run, config, src_vocab, tgt_vocab, model.eval())
+        model = load_saved_model(local[paths.MODEL_FILE])
+    return TrainedRun(run, config, src_vocab, tgt_vocab, model)
 
 
 def _first_downloaded(client: MlflowClient, run_id: str, places: tuple[str, ...], into: str) -> Path | None:

@@ -5,6 +5,7 @@ from attnseq.model.config import ModelConfig
 from attnseq.model.decoders import BahdanauDecoder, Decoder, LuongDecoder, PlainDecoder
 from attnseq.model.decoding import Decoded, greedy_decode
 from attnseq.model.encoder import RNNEncoder
+from attnseq.model.saved import load_model_file, load_saved_model
 from attnseq.model.seq2seq import Seq2Seq, build_seq2seq
 from attnseq.model.state import DecoderState, Memory
 
@@ -23,5 +24,7 @@ __all__ = [
     "beam_search",
     "build_seq2seq",
     "greedy_decode",
+    "load_model_file",
+    "load_saved_model",
     "sequence_log_prob",
 ]

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from attnseq.data import EOS, SPACE_TOKEN, SPECIAL_TOKENS, Vocabulary, tokenize
 from attnseq.errors import ProblemAndFix
-from attnseq.model import ModelConfig, Seq2Seq, beam_search, build_seq2seq, greedy_decode
+from attnseq.model import Seq2Seq, beam_search, greedy_decode, load_saved_model
 
 BATCH_SIZE = 256
 """Sources of one length are decoded together, this many at most."""
@@ -76,14 +76,6 @@ class DecodeLimit:
 
     def __call__(self, source_length: int) -> int:
         return int(source_length * self.ratio) + self.extra
-
-
-def load_saved_model(path: str | Path) -> Seq2Seq:
-    """A model file (``paths.MODEL_FILE``: config and weights, tensors and plain values only), in eval mode."""
-    saved = torch.load(path, map_location="cpu", weights_only=True)
-    model = build_seq2seq(ModelConfig.from_saved(saved["model_config"]))
-    model.load_state_dict(saved["state_dict"], strict=True)
-    return model.eval()
 
 
 class Translator:
