@@ -1,0 +1,212 @@
+"""The messages corpus: English → another language, from the gettext catalogs installed on this machine.
+
+    python -m attnseq.data.messages --lang fr          # → data/messages_en-fr/{train,val,test}.tsv
+
+Reads every ``<locale-dir>/<lang>/LC_MESSAGES/*.mo`` (``attnseq.data.mo_catalogs``), cleans each
+pair (``attnseq.data.message_cleaning``), keeps one translation per English message, filters by
+the English side's length in words, and splits by message: each English message is in exactly one
+of train/val/test, chosen by a hash of it and the seed. Writes the three splits as
+``source<TAB>target`` lines (what ``attnseq.data.tsv`` reads) and ``corpus.json``: the settings,
+the catalogs read and how many pairs each rule dropped. It prints the same counts as it goes.
+docs/messages_corpus.md describes the rules.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+from attnseq.data.message_cleaning import DROP_REASONS, SPLITS, clean_pair, deduplicate, split_by_message, word_count
+from attnseq.data.mo_catalogs import Catalog, CatalogFormatError, read_catalog
+from attnseq.errors import AttnSeqError, ConfigError
+
+DEFAULT_LOCALE_DIR = Path("/usr/share/locale")
+LENGTH_HISTOGRAM_BIN = 5  # English words per bin of corpus.json's length histogram
+
+
+def default_output_dir(lang: str) -> Path:
+    return Path("data") / f"messages_en-{lang}"
+
+
+def languages_with_catalogs(locale_dir: Path) -> dict[str, int]:
+    """Each language folder of ``locale_dir`` that holds ``LC_MESSAGES/*.mo``, with how many."""
+    if not locale_dir.is_dir():
+        return {}
+    found = {}
+    for folder in sorted(locale_dir.iterdir()):
+        count = len(list((folder / "LC_MESSAGES").glob("*.mo"))) if folder.is_dir() else 0
+        if count:
+            found[folder.name] = count
+    return found
+
+
+def catalog_paths(locale_dir: Path, lang: str) -> list[Path]:
+    """The ``.mo`` files of ``lang``, sorted by name.
+
+    Raises:
+        ConfigError: there are none; the message lists the languages that have catalogs and says
+            how to get some.
+    """
+    paths = sorted((locale_dir / lang / "LC_MESSAGES").glob("*.mo"))
+    if paths:
+        return paths
+    others = languages_with_catalogs(locale_dir)
+    where = f"{locale_dir / lang / 'LC_MESSAGES'}"
+    if others:
+        listed = ", ".join(f"{name} ({count})" for name, count in others.items())
+        found = f"Languages with catalogs under {locale_dir} (catalogs each): {listed}."
+    else:
+        found = f"No language under {locale_dir} has any catalog."
+    raise ConfigError(
+        f"no gettext catalogs (*.mo) for language {lang!r}: {where} holds none. {found}",
+        "choose one of those languages with --lang, or install packages that ship translations "
+        "(on Debian/Ubuntu they come with the packages themselves, e.g. `apt-get install coreutils bash "
+        "tar grep`, unless the image removes /usr/share/locale: check /etc/dpkg/dpkg.cfg.d/ for a "
+        "path-exclude of it), or point --locale-dir at another tree that holds <lang>/LC_MESSAGES/*.mo.",
+    )
+
+
+def read_catalogs(paths: Sequence[Path], log=print) -> tuple[list[Catalog], list[str]]:
+    """The catalogs of ``paths`` that can be read, and a line for each that cannot."""
+    catalogs, unreadable = [], []
+    for path in paths:
+        try:
+            catalogs.append(read_catalog(path))
+        except (OSError, CatalogFormatError) as error:
+            unreadable.append(str(error))
+            log(f"  skipped {path.name}: {error}")
+    return catalogs, unreadable
+
+
+def length_histogram(pairs: Sequence[tuple[str, str]], bin_width: int = LENGTH_HISTOGRAM_BIN) -> dict[str, int]:
+    """How many pairs have 1–5, 6–10, … English words."""
+    bins = Counter((word_count(source) - 1) // bin_width for source, _ in pairs)
+    return {f"{b * bin_width + 1}-{(b + 1) * bin_width}": bins[b] for b in sorted(bins)}
+
+
+def build_corpus(
+    lang: str,
+    locale_dir: Path = DEFAULT_LOCALE_DIR,
+    output_dir: Path | None = None,
+    seed: int = 0,
+    min_words: int = 1,
+    max_words: int = 30,
+    val_fraction: float = 0.05,
+    test_fraction: float = 0.05,
+    log=print,
+) -> dict:
+    """Build the corpus of ``lang`` into ``output_dir`` and return what ``corpus.json`` holds.
+
+    Raises:
+        ConfigError: a setting out of range, or no catalogs for ``lang`` under ``locale_dir``.
+    """
+    _check_settings(min_words, max_words, val_fraction, test_fraction)
+    locale_dir = Path(locale_dir)
+    output_dir = Path(output_dir) if output_dir is not None else default_output_dir(lang)
+    paths = catalog_paths(locale_dir, lang)
+    catalogs, unreadable = read_catalogs(paths, log=log)
+    reading = sum((catalog.counts for catalog in catalogs), Counter())
+    log(f"catalogs: {len(catalogs)} read from {locale_dir / lang / 'LC_MESSAGES'}"
+        + (f", {len(unreadable)} unreadable" if unreadable else ""))
+    log(f"pairs read: {reading['pairs']} (entries {reading['entries']}: header {reading['header']}, "
+        f"untranslated {reading['untranslated']}, undecodable {reading['undecodable']}; "
+        f"context stripped {reading['context_stripped']}, plural → singular {reading['plural_singular_kept']})")
+
+    dropped = Counter({reason: 0 for reason in DROP_REASONS})
+    cleaned = []
+    for catalog in catalogs:
+        for pair in catalog.pairs:
+            result = clean_pair(pair.source, pair.target)
+            if isinstance(result, str):
+                dropped[result] += 1
+                continue
+            words = word_count(result[0])
+            if words < min_words:
+                dropped["too_short"] += 1
+            elif words > max_words:
+                dropped["too_long"] += 1
+            else:
+                cleaned.append(result)
+    for reason in DROP_REASONS:
+        log(f"  dropped {reason}: {dropped[reason]}")
+    kept = deduplicate(cleaned)
+    dropped["duplicate"] = len(cleaned) - len(kept)
+    log(f"  dropped duplicate (same English message): {dropped['duplicate']}")
+    log(f"kept: {len(kept)} pairs")
+
+    splits = split_by_message(kept, seed=seed, val_fraction=val_fraction, test_fraction=test_fraction)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    for split in SPLITS:
+        with open(output_dir / f"{split}.tsv", "w", encoding="utf-8", newline="\n") as file:
+            file.writelines(f"{source}\t{target}\n" for source, target in splits[split])
+    summary = {
+        "language": lang,
+        "source_language": "en",
+        "locale_dir": str(locale_dir),
+        "settings": {"seed": seed, "min_words": min_words, "max_words": max_words,
+                     "val_fraction": val_fraction, "test_fraction": test_fraction},
+        "catalogs": {catalog.name: catalog.counts["pairs"] for catalog in catalogs},
+        "unreadable_catalogs": unreadable,
+        "read": {key: reading[key] for key in sorted(reading)},
+        "dropped": dict(dropped),
+        "kept": len(kept),
+        "splits": {split: len(splits[split]) for split in SPLITS},
+        "source_words": length_histogram(kept),
+    }
+    (output_dir / "corpus.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    log("splits (by English message): " + ", ".join(f"{split} {len(splits[split])}" for split in SPLITS))
+    log(f"wrote {output_dir.resolve()}/{{train,val,test}}.tsv and corpus.json")
+    return summary
+
+
+def _check_settings(min_words: int, max_words: int, val_fraction: float, test_fraction: float) -> None:
+    if not 1 <= min_words <= max_words:
+        raise ConfigError(
+            f"--min-words {min_words} and --max-words {max_words} leave no length to keep",
+            "use 1 <= --min-words <= --max-words, e.g. --min-words 1 --max-words 30",
+        )
+    if not (0 < val_fraction and 0 < test_fraction and val_fraction + test_fraction < 1):
+        raise ConfigError(
+            f"--val-fraction {val_fraction} and --test-fraction {test_fraction} must each be above 0 "
+            "and leave some messages for training",
+            "use fractions such as --val-fraction 0.05 --test-fraction 0.05",
+        )
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m attnseq.data.messages",
+        description="Build an English → LANG parallel corpus from the installed gettext catalogs "
+        "(<locale-dir>/LANG/LC_MESSAGES/*.mo): train/val/test TSV files split by message.",
+    )
+    parser.add_argument("--lang", default="fr", help="the target language's locale folder name (default: fr)")
+    parser.add_argument("--locale-dir", type=Path, default=DEFAULT_LOCALE_DIR,
+                        help=f"where the <lang>/LC_MESSAGES folders are (default: {DEFAULT_LOCALE_DIR})")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output folder (default: data/messages_en-LANG, from the working directory)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the split by message (default: 0)")
+    parser.add_argument("--min-words", type=int, default=1, help="fewest English words to keep a pair (default: 1)")
+    parser.add_argument("--max-words", type=int, default=30, help="most English words to keep a pair (default: 30)")
+    parser.add_argument("--val-fraction", type=float, default=0.05, help="share of messages for val (default: 0.05)")
+    parser.add_argument("--test-fraction", type=float, default=0.05, help="share of messages for test (default: 0.05)")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    try:
+        build_corpus(
+            args.lang, locale_dir=args.locale_dir, output_dir=args.out, seed=args.seed, min_words=args.min_words,
+            max_words=args.max_words, val_fraction=args.val_fraction, test_fraction=args.test_fraction,
+        )
+    except AttnSeqError as error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        raise SystemExit(error.exit_code) from None
+
+
+if __name__ == "__main__":
+    main()
