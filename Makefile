@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: train lint system-deps test test-fast test-slow test-gpu ui bottleneck reverse-alignment bench docker-check clean
+.PHONY: train lint system-deps test test-fast test-slow test-gpu ui bottleneck reverse-alignment messages-corpus bench docker-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,9 @@ bottleneck: $(STAMP)  ## no attention vs every scorer in conf/scorer/, 3 seeds e
 reverse-alignment: $(STAMP)  ## additive attention on reverse (GRU, biGRU × both conventions): where it looks vs what it uses
 	$(PY) train.py -m experiment=reverse_alignment
 	$(PY) evaluate.py parent_run_id=latest experiment_name=reverse_alignment
+
+messages-corpus: $(STAMP)  ## English → French pairs from the installed gettext catalogs → data/messages_en-fr/ (ARGS="--lang de" for another language)
+	$(PY) -m attnseq.data.messages $(ARGS)
 
 bench: $(STAMP)  ## training and decoding throughput, side by side (≈ 15 min) → benchmarks/results.md
 	$(PY) benchmarks/bench.py $(ARGS)
