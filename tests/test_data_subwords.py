@@ -61,6 +61,18 @@ def test_decoding_restores_the_text_exactly(kind):
 
 
 @pytest.mark.parametrize("kind", SUBWORD_TOKENIZERS)
+def test_a_character_never_seen_stays_itself_and_the_vocabulary_reads_it_as_unknown(kind):
+    tokenizer = SubwordTokenizer.train(kind, FRENCH, vocab_size=100, lowercase=False)
+    text = "Zoé quitte l'Ωmega"  # Z, Ω: not in the training text
+    pieces = tokenizer.tokenize(text)
+    assert tokenizer.detokenize(pieces) == text
+    assert "<unk>" not in pieces
+    vocab = Vocabulary.build(tokenizer.tokenize_all(FRENCH))
+    unknown = [piece for piece, i in zip(pieces, vocab.encode(pieces)) if i == vocab.encode(["<unk>"])[0]]
+    assert {"Z", "Ω"} <= set(unknown)
+
+
+@pytest.mark.parametrize("kind", SUBWORD_TOKENIZERS)
 def test_whitespace_is_normalised_and_lowercasing_is_the_models_own(kind):
     tokenizer = SubwordTokenizer.train(kind, FRENCH, vocab_size=100, lowercase=True)
     pieces = tokenizer.tokenize("  Ouvrir\tLE   fichier ")

@@ -157,10 +157,16 @@ class SubwordTokenizer:
         return cls(tokenizer)
 
     def tokenize(self, text: str) -> list[str]:
-        return self.model.encode(text).tokens
+        return self.tokenize_all([text])[0]
 
     def tokenize_all(self, texts: Sequence[str]) -> list[list[str]]:
-        return [encoding.tokens for encoding in self.model.encode_batch(list(texts))]
+        """Each text's pieces. A character the model never saw is kept as itself (BPE would write
+        ``UNK_TOKEN``), so detokenising gives the text back whole; the vocabulary maps it to UNK."""
+        normalized = [self.model.normalizer.normalize_str(text) for text in texts]
+        return [
+            [text[start:end] if piece == UNK_TOKEN else piece for piece, (start, end) in zip(e.tokens, e.offsets)]
+            for text, e in zip(normalized, self.model.encode_batch(normalized), strict=True)
+        ]
 
     def detokenize(self, tokens: Sequence[str]) -> str:
         return detokenize(tokens, self.kind)
