@@ -186,4 +186,4 @@ def test_a_folder_without_its_split_files_names_the_missing_one(tmp_path):
     with pytest.raises(DataError, match="lacks train.tsv, val.tsv, test.tsv") as info:
         data_module(tmp_path)
     assert info.value.path == str(tmp_path / "train.tsv")
-    assert "not found" in str(info.value) and "single tab-separated file" in info.value.fix
+    assert "a corpus folder holds" in str(info.value) and "single tab-separated file" in info.value.fix

@@ -106,8 +106,7 @@ def split_files(folder: str | Path) -> dict[str, Path]:
     if missing:
         raise DataError(
             folder / missing[0],
-            f"not found: a corpus folder holds {', '.join(SPLIT_FILES.values())}, and this one lacks "
-            f"{', '.join(missing)}",
+            f"a corpus folder holds {', '.join(SPLIT_FILES.values())}, and this one lacks {', '.join(missing)}",
             "write the missing split files (the corpus builder writes all three), or point dataset.path "
             "to a single tab-separated file to have it split",
         )
