@@ -123,11 +123,11 @@ def test_validate_names_the_key_what_it_must_be_and_the_fix(overrides, problem, 
     assert list(tmp_path.iterdir()) == []  # nothing created: no store, no output folder
 
 
-def test_a_directory_as_the_tsv_path_is_called_a_directory(tmp_path):
+def test_a_directory_as_the_tsv_path_must_hold_the_split_files(tmp_path):
     cfg = compose_config("train", ["dataset=tsv", f"dataset.path={tmp_path}", *outputs(tmp_path)])
-    with pytest.raises(DataError, match="is a directory, not a file") as caught:
+    with pytest.raises(DataError, match="a corpus folder holds train.tsv, val.tsv, test.tsv") as caught:
         validate(cfg)
-    assert "not found" not in str(caught.value) and "dataset.path" in caught.value.fix
+    assert caught.value.path == str(tmp_path / "train.tsv") and "dataset.path" in caught.value.fix
 
 
 def test_a_value_that_cannot_be_resolved_names_its_key(tmp_path, monkeypatch):
@@ -170,11 +170,13 @@ def test_the_schema_covers_every_key_of_evaluate_yaml(tmp_path):
     assert set(config_keys(cfg)) == set(EVALUATE_SCHEMA)
 
 
-def test_the_metrics_the_monitor_may_name_are_exactly_those_the_module_logs(tmp_path):
+@pytest.mark.parametrize("task", [[], ["dataset=translate"]], ids=["copy", "translate"])
+def test_the_metrics_the_monitor_may_name_are_exactly_those_the_module_logs(tmp_path, task):
     """``logged_metrics`` (what checkpoint.monitor and optimized_metric are checked against) against
-    what one real epoch of fit logs, for a model with attention on a task with a gold alignment."""
+    what one real epoch of fit logs, for a model with attention on a task with a gold alignment, and
+    on one whose outputs are sentences (sacreBLEU and chrF)."""
     cfg = compose_config("train", [
-        "dataset.train_size=32", "dataset.val_size=64", "dataset.batch_size=16", "dataset.train_lengths=[1,6]",
+        *task, "dataset.train_size=32", "dataset.val_size=64", "dataset.batch_size=16", "dataset.train_lengths=[1,6]",
         "dataset.eval_lengths=[1,10]", "model.hidden_size=8", "model.embedding_dim=8", *outputs(tmp_path),
     ])
     datamodule = build_datamodule(cfg)
@@ -184,6 +186,7 @@ def test_the_metrics_the_monitor_may_name_are_exactly_those_the_module_logs(tmp_
     trainer.fit(build_module(cfg, datamodule), datamodule=datamodule)
     logged = set(trainer.callback_metrics) - {"train/loss_step"}
     assert logged == set(logged_metrics(cfg))
+    assert ({"val/sacrebleu", "val/chrf"} <= logged) == bool(task)
 
 
 # ---- memory --------------------------------------------------------------------------------------

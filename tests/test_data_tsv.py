@@ -51,7 +51,12 @@ def test_tokenize(text, tokenizer, lowercase, expected):
 
 
 def test_unknown_tokenizer_is_value_error(tmp_path):
-    with pytest.raises(ValueError, match="word, char"):
+    with pytest.raises(ValueError, match="word, char, bpe, unigram"):
+        read_tsv(write(tmp_path, b"a\tb\n"), tokenizer="sentencepiece")
+
+
+def test_subwords_are_not_a_rule_read_tsv_applies(tmp_path):
+    with pytest.raises(ValueError, match="learned from the training split"):
         read_tsv(write(tmp_path, b"a\tb\n"), tokenizer="bpe")
 
 
@@ -148,9 +153,37 @@ def test_a_directory_is_called_a_directory(tmp_path):
     assert "not found" not in str(info.value)
 
 
-def test_the_data_module_calls_a_directory_a_directory(tmp_path):
+def data_module(path, **overrides):
     from attnseq.data.datamodule import Seq2SeqDataModule
 
-    with pytest.raises(DataError, match="is a directory, not a file"):
-        Seq2SeqDataModule(task="tsv", path=str(tmp_path), train_lengths=[1, 5], eval_lengths=[1, 5], bucket_width=5,
-                          train_size=8, val_size=4, test_size=4, batch_size=4, seed=0)
+    settings = dict(task="tsv", path=str(path), train_lengths=[1, 5], eval_lengths=[1, 5], bucket_width=5,
+                    train_size=8, val_size=4, test_size=4, batch_size=4, seed=0)
+    return Seq2SeqDataModule(**{**settings, **overrides})
+
+
+def test_a_folder_of_splits_is_used_as_it_is_each_split_capped_at_its_size(tmp_path):
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    for split, count in (("train", 12), ("val", 3), ("test", 6)):
+        write(folder, "".join(f"{split} {i}\t{split.upper()} {i}\n" for i in range(count)).encode(), f"{split}.tsv")
+    data = data_module(folder, train_lengths=[2, 2], eval_lengths=[1, 3])
+    data.setup()
+    assert data.train_examples == [Example(["train", str(i)], ["train", str(i)]) for i in range(8)]  # capped at 8
+    assert data.val_examples == [Example(["val", str(i)], ["val", str(i)]) for i in range(3)]  # in file order
+    assert [ex.src[1] for ex in data.test_examples] == ["0", "1", "2", "3"]
+    assert "val" not in data.src_vocab and "train" in data.src_vocab  # the vocabulary: training only
+
+
+def test_a_file_keeps_being_split_in_the_size_proportions(tmp_path):
+    path = write(tmp_path, "".join(f"w{i}\tt{i}\n" for i in range(40)).encode())
+    data = data_module(path, train_size=20, val_size=10, test_size=10, train_lengths=[1, 1], eval_lengths=[1, 1])
+    data.setup()
+    train, val, test = split_examples(read_tsv(path), [0.5, 0.25, 0.25], seed=0)
+    assert (data.train_examples, data.val_examples, data.test_examples) == (train, val, test)
+
+
+def test_a_folder_without_its_split_files_names_the_missing_one(tmp_path):
+    with pytest.raises(DataError, match="lacks train.tsv, val.tsv, test.tsv") as info:
+        data_module(tmp_path)
+    assert info.value.path == str(tmp_path / "train.tsv")
+    assert "a corpus folder holds" in str(info.value) and "single tab-separated file" in info.value.fix

@@ -219,3 +219,126 @@ def test_same_sample_heatmaps_put_one_shared_sequence_side_by_side():
 def test_no_same_sample_figure_without_two_runs_sharing_a_sequence():
     assert same_sample_figure([compared("gru", [(["a", "b"], 2)]), compared("lstm", [(["b", "a"], 2)])]) is None
     assert same_sample_figure([compared("gru", [(["a", "b"], 2)]), compared("none", [])]) is None
+
+
+# -- a subword run on a corpus folder ------------------------------------------------------------
+NOUNS = [("cat", "chat"), ("dog", "chien"), ("house", "maison"), ("file", "fichier"), ("window", "fenêtre"),
+         ("tree", "arbre"), ("car", "voiture"), ("book", "livre")]
+ADJECTIVES = [("red", "rouge"), ("big", "grand"), ("small", "petit"), ("green", "vert"), ("old", "vieux"),
+              ("new", "nouveau")]
+TEMPLATES = [("The {a} {n} is here.", "Le {n} {a} est là."), ("Open the {a} {n} in @1", "Ouvrir le {n} {a} dans @1"),
+             ("Don't close the {a} {n}!", "Ne fermez pas le {n} {a} « maintenant » !")]
+
+
+def subword_corpus(folder):
+    """English → French-like pairs (adjective after the noun), split by pair into train/val/test.tsv."""
+    pairs = [(en.format(a=a_en, n=n_en), fr.format(a=a_fr, n=n_fr))
+             for en, fr in TEMPLATES for n_en, n_fr in NOUNS for a_en, a_fr in ADJECTIVES]
+    folder.mkdir()
+    splits = {"val": pairs[0::6], "test": pairs[1::6], "train": [p for i, p in enumerate(pairs) if i % 6 > 1]}
+    for split, chosen in splits.items():
+        (folder / f"{split}.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in chosen), encoding="utf-8")
+    return splits
+
+
+@pytest.fixture(scope="module")
+def subword_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("subwords")
+    splits = subword_corpus(root / "corpus")
+    trained = run_cli(
+        root, "dataset=tsv", f"dataset.path={root / 'corpus'}", "dataset.tokenizer=bpe", "dataset.vocab_size=120",
+        "dataset.train_lengths=[1,30]", "dataset.eval_lengths=[1,30]", "dataset.bucket_width=10",
+        "model.hidden_size=16", "model.embedding_dim=8", "trainer.max_epochs=2", "trainer.enable_progress_bar=false",
+        "trainer.enable_model_summary=false", "tracking.heatmap_samples=1", *outputs_under(root),
+    )
+    assert trained.returncode == 0, explain(trained)
+    client = MlflowClient(tracking_uri(root))
+    [run] = all_runs(client)
+    evaluated = run_cli(root, f"run_id={run.info.run_id}", "eval.lengths=[1,30]", "eval.size=1000",
+                        f"mlflow.tracking_uri={tracking_uri(root)}", f"hydra.run.dir={root}/eval", script=EVALUATE_PY)
+    assert evaluated.returncode == 0, explain(evaluated)
+    [evaluation] = [r for r in all_runs(client) if r.data.tags.get("attnseq.kind") == "eval"]
+    return {"root": root, "client": client, "run": client.get_run(run.info.run_id), "eval": evaluation,
+            "splits": splits}
+
+
+@pytest.mark.slow
+def test_a_subword_run_saves_its_tokenizers_and_scores_with_their_signatures(subword_run):
+    import sacrebleu
+    from tokenizers import Tokenizer
+
+    client, run = subword_run["client"], subword_run["run"]
+    assert {"vocab/src_tokenizer.json", "vocab/tgt_tokenizer.json"} <= artifact_paths(client, run.info.run_id)
+    local = client.download_artifacts(run.info.run_id, "vocab/src_tokenizer.json", str(subword_run["root"] / "tok"))
+    pieces = Tokenizer.from_file(local).encode("Open the red cat in @1").tokens  # the library reads it alone
+    assert pieces[0].startswith("\u2581") and "".join(pieces).replace("\u2581", " ").strip() == "open the red cat in @1"
+    for key in ("val/sacrebleu", "val/chrf"):
+        assert len(client.get_metric_history(run.info.run_id, key)) == 2  # each validation epoch
+        assert 0.0 <= run.data.metrics[key] <= 100.0
+    bleu = f"nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:{sacrebleu.__version__}"
+    for logged in (run, subword_run["eval"]):
+        assert logged.data.params["sacrebleu.signature"] == bleu
+        assert logged.data.params["chrf.signature"].startswith("nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no")
+    assert "eval/bleu" not in subword_run["eval"].data.metrics
+
+
+def decoded_alone(trained, pieces: list[str], limit: int) -> str:
+    """One source's greedy output, decoded by the model library alone and detokenised by Hugging Face's
+    own Metaspace decoder: independent of attnseq's serving and scoring code."""
+    from tokenizers import decoders
+
+    from attnseq.model import greedy_decode
+
+    src = torch.tensor([trained.src_vocab.encode(pieces)])  # (1, T_src)
+    decoded = greedy_decode(trained.model, src, torch.tensor([len(pieces)]), max_length=limit)
+    words = trained.tgt_vocab.decode(decoded.tokens[0, : int(decoded.lengths[0])].tolist())
+    words = words[: words.index("</s>")] if "</s>" in words else words
+    return decoders.Metaspace(replacement="\u2581", prepend_scheme="always").decode(words)
+
+
+@pytest.mark.slow
+def test_a_subword_runs_mlflow_model_outputs_detokenised_text_that_evaluation_scores(subword_run):
+    """The MLflow model reads raw text with the run's tokenizer and detokenises its output; eval/sacrebleu and
+    eval/chrf are sacrebleu's own scores of the test outputs (one batch: one length limit for all)."""
+    import mlflow.pyfunc
+    import pandas as pd
+    import sacrebleu
+    from tokenizers import Tokenizer
+
+    from attnseq.evaluation.trained_runs import load_trained_run
+    from attnseq.serving.logged_model import logging_scope
+
+    client, run, evaluation = subword_run["client"], subword_run["run"], subword_run["eval"]
+    test = subword_run["splits"]["test"]
+    trained = load_trained_run(client, run)
+    reader = Tokenizer.from_file(client.download_artifacts(run.info.run_id, "vocab/src_tokenizer.json",
+                                                           str(subword_run["root"] / "reader")))
+    pieces = [reader.encode(source).tokens for source, _ in test]
+    ratio, extra = trained.config["decode"]["max_length_ratio"], trained.config["decode"]["max_length_extra"]
+
+    with logging_scope(client):
+        model = mlflow.pyfunc.load_model(f"runs:/{run.info.run_id}/model")
+    outputs = model.predict(pd.DataFrame({"source": [source for source, _ in test]}))["output"].tolist()
+    assert outputs == [decoded_alone(trained, p, int(len(p) * ratio) + extra) for p in pieces]
+    assert all("\u2581" not in text for text in outputs)
+
+    limit = int(max(len(p) for p in pieces) * ratio) + extra
+    hypotheses = [decoded_alone(trained, p, limit) for p in pieces]
+    references = [target.lower() for _, target in test]  # the run lowercases
+    metrics = evaluation.data.metrics
+    assert metrics["eval/sacrebleu"] == pytest.approx(sacrebleu.corpus_bleu(hypotheses, [references]).score)
+    assert metrics["eval/chrf"] == pytest.approx(sacrebleu.corpus_chrf(hypotheses, [references]).score)
+    local = client.download_artifacts(evaluation.info.run_id, "eval/buckets.csv", str(subword_run["root"] / "b"))
+    rows = list(csv.DictReader(open(local)))
+    assert [f"{int(r['lo']):02d}-{int(r['hi']):02d}" for r in rows] == ["01-10", "11-20", "21-30"]
+    for row in rows:
+        name = f"{int(row['lo']):02d}-{int(row['hi']):02d}"
+        members = [i for i, p in enumerate(pieces) if int(row["lo"]) <= len(p) <= int(row["hi"])]
+        assert int(row["sequences"]) == len(members)
+        if members:
+            expected = sacrebleu.corpus_bleu([hypotheses[i] for i in members], [[references[i] for i in members]])
+            assert float(row["sacrebleu"]) == pytest.approx(metrics[f"eval/sacrebleu_len/{name}"])
+            assert metrics[f"eval/sacrebleu_len/{name}"] == pytest.approx(expected.score)
+            assert float(row["chrf"]) == pytest.approx(metrics[f"eval/chrf_len/{name}"])
+        else:
+            assert row["sacrebleu"] == "" and f"eval/sacrebleu_len/{name}" not in metrics

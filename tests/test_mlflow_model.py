@@ -26,10 +26,11 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from attnseq.data import SPACE_TOKEN, Vocabulary
+from attnseq.data.tokenizers import tokenizer_for
 from attnseq.evaluation.trained_runs import load_trained_run
 from attnseq.model import ModelConfig, beam_search, build_seq2seq, greedy_decode
 from attnseq.serving.logged_model import logging_scope, pip_requirements
-from attnseq.serving.predictor import DecodeLimit, InvalidSource, SourceReading, Translator
+from attnseq.serving.predictor import DecodeLimit, InvalidSource, Translator
 from attnseq.tracking import paths
 
 SYMBOLS = [f"s{i}" for i in range(10)]
@@ -45,7 +46,8 @@ def constant_translator(output_id: int, limit: DecodeLimit | None = None) -> Tra
         model.decoder.readout.weight.zero_()
         model.decoder.readout.bias.fill_(-10.0)
         model.decoder.readout.bias[output_id] = 10.0
-    return Translator(model, src_vocab, tgt_vocab, SourceReading(), limit or DecodeLimit(1.5, 5))
+    symbols = tokenizer_for({"task": "copy"})
+    return Translator(model, src_vocab, tgt_vocab, symbols, symbols, limit or DecodeLimit(1.5, 5))
 
 
 def test_an_output_without_eos_stops_at_its_own_source_length_limit_whatever_shares_its_batch():
@@ -65,14 +67,15 @@ def test_an_output_that_starts_with_eos_is_empty():
 
 
 def test_sources_are_read_as_the_run_read_its_data():
-    symbols = SourceReading.of_config({"dataset": {"task": "copy"}})
-    assert symbols.tokens("  s3 s1\ts4 ") == ["s3", "s1", "s4"]
-    words = SourceReading.of_config({"dataset": {"task": "tsv", "tokenizer": "word", "lowercase": True}})
-    assert words.tokens("Hello, World!") == ["hello", ",", "world", "!"]
-    chars = SourceReading.of_config({"dataset": {"task": "tsv", "tokenizer": "char", "lowercase": False}})
-    assert chars.tokens("Ab c") == ["A", "b", SPACE_TOKEN, "c"]
-    assert chars.text(["A", "b", SPACE_TOKEN, "c"]) == "Ab c"
-    assert symbols.text(["s3", "s1"]) == "s3 s1"
+    symbols = tokenizer_for({"task": "copy"})
+    assert symbols.tokenize("  s3 s1\ts4 ") == ["s3", "s1", "s4"]
+    words = tokenizer_for({"task": "tsv", "tokenizer": "word", "lowercase": True})
+    assert words.tokenize("Hello, World!") == ["hello", ",", "world", "!"]
+    assert words.detokenize(["hello", ",", "world", "!"]) == "hello , world !"
+    chars = tokenizer_for({"task": "tsv", "tokenizer": "char", "lowercase": False})
+    assert chars.tokenize("Ab c") == ["A", "b", SPACE_TOKEN, "c"]
+    assert chars.detokenize(["A", "b", SPACE_TOKEN, "c"]) == "Ab c"
+    assert symbols.detokenize(["s3", "s1"]) == "s3 s1"
 
 
 def test_the_decode_limit_is_the_validation_one():

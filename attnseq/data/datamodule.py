@@ -6,10 +6,13 @@ Data and seeds:
   set. Validation and test use ``eval_lengths`` (which may reach past ``train_lengths``), and
   the validation set is the same every epoch. Vocabularies are the task's full token set, so
   evaluation at any length never meets UNK.
-- ``tsv`` reads ``path``, splits the corpus with ``split_examples`` in the proportions
-  ``train_size : val_size : test_size`` (seed ``seed``), keeps each split's examples whose
-  source length lies in its range, and caps each at its size. Vocabularies come from the
-  training split only.
+- ``tsv`` reads ``path``: a file, split with ``split_examples`` in the proportions
+  ``train_size : val_size : test_size`` (seed ``seed``), or a folder of ready splits
+  (``train.tsv``, ``val.tsv``, ``test.tsv``). A ``bpe``/``unigram`` tokenizer per side is trained
+  on the training split's text (``vocab_size`` pieces), unless trained ones are passed in
+  (``text_tokenizers``: evaluating a run). Each split keeps its examples whose source length (in
+  tokens) lies in its range, capped at its size. Vocabularies come from the kept training
+  examples only.
 
 ``setup()`` must run before the vocabularies or examples are read (the model needs the vocab
 sizes); it builds everything once and does nothing on later calls.
@@ -31,8 +34,16 @@ from attnseq.data.lengths import filter_by_source_length, is_int, validate_lengt
 from attnseq.data.sampler import LengthBucketBatchSampler
 from attnseq.data.splits import split_examples
 from attnseq.data.tasks import TASKS, generate, make_task
-from attnseq.data.tokenizers import check_tokenizer
-from attnseq.data.tsv import read_tsv
+from attnseq.data.tokenizers import (
+    DEFAULT_VOCAB_SIZE,
+    SUBWORD_TOKENIZERS,
+    RuleTokenizer,
+    SubwordTokenizer,
+    TextTokenizer,
+    check_tokenizer,
+    tokenizer_for,
+)
+from attnseq.data.tsv import TextPair, read_pairs, read_split_folder, split_files
 from attnseq.data.vocab import Vocabulary
 
 DATA_TASKS = (*TASKS, "tsv")
@@ -59,10 +70,12 @@ class Seq2SeqDataModule(L.LightningDataModule):
         batch_size: examples per batch.
         seed: fixes the data (see the module docstring) and the training batch order.
         num_symbols: alphabet size of copy/reverse/sort; ignored by translate and tsv.
-        path: the TSV file (tsv only).
-        tokenizer, lowercase: how TSV text is tokenised ("word" or "char").
+        path: the TSV file, or a folder of train.tsv, val.tsv and test.tsv (tsv only).
+        tokenizer, lowercase: how TSV text is tokenised (word, char, bpe or unigram).
+        vocab_size: subword pieces per side (bpe, unigram).
         num_workers: DataLoader worker processes.
         length_bucketing: batch training examples of similar length (evaluation always is).
+        text_tokenizers: (source, target) tokenizers to use instead of training new ones.
     """
 
     def __init__(
@@ -80,8 +93,10 @@ class Seq2SeqDataModule(L.LightningDataModule):
         path: str | None = None,
         tokenizer: str = "word",
         lowercase: bool = True,
+        vocab_size: int = DEFAULT_VOCAB_SIZE,
         num_workers: int = 0,
         length_bucketing: bool = True,
+        text_tokenizers: tuple[TextTokenizer, TextTokenizer] | None = None,
     ) -> None:
         super().__init__()
         if task not in DATA_TASKS:
@@ -101,18 +116,18 @@ class Seq2SeqDataModule(L.LightningDataModule):
         self.num_symbols = _check_int_at_least("num_symbols", num_symbols)
         self.tokenizer = check_tokenizer(tokenizer)
         self.lowercase = bool(lowercase)
+        self.vocab_size = _check_int_at_least("vocab_size", vocab_size)
+        self.text_tokenizers = text_tokenizers
         self.length_bucketing = bool(length_bucketing)
         if task == "tsv":
             if path is None:
                 raise ValueError("task 'tsv' needs path=<file with one 'source<TAB>target' pair per line>")
-            if Path(path).is_dir():
-                raise DataError(
-                    path, "is a directory, not a file", "point the path (dataset.path) to the tab-separated file in it"
-                )
-            if not Path(path).is_file():
+            if not Path(path).exists():
                 raise DataError(
                     path, "file not found", "check the path; prefer an absolute one (Hydra may change the working dir)"
                 )
+            if Path(path).is_dir():
+                split_files(path)
         elif path is not None:
             raise ValueError(
                 f"path={path!r} is only read by task 'tsv', but task is {task!r}; remove path or set task=tsv"
@@ -121,6 +136,8 @@ class Seq2SeqDataModule(L.LightningDataModule):
 
         self._src_vocab: Vocabulary | None = None
         self._tgt_vocab: Vocabulary | None = None
+        self._src_tokenizer: TextTokenizer | None = None
+        self._tgt_tokenizer: TextTokenizer | None = None
         self._examples: dict[str, list[Example]] = {}
         self._encoded: dict[str, list[EncodedExample]] = {}
 
@@ -134,6 +151,7 @@ class Seq2SeqDataModule(L.LightningDataModule):
             examples, src_vocab, tgt_vocab = self._build_tsv()
         else:
             examples, src_vocab, tgt_vocab = self._build_synthetic()
+            self._src_tokenizer = self._tgt_tokenizer = tokenizer_for({"task": self.task})
         encoded = {split: encode_examples(exs, src_vocab, tgt_vocab) for split, exs in examples.items()}
         self._src_vocab, self._tgt_vocab = src_vocab, tgt_vocab
         self._examples, self._encoded = examples, encoded
@@ -149,25 +167,46 @@ class Seq2SeqDataModule(L.LightningDataModule):
         return examples, Vocabulary(spec.source_tokens()), Vocabulary(spec.target_tokens())
 
     def _build_tsv(self) -> tuple[dict[str, list[Example]], Vocabulary, Vocabulary]:
-        corpus = read_tsv(self.path, tokenizer=self.tokenizer, lowercase=self.lowercase)
         sizes = {"train": self.train_size, "val": self.val_size, "test": self.test_size}
-        total = sum(sizes.values())
-        splits = split_examples(corpus, [size / total for size in sizes.values()], seed=self.seed)
+        if Path(self.path).is_dir():
+            pairs = read_split_folder(self.path)
+        else:
+            corpus = read_pairs(self.path)
+            total = sum(sizes.values())
+            pairs = dict(zip(sizes, split_examples(corpus, [size / total for size in sizes.values()], seed=self.seed)))
+        self._src_tokenizer, self._tgt_tokenizer = self.text_tokenizers or self._train_tokenizers(pairs["train"])
         examples = {}
-        for (split, size), part in zip(sizes.items(), splits, strict=True):
+        for split, size in sizes.items():
+            part = self._tokenized(pairs[split])
             lengths = self.train_lengths if split == "train" else self.eval_lengths
             kept = filter_by_source_length(part, lengths)[:size]
             if not kept:
+                read = f"{len(part)} pairs in this split" + ("" if Path(self.path).is_dir() else " of the corpus")
                 raise DataError(
                     self.path,
-                    f"the {split} split has no pair with source length in {list(lengths)} "
-                    f"(corpus of {len(corpus)} pairs, {len(part)} in this split before filtering)",
+                    f"the {split} split has no pair with source length in {list(lengths)} ({read}, "
+                    f"source lengths counted in {self.tokenizer} tokens)",
                     f"widen {'train_lengths' if split == 'train' else 'eval_lengths'}, raise {split}_size, "
                     "or use a bigger corpus",
                 )
             examples[split] = kept
         train = examples["train"]
         return examples, Vocabulary.build(ex.src for ex in train), Vocabulary.build(ex.tgt for ex in train)
+
+    def _train_tokenizers(self, train: list[TextPair]) -> tuple[TextTokenizer, TextTokenizer]:
+        """(source, target) tokenizers: by rule, or learned from the training split's text alone."""
+        if self.tokenizer not in SUBWORD_TOKENIZERS:
+            reading = RuleTokenizer(self.tokenizer, self.lowercase)
+            return reading, reading
+        return tuple(
+            SubwordTokenizer.train(self.tokenizer, texts, self.vocab_size, self.lowercase)
+            for texts in ([pair.source for pair in train], [pair.target for pair in train])
+        )
+
+    def _tokenized(self, pairs: list[TextPair]) -> list[Example]:
+        sources = self._src_tokenizer.tokenize_all([pair.source for pair in pairs])
+        targets = self._tgt_tokenizer.tokenize_all([pair.target for pair in pairs])
+        return [Example(src, tgt, None) for src, tgt in zip(sources, targets, strict=True)]
 
     def _require_setup(self, name: str) -> None:
         if not self._examples:
@@ -184,6 +223,18 @@ class Seq2SeqDataModule(L.LightningDataModule):
     def tgt_vocab(self) -> Vocabulary:
         self._require_setup("tgt_vocab")
         return self._tgt_vocab
+
+    @property
+    def src_tokenizer(self) -> TextTokenizer:
+        """How source text becomes tokens (the synthetic tasks: symbols separated by spaces)."""
+        self._require_setup("src_tokenizer")
+        return self._src_tokenizer
+
+    @property
+    def tgt_tokenizer(self) -> TextTokenizer:
+        """How target text becomes tokens, and output tokens text again (``detokenize``)."""
+        self._require_setup("tgt_tokenizer")
+        return self._tgt_tokenizer
 
     @property
     def train_examples(self) -> list[Example]:

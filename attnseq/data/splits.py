@@ -1,17 +1,18 @@
-"""Deterministic train/validation/test splits of a list of examples."""
+"""Deterministic train/validation/test splits of a list of examples (or of text pairs)."""
 
 from __future__ import annotations
 
 import math
 import random
 from collections.abc import Sequence
+from typing import TypeVar
 
-from attnseq.data.example import Example
+Item = TypeVar("Item")
 
 
 def split_examples(
-    examples: Sequence[Example], fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0
-) -> tuple[list[Example], list[Example], list[Example]]:
+    examples: Sequence[Item], fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0
+) -> tuple[list[Item], list[Item], list[Item]]:
     """Shuffle with ``random.Random(seed)`` and cut into (train, val, test).
 
     ``fractions`` = (train, val, test), non-negative and summing to 1. Validation and test get

@@ -1,4 +1,5 @@
-"""Reading a tab-separated parallel corpus (``source<TAB>target`` per line) into Examples.
+"""Reading a tab-separated parallel corpus (``source<TAB>target`` per line): its text pairs
+(``read_pairs``), or Examples tokenised by a rule (``read_tsv``).
 
 The format is the Tatoeba / manythings.org Anki sentence-pair file, restricted to exactly two
 columns: every line must hold exactly one tab. Anki downloads carry a third attribution column;
@@ -6,6 +7,9 @@ columns: every line must hold exactly one tab. Anki downloads carry a third attr
 Lines end with ``\\n`` or ``\\r\\n``; a UTF-8 byte-order mark is ignored; lines ending in ``\\r``
 alone (old Mac files) are an error that says so. Blank lines are errors too (a blank line is a
 line without a tab), which keeps line numbers meaningful.
+
+A corpus split beforehand is a folder holding ``train.tsv``, ``val.tsv`` and ``test.tsv``
+(``SPLIT_FILES``, read by ``read_split_folder``).
 """
 
 from __future__ import annotations
@@ -13,10 +17,14 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 from attnseq.data.errors import DataError
 from attnseq.data.example import Example
-from attnseq.data.tokenizers import check_tokenizer, tokenize
+from attnseq.data.tokenizers import RULE_TOKENIZERS, check_tokenizer, tokenize
+
+SPLIT_FILES = {"train": "train.tsv", "val": "val.tsv", "test": "test.tsv"}
+"""The files of a corpus folder, by split."""
 
 _UTF8_BOM = b"\xef\xbb\xbf"
 _LONE_CR = re.compile(r"\r(?!\n)")
@@ -64,22 +72,70 @@ def _reject_old_mac_line_endings(path: Path, text: str) -> None:
     )
 
 
+class TextPair(NamedTuple):
+    source: str
+    target: str
+
+
 def read_tsv(path: str | Path, tokenizer: str = "word", lowercase: bool = True) -> list[Example]:
-    """All sentence pairs of ``path``, tokenised, in file order, with ``alignment=None``.
+    """All sentence pairs of ``path``, tokenised by a rule, in file order, with ``alignment=None``.
+
+    Raises:
+        DataError: as ``read_pairs``.
+        ValueError: ``tokenizer`` is not ``word`` or ``char`` (subwords are learned: the data module
+            trains them on the training split).
+    """
+    check_tokenizer(tokenizer)
+    if tokenizer not in RULE_TOKENIZERS:
+        raise ValueError(f"read_tsv tokenises by a rule ({', '.join(RULE_TOKENIZERS)}); {tokenizer!r} is learned "
+                         "from the training split: use Seq2SeqDataModule, or read_pairs and SubwordTokenizer")
+    return [
+        Example(tokenize(pair.source, tokenizer, lowercase), tokenize(pair.target, tokenizer, lowercase), None)
+        for pair in read_pairs(path)
+    ]
+
+
+def split_files(folder: str | Path) -> dict[str, Path]:
+    """Each split's file in a corpus folder (``SPLIT_FILES``).
+
+    Raises:
+        DataError: one is missing; the message names it.
+    """
+    folder = Path(folder)
+    missing = [name for name in SPLIT_FILES.values() if not (folder / name).is_file()]
+    if missing:
+        raise DataError(
+            folder / missing[0],
+            f"a corpus folder holds {', '.join(SPLIT_FILES.values())}, and this one lacks {', '.join(missing)}",
+            "write the missing split files (the corpus builder writes all three), or point dataset.path "
+            "to a single tab-separated file to have it split",
+        )
+    return {split: folder / name for split, name in SPLIT_FILES.items()}
+
+
+def read_split_folder(folder: str | Path) -> dict[str, list[TextPair]]:
+    """The pairs of each split of a corpus folder (``SPLIT_FILES``).
+
+    Raises:
+        DataError: as ``split_files`` and ``read_pairs``.
+    """
+    return {split: read_pairs(path) for split, path in split_files(folder).items()}
+
+
+def read_pairs(path: str | Path) -> list[TextPair]:
+    """All (source, target) text pairs of ``path``, in file order, as written.
 
     Raises:
         DataError: the file is missing, empty or not UTF-8; a line has not exactly one tab; or
-            one side of a pair is empty. The message names the path, the line and the fix.
-        ValueError: ``tokenizer`` is not one of ``word``, ``char``.
+            one side of a pair is blank. The message names the path, the line and the fix.
     """
-    check_tokenizer(tokenizer)
     path = Path(path)
     text = _read_text(path)
     _reject_old_mac_line_endings(path, text)
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()  # the newline that ends the last line does not start a new one
-    examples = []
+    pairs = []
     for number, line in enumerate(lines, start=1):
         line = line.removesuffix("\r")
         tabs = line.count("\t")
@@ -109,12 +165,10 @@ def read_tsv(path: str | Path, tokenizer: str = "word", lowercase: bool = True) 
                 line=number,
             )
         source, target = line.split("\t")
-        src = tokenize(source, tokenizer, lowercase)
-        tgt = tokenize(target, tokenizer, lowercase)
-        for side, tokens in (("source", src), ("target", tgt)):
-            if not tokens:
+        for side, text in (("source", source), ("target", target)):
+            if text.strip() == "":
                 raise DataError(
                     path, f"empty {side} side", "give both sides some text, or delete the line", line=number
                 )
-        examples.append(Example(src=src, tgt=tgt, alignment=None))
-    return examples
+        pairs.append(TextPair(source, target))
+    return pairs

@@ -1,6 +1,7 @@
 """Evaluate one trained model on a chosen length range: length-bucketed accuracy and exact
 match (greedy or beam), overall, per bucket and inside the training lengths; the attention
-diagnostics against the gold alignment likewise; BLEU for text tasks; the counterfactual check."""
+diagnostics against the gold alignment likewise; for text tasks sacreBLEU and chrF on detokenised
+text, overall and per bucket (``attnseq.metrics.translation``); the counterfactual check."""
 
 from __future__ import annotations
 
@@ -9,19 +10,16 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
-from torchmetrics.text import BLEUScore
 
 from attnseq.data import Batch, Example, Seq2SeqDataModule, collate, encode_examples
-from attnseq.data.vocab import EOS, PAD
+from attnseq.data.tokenizers import TEXT_TASKS, output_text
 from attnseq.evaluation.counterfactual import MODES, CounterfactualTotals, with_counterfactual_attention
 from attnseq.evaluation.trained_runs import TrainedRun
 from attnseq.metrics import DIAGNOSTICS, AttentionDiagnostics, LengthBucketedAccuracy, bucket_name
-from attnseq.metrics.length_buckets import bucket_digits
+from attnseq.metrics.length_buckets import LengthBuckets, bucket_digits
+from attnseq.metrics.translation import SCORES, signature_params, translation_scores
 from attnseq.model import Decoded, greedy_decode
 from attnseq.model.beam import beam_search
-
-TEXT_TASKS = ("translate", "tsv")
-"""Tasks whose outputs are sentences: BLEU is reported for them (torchmetrics' corpus BLEU-4)."""
 
 
 @dataclass(frozen=True)
@@ -38,16 +36,18 @@ class EvalSettings:
 @dataclass
 class EvalResult:
     metrics: dict[str, float]
-    bucket_rows: list[dict]  # one per bucket: lo, hi, sequences, acc, exact_match, and cf_* columns
+    bucket_rows: list[dict]  # one per bucket: lo, hi, sequences, acc, exact_match, sacrebleu, chrf, cf_* columns
     counterfactual: dict[str, CounterfactualTotals] = field(default_factory=dict)
     long_samples: list[tuple[Example, Decoded]] = field(default_factory=list)
+    signatures: dict[str, str] = field(default_factory=dict)  # text tasks: sacrebleu.signature, chrf.signature
 
 
 def evaluation_examples(trained: TrainedRun, settings: EvalSettings) -> list[Example]:
     """A held-out test split at ``settings.lengths``, made the way the run made its data."""
     dataset = dict(trained.config["dataset"])
     dataset.update(eval_lengths=list(settings.lengths), test_size=settings.size)
-    data = Seq2SeqDataModule(**dataset, seed=int(trained.config["seed"]) + settings.seed)
+    data = Seq2SeqDataModule(**dataset, seed=int(trained.config["seed"]) + settings.seed,
+                             text_tokenizers=(trained.src_tokenizer, trained.tgt_tokenizer))
     data.setup()
     return data.test_examples
 
@@ -59,10 +59,6 @@ def decode(trained: TrainedRun, batch: Batch, beam_size: int) -> Decoded:
     if beam_size > 1:
         return beam_search(trained.model, batch.src, batch.src_lengths, beam_size, max_length=limit)
     return greedy_decode(trained.model, batch.src, batch.src_lengths, max_length=limit)
-
-
-def _strip(ids: list[int]) -> list[int]:
-    return ids[: ids.index(EOS)] if EOS in ids else [i for i in ids if i != PAD]
 
 
 @torch.no_grad()
@@ -79,7 +75,7 @@ def evaluate_run(trained: TrainedRun, settings: EvalSettings, examples: list[Exa
     accuracy_inside = LengthBucketedAccuracy(train_hi, train_hi)
     diagnostics_inside = AttentionDiagnostics(train_hi, train_hi)
     is_text = trained.config["dataset"]["task"] in TEXT_TASKS
-    bleu = BLEUScore(n_gram=4) if is_text else None
+    hypotheses: list[str] = []  # text tasks: each example's output, detokenised, in ``ordered`` order
     with_attention = model.attention is not None
     generator = torch.Generator().manual_seed(settings.seed)
     twins = (
@@ -108,10 +104,9 @@ def evaluate_run(trained: TrainedRun, settings: EvalSettings, examples: list[Exa
         for mode, twin in twins.items():
             changed, _ = twin(batch.src, batch.src_lengths, batch.tgt_in)
             totals[mode].update(logits, changed, batch.tgt_lengths, batch.src_lengths, width)
-        if bleu is not None:
-            hyps = [" ".join(trained.tgt_vocab.decode(_strip(row))) for row in decoded.tokens.tolist()]
-            refs = [[" ".join(ex.tgt)] for ex in ordered[start : start + settings.batch_size]]
-            bleu.update(hyps, refs)
+        if is_text:
+            vocab, tokenizer = trained.tgt_vocab, trained.tgt_tokenizer
+            hypotheses += [output_text(ids, vocab, tokenizer) for ids in decoded.tokens.tolist()]
         if progress is not None:
             progress(len(batch))
 
@@ -127,8 +122,17 @@ def evaluate_run(trained: TrainedRun, settings: EvalSettings, examples: list[Exa
             row.update({name: diagnosed[name] for name in DIAGNOSTICS})
             metrics.update({f"eval/{name}_len/{row['bucket']}": diagnosed[name] for name in DIAGNOSTICS
                             if diagnosed[name] is not None})
-    if bleu is not None:
-        metrics["eval/bleu"] = float(bleu.compute())
+    scored = {}
+    if is_text and ordered:
+        references = [trained.tgt_tokenizer.detokenize(example.tgt) for example in ordered]
+        lengths = [len(example.src) for example in ordered]
+        scores = translation_scores(hypotheses, references, lengths, LengthBuckets(max_length, width))
+        metrics.update({f"eval/{name}": value for name, value in scores.overall.items()})
+        for row, scored_row in zip(rows, scores.buckets, strict=True):
+            row.update({name: scored_row[name] for name in SCORES})
+            metrics.update({f"eval/{name}_len/{row['bucket']}": scored_row[name] for name in SCORES
+                            if scored_row[name] is not None})
+        scored = signature_params()
     digits = bucket_digits(max_length)
     for mode, total in totals.items():
         for key, value in total.summary().items():
@@ -138,7 +142,7 @@ def evaluate_run(trained: TrainedRun, settings: EvalSettings, examples: list[Exa
             if cf["flip_rate"] is not None:
                 name = bucket_name(cf["lo"], cf["hi"], digits)
                 metrics[f"eval/cf_{mode}_flip_len/{name}"] = cf["flip_rate"]
-    return EvalResult(metrics, rows, totals, long_samples=_longest(trained, ordered, settings))
+    return EvalResult(metrics, rows, totals, long_samples=_longest(trained, ordered, settings), signatures=scored)
 
 
 def _longest(trained: TrainedRun, ordered: list[Example], settings: EvalSettings, count: int = 3) -> list:

@@ -89,7 +89,8 @@ def log_evaluation(client: MlflowClient, trained: TrainedRun, settings: EvalSett
                             parent_run_id=trained.run_id)
     try:
         device = next(trained.model.parameters()).device
-        run.log_params({**runtime_params(device), **{f"eval.{key}": value for key, value in vars(settings).items()}})
+        run.log_params({**runtime_params(device), **{f"eval.{key}": value for key, value in vars(settings).items()},
+                        **result.signatures})
         run.log_metrics(result.metrics)
         log_length_curves(run, "eval", result.bucket_rows)
         for path in write_bucket_files(result.bucket_rows, folder):

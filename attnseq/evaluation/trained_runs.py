@@ -1,8 +1,8 @@
 """Finding trained runs in MLflow and rebuilding each model from the run's own artifacts
-(its resolved config, vocabularies and model file) — no Hydra command line needed.
+(its resolved config, vocabularies, tokenizers and model file) — no Hydra command line needed.
 
-Nothing is unpickled: the config is YAML, the vocabularies JSON, and the weights are read with
-``torch.load(..., weights_only=True)``.
+Nothing is unpickled: the config is YAML, the vocabularies and tokenizers JSON, and the weights are
+read with ``torch.load(..., weights_only=True)``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from attnseq.data import Vocabulary
+from attnseq.data.tokenizers import SUBWORD_TOKENIZERS, SYMBOLS, RuleTokenizer, TextTokenizer, tokenizer_for
 from attnseq.errors import ConfigError
 from attnseq.model import Seq2Seq, load_saved_model
 from attnseq.tracking import paths, tags
@@ -30,6 +31,8 @@ class TrainedRun:
     src_vocab: Vocabulary
     tgt_vocab: Vocabulary
     model: Seq2Seq
+    src_tokenizer: TextTokenizer = RuleTokenizer(SYMBOLS)  # how the run read its text (and detokenises outputs)
+    tgt_tokenizer: TextTokenizer = RuleTokenizer(SYMBOLS)
 
     @property
     def run_id(self) -> str:
@@ -126,22 +129,30 @@ def select_runs(
 def load_trained_run(client: MlflowClient, run: Run) -> TrainedRun:
     """Rebuild a run's model from its artifacts; a clear error when one is missing."""
     with tempfile.TemporaryDirectory() as tmp:
-        local = {}
-        for artifact in (paths.RESOLVED_CONFIG, paths.SRC_VOCAB, paths.TGT_VOCAB, paths.MODEL_FILE):
+
+        def downloaded(artifact: str) -> Path:
             places = (artifact, paths.LEGACY_MODEL_FILE) if artifact == paths.MODEL_FILE else (artifact,)
-            local[artifact] = _first_downloaded(client, run.info.run_id, places, tmp)
-            if local[artifact] is None:
+            local = _first_downloaded(client, run.info.run_id, places, tmp)
+            if local is None:
                 raise ConfigError(
                     f"run {run.info.run_id} ({run.info.run_name}, status {run.info.status}) has no "
                     f"'{artifact}' artifact, so its model cannot be rebuilt.",
                     "evaluate a run that finished training (a run killed before its first epoch "
                     "ended has no checkpoint), or resume it first.",
                 )
-        config = yaml.safe_load(local[paths.RESOLVED_CONFIG].read_text())
-        src_vocab = Vocabulary.load(local[paths.SRC_VOCAB])
-        tgt_vocab = Vocabulary.load(local[paths.TGT_VOCAB])
-        model = load_saved_model(local[paths.MODEL_FILE])
-    return TrainedRun(run, config, src_vocab, tgt_vocab, model)
+            return local
+
+        config = yaml.safe_load(downloaded(paths.RESOLVED_CONFIG).read_text())
+        src_vocab = Vocabulary.load(downloaded(paths.SRC_VOCAB))
+        tgt_vocab = Vocabulary.load(downloaded(paths.TGT_VOCAB))
+        dataset = config["dataset"]
+        learned = dataset["task"] == "tsv" and dataset.get("tokenizer") in SUBWORD_TOKENIZERS
+        src_tokenizer, tgt_tokenizer = (
+            tokenizer_for(dataset, downloaded(artifact).read_text(encoding="utf-8") if learned else None)
+            for artifact in (paths.SRC_TOKENIZER, paths.TGT_TOKENIZER)
+        )
+        model = load_saved_model(downloaded(paths.MODEL_FILE))
+    return TrainedRun(run, config, src_vocab, tgt_vocab, model, src_tokenizer, tgt_tokenizer)
 
 
 def _first_downloaded(client: MlflowClient, run_id: str, places: tuple[str, ...], into: str) -> Path | None:

@@ -2,7 +2,8 @@
 listed under the run's and the experiment's *Logged models*, registrable, and usable with
 ``mlflow models predict`` / ``serve`` as ``runs:/<run id>/model`` (``paths.MLFLOW_MODEL``).
 
-The model carries the run's model file, resolved config and vocabularies as artifacts, a copy of
+The model carries the run's model file, resolved config, vocabularies and (subword runs) tokenizers
+as artifacts, a copy of
 the ``attnseq`` package as its code, a signature with a params schema (``beam_size``,
 ``length_penalty``), an input example, and explicit pip requirements, so MLflow never loads the
 model in a subprocess to infer them.
@@ -24,6 +25,7 @@ from pathlib import Path
 import mlflow
 import numpy as np
 import pandas as pd
+import tokenizers
 import torch
 import yaml
 from mlflow.entities import LoggedModel, Metric
@@ -41,7 +43,9 @@ MODEL_FILE = "model_file"
 CONFIG = "config"
 SRC_VOCAB = "src_vocab"
 TGT_VOCAB = "tgt_vocab"
-"""The model's artifacts, by the name ``context.artifacts`` gives them under."""
+SRC_TOKENIZER = "src_tokenizer"
+TGT_TOKENIZER = "tgt_tokenizer"
+"""The model's artifacts, by the name ``context.artifacts`` gives them under (the tokenizers: subword runs only)."""
 
 SOURCE_COLUMN = "source"
 OUTPUT_COLUMN = "output"
@@ -69,6 +73,7 @@ def pip_requirements() -> list[str]:
         f"numpy=={np.__version__}",
         f"pandas=={pd.__version__}",
         f"pyyaml=={yaml.__version__}",
+        f"tokenizers=={tokenizers.__version__}",
     ]
 
 
@@ -107,8 +112,11 @@ def log_translator(
     tgt_vocab_file: Path,
     example_sources: Sequence[str],
     step: int = 0,
+    tokenizer_files: tuple[Path, Path] | None = None,
 ) -> LoggedModel:
     """Log the MLflow model ``paths.MLFLOW_MODEL`` of run ``run_id``, in the run's experiment.
+
+    ``tokenizer_files``: the (source, target) tokenizers' JSON of a subword run.
 
     ``step``: when the run output the model. The final value of each of the run's metrics is linked
     to the model, so the *Logged models* table shows them.
@@ -136,6 +144,8 @@ def log_translator(
                 CONFIG: str(config_file),
                 SRC_VOCAB: str(src_vocab_file),
                 TGT_VOCAB: str(tgt_vocab_file),
+                **({} if tokenizer_files is None else
+                   {SRC_TOKENIZER: str(tokenizer_files[0]), TGT_TOKENIZER: str(tokenizer_files[1])}),
             },
             code_paths=[str(PACKAGE_DIR)],
             signature=SIGNATURE,

@@ -1,14 +1,17 @@
 """``Translator``: a trained model with its vocabularies and decoding settings, turning source text
 into output text. It is what the MLflow model runs, and it imports no MLflow.
 
-A source is read the way the run read its data: a symbol or toy-translation task's tokens are
-separated by spaces (``"s3 s1 s4"``); a TSV corpus's text goes through the run's tokenizer. Every
+A source is read the way the run read its data (``attnseq.data.tokenizers``): a symbol or
+toy-translation task's tokens are separated by spaces (``"s3 s1 s4"``); a TSV corpus's text goes
+through the run's source tokenizer, and each output's tokens are detokenised by its target
+tokenizer (subword pieces joined back into words). A source token outside the vocabulary is an
+error naming it, except subword pieces: those become the unknown token, as in training. Every
 output stops at EOS, or at the run's validation limit of ``decode.max_length_ratio × source
 length + decode.max_length_extra`` tokens. Sources are batched by length, so each output is the
 one its source would get decoded alone, by greedy decoding or by beam search.
 
-Nothing is unpickled: the config is YAML, the vocabularies JSON, and the weights are read with
-``torch.load(..., weights_only=True)``.
+Nothing is unpickled: the config is YAML, the vocabularies and tokenizers JSON, and the weights are
+read with ``torch.load(..., weights_only=True)``.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ import torch
 import yaml
 from torch import Tensor
 
-from attnseq.data import EOS, SPACE_TOKEN, SPECIAL_TOKENS, Vocabulary, tokenize
+from attnseq.data import SPECIAL_TOKENS, Vocabulary
+from attnseq.data.tokenizers import SUBWORD_TOKENIZERS, TextTokenizer, output_text, tokenizer_for
 from attnseq.errors import ProblemAndFix
 from attnseq.model import Seq2Seq, beam_search, greedy_decode, load_saved_model
 
@@ -35,31 +39,6 @@ SHOWN_TOKENS = 12
 
 class InvalidSource(ProblemAndFix):
     """A source the model cannot read: empty, or with tokens its vocabulary does not hold."""
-
-
-@dataclass(frozen=True)
-class SourceReading:
-    """How source text becomes tokens, and output tokens text: the training run's own reading."""
-
-    tokenizer: str | None = None  # None: tokens separated by whitespace (the synthetic tasks)
-    lowercase: bool = False
-
-    @classmethod
-    def of_config(cls, config: Mapping[str, Any]) -> SourceReading:
-        dataset = config.get("dataset", {})
-        if dataset.get("task") != "tsv":
-            return cls()
-        return cls(tokenizer=dataset.get("tokenizer", "word"), lowercase=bool(dataset.get("lowercase", True)))
-
-    def tokens(self, text: str) -> list[str]:
-        if self.tokenizer is None:
-            return text.split()
-        return tokenize(text, self.tokenizer, self.lowercase)
-
-    def text(self, tokens: Sequence[str]) -> str:
-        if self.tokenizer == "char":
-            return "".join(" " if token == SPACE_TOKEN else token for token in tokens)
-        return " ".join(tokens)
 
 
 @dataclass(frozen=True)
@@ -84,25 +63,35 @@ class Translator:
         model: Seq2Seq,
         src_vocab: Vocabulary,
         tgt_vocab: Vocabulary,
-        reading: SourceReading,
+        src_tokenizer: TextTokenizer,
+        tgt_tokenizer: TextTokenizer,
         limit: DecodeLimit,
     ) -> None:
         self.model = model
         self.src_vocab = src_vocab
         self.tgt_vocab = tgt_vocab
-        self.reading = reading
+        self.src_tokenizer = src_tokenizer
+        self.tgt_tokenizer = tgt_tokenizer
         self.limit = limit
 
     @classmethod
     def from_files(cls, model_file: str | Path, config_file: str | Path, src_vocab_file: str | Path,
-                   tgt_vocab_file: str | Path) -> Translator:
-        """From a run's model file, resolved config (YAML) and vocabularies (JSON)."""
+                   tgt_vocab_file: str | Path, src_tokenizer_file: str | Path | None = None,
+                   tgt_tokenizer_file: str | Path | None = None) -> Translator:
+        """From a run's model file, resolved config (YAML), vocabularies (JSON) and, for a subword
+        run, tokenizers (JSON)."""
         config = yaml.safe_load(Path(config_file).read_text(encoding="utf-8")) or {}
+        dataset = config.get("dataset", {})
+        src_tokenizer, tgt_tokenizer = (
+            tokenizer_for(dataset, None if file is None else Path(file).read_text(encoding="utf-8"))
+            for file in (src_tokenizer_file, tgt_tokenizer_file)
+        )
         return cls(
             load_saved_model(model_file),
             Vocabulary.load(src_vocab_file),
             Vocabulary.load(tgt_vocab_file),
-            SourceReading.of_config(config),
+            src_tokenizer,
+            tgt_tokenizer,
             DecodeLimit.of_config(config),
         )
 
@@ -110,13 +99,14 @@ class Translator:
         """Each source's token ids; ``InvalidSource`` naming the first bad source."""
         encoded = []
         for row, text in enumerate(sources):
-            tokens = self.reading.tokens(text) if isinstance(text, str) else []
+            tokens = self.src_tokenizer.tokenize(text) if isinstance(text, str) else []
             if not tokens:
                 raise InvalidSource(
                     f"source {row} ({text!r}) holds no tokens.",
                     "give every source at least one token, e.g. \"" + self.example_source() + '".',
                 )
-            unknown = sorted({token for token in tokens if token not in self.src_vocab})
+            open_vocabulary = self.src_tokenizer.kind in SUBWORD_TOKENIZERS
+            unknown = [] if open_vocabulary else sorted({token for token in tokens if token not in self.src_vocab})
             if unknown:
                 raise InvalidSource(
                     f"source {row} ({text!r}) has tokens the model's vocabulary does not hold: "
@@ -133,7 +123,7 @@ class Translator:
         return self.src_vocab.tokens[len(SPECIAL_TOKENS):]
 
     def example_source(self) -> str:
-        return self.reading.text(self.known_tokens()[:3])
+        return self.src_tokenizer.detokenize(self.known_tokens()[:3])
 
     @torch.no_grad()
     def translate(self, sources: Sequence[str], beam_size: int = 1, length_penalty: float = 0.0) -> list[str]:
@@ -166,10 +156,7 @@ class Translator:
             decoded = greedy_decode(self.model, src, lengths, max_length=max_length)
         else:
             decoded = beam_search(self.model, src, lengths, beam_size, max_length, length_penalty=length_penalty)
-        outputs = []
-        for row in range(src.shape[0]):
-            out_ids = decoded.tokens[row, : int(decoded.lengths[row])].tolist()
-            if out_ids[-1:] == [EOS]:
-                out_ids = out_ids[:-1]
-            outputs.append(self.reading.text(self.tgt_vocab.decode(out_ids)))
-        return outputs
+        return [
+            output_text(decoded.tokens[row, : int(decoded.lengths[row])].tolist(), self.tgt_vocab, self.tgt_tokenizer)
+            for row in range(src.shape[0])
+        ]

@@ -19,7 +19,9 @@ from attnseq.serving.logged_model import (
     MODEL_FILE,
     OUTPUT_COLUMN,
     SOURCE_COLUMN,
+    SRC_TOKENIZER,
     SRC_VOCAB,
+    TGT_TOKENIZER,
     TGT_VOCAB,
 )
 from attnseq.serving.predictor import InvalidSource, Translator
@@ -28,7 +30,8 @@ from attnseq.serving.predictor import InvalidSource, Translator
 class TranslatorModel(PythonModel):
     def load_context(self, context) -> None:
         files = context.artifacts
-        self.translator = Translator.from_files(files[MODEL_FILE], files[CONFIG], files[SRC_VOCAB], files[TGT_VOCAB])
+        self.translator = Translator.from_files(files[MODEL_FILE], files[CONFIG], files[SRC_VOCAB], files[TGT_VOCAB],
+                                                files.get(SRC_TOKENIZER), files.get(TGT_TOKENIZER))
 
     def predict(self, context, model_input: pd.DataFrame, params: dict | None = None) -> pd.DataFrame:
         """``model_input``: the signature's table (MLflow has checked its ``source`` column)."""

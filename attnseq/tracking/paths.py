@@ -12,6 +12,10 @@ RESOLVED_CONFIG = "config/resolved.yaml"
 """The resolved training config, secrets masked: what ``resume=`` and evaluation rebuild from."""
 SRC_VOCAB = "vocab/src.json"
 TGT_VOCAB = "vocab/tgt.json"
+SRC_TOKENIZER = "vocab/src_tokenizer.json"
+TGT_TOKENIZER = "vocab/tgt_tokenizer.json"
+"""A subword run's trained tokenizers (``bpe``, ``unigram``), as Hugging Face ``tokenizers`` JSON;
+runs tokenised by a rule (``word``, ``char``, the synthetic tasks) have none."""
 MODEL_SUMMARY = "weights/summary.txt"
 MODEL_FILE = "weights/model.pt"
 """The model's config and weights, loadable with ``torch.load(weights_only=True)``: what evaluate.py

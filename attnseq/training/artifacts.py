@@ -1,7 +1,9 @@
 """``RunArtifacts``: everything a training run writes to MLflow besides scalar metrics (the
 paths are ``attnseq.tracking.paths``).
 
-- at start: the resolved config, the vocabularies, the model summary and its parameter count;
+- at start: the resolved config, the vocabularies (and a subword run's tokenizers), the model
+  summary and its parameter count, and for text tasks the signatures of the sacreBLEU and chrF
+  scores the validation logs (params ``sacrebleu.signature``, ``chrf.signature``);
 - before training (step 0) and every validation epoch: attention heatmaps of a fixed set of
   validation samples (short, medium, longer than training), and every validation epoch the
   accuracy-vs-length figure, as time-stepped images whose step
@@ -27,14 +29,15 @@ from pathlib import Path
 
 import lightning as L
 import torch
-import yaml
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from attnseq.data import Example, collate
+from attnseq.data.datamodule import Seq2SeqDataModule
+from attnseq.data.tokenizers import TEXT_TASKS, SubwordTokenizer
 from attnseq.data.vocab import EOS
+from attnseq.metrics.translation import signature_params
 from attnseq.model import greedy_decode
 from attnseq.serving.logged_model import log_translator
-from attnseq.serving.predictor import SourceReading
 from attnseq.tracking import paths
 from attnseq.tracking.length_curves import log_length_curves
 from attnseq.tracking.plots import accuracy_vs_length, attention_heatmap, figure_to_array
@@ -77,6 +80,15 @@ def length_curves_of(rows: list[dict]) -> dict[str, list[dict]]:
     return {"token accuracy": rows, "exact match": [{**r, "acc": r["exact_match"]} for r in rows]}
 
 
+def vocabulary_files(data: Seq2SeqDataModule) -> dict[str, str]:
+    """The JSON of the run's vocabularies and, where learned (bpe, unigram), tokenizers, by artifact path."""
+    files = {paths.SRC_VOCAB: data.src_vocab.to_json(), paths.TGT_VOCAB: data.tgt_vocab.to_json()}
+    for artifact, tokenizer in ((paths.SRC_TOKENIZER, data.src_tokenizer), (paths.TGT_TOKENIZER, data.tgt_tokenizer)):
+        if isinstance(tokenizer, SubwordTokenizer):
+            files[artifact] = tokenizer.to_json()
+    return files
+
+
 class RunArtifacts(Callback):
     def __init__(
         self,
@@ -101,10 +113,12 @@ class RunArtifacts(Callback):
             return
         data = trainer.datamodule
         self.run.log_text(self.resolved_config, paths.RESOLVED_CONFIG)
-        self.run.log_text(data.src_vocab.to_json(), paths.SRC_VOCAB)
-        self.run.log_text(data.tgt_vocab.to_json(), paths.TGT_VOCAB)
+        for artifact, text in vocabulary_files(data).items():
+            self.run.log_text(text, artifact)
         self.run.log_text(str(pl_module.model), paths.MODEL_SUMMARY)
         self.run.log_params({"model.num_parameters": pl_module.model.num_parameters()})
+        if data.task in TEXT_TASKS:
+            self.run.log_params(signature_params())
         if self.heatmap_samples and pl_module.model.attention is not None:
             self.samples = pick_heatmap_samples(data.val_examples, pl_module.train_lengths, self.heatmap_samples)
 
@@ -192,14 +206,15 @@ class RunArtifacts(Callback):
         data = trainer.datamodule
         config = redact_document(self.resolved_config, paths.RESOLVED_CONFIG)
         written = {}
-        for artifact, text in ((paths.RESOLVED_CONFIG, config), (paths.SRC_VOCAB, data.src_vocab.to_json()),
-                               (paths.TGT_VOCAB, data.tgt_vocab.to_json())):
+        for artifact, text in {paths.RESOLVED_CONFIG: config, **vocabulary_files(data)}.items():
             written[artifact] = model_file.with_name(paths.file_name(artifact))
             written[artifact].write_text(text, encoding="utf-8")
-        reading = SourceReading.of_config(yaml.safe_load(config) or {})
-        examples = [reading.text(example.src) for example in data.val_examples[:MODEL_INPUT_EXAMPLES]]
+        examples = [data.src_tokenizer.detokenize(example.src) for example in data.val_examples[:MODEL_INPUT_EXAMPLES]]
+        learned = paths.SRC_TOKENIZER in written
+        tokenizers = (written[paths.SRC_TOKENIZER], written[paths.TGT_TOKENIZER]) if learned else None
         log_translator(self.run.client, self.run.run_id, model_file, written[paths.RESOLVED_CONFIG],
-                       written[paths.SRC_VOCAB], written[paths.TGT_VOCAB], examples, step=trainer.global_step)
+                       written[paths.SRC_VOCAB], written[paths.TGT_VOCAB], examples, step=trainer.global_step,
+                       tokenizer_files=tokenizers)
 
 
 class UploadedCheckpoint(ModelCheckpoint):

@@ -10,8 +10,11 @@ Metrics are updated on tensors (no host syncs in the steps) and logged once per 
 the attention diagnostics of ``attnseq.metrics.alignment`` (``val/align_acc``, ``val/align_acc_near``,
 ``val/align_offset``, ``val/attn_mass_gold``, ``val/attn_entropy``, ``val/attn_margin``, …; those
 needing a gold alignment only on tasks that have one), each also inside the training lengths
-(``val/align_acc_train_lengths``, …), and alignment accuracy per bucket (``val/align_acc_len/01-05``).
-``test/…`` likewise.
+(``val/align_acc_train_lengths``, …), alignment accuracy per bucket (``val/align_acc_len/01-05``)
+and, for tasks whose outputs are sentences (``TEXT_TASKS``), sacreBLEU and chrF on detokenised text
+(``val/sacrebleu``, ``val/chrf``: ``attnseq.metrics.translation``). Their references are the targets
+as the target vocabulary spells them, so a token outside it reads ``<unk>`` there; evaluation
+(``eval/sacrebleu``) scores against the examples' own text. ``test/…`` likewise.
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ from torch.nn import functional as F
 from torchmetrics import MaxMetric, MeanMetric, MetricCollection
 
 from attnseq.data.batch import Batch
+from attnseq.data.tokenizers import TEXT_TASKS, output_text
 from attnseq.data.vocab import PAD
 from attnseq.metrics import AttentionDiagnostics, LengthBucketedAccuracy
+from attnseq.metrics.translation import corpus_scores
 from attnseq.model import Seq2Seq, greedy_decode
 
 OptimizerFactory = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
@@ -81,6 +86,9 @@ class Seq2SeqLitModule(L.LightningModule):
             metric.persistent(True)  # in the checkpoint: a resumed run keeps its best and its running means
         self.last_bucket_tables: dict[str, list[dict]] = {}
         """The latest epoch's per-bucket rows, by stage: read by the tracking callbacks."""
+        self.epoch_outputs: dict[str, list[tuple[Tensor, Tensor, Tensor]]] = {}
+        """This epoch's (decoded ids, target ids, target lengths) of each batch, by stage, for text tasks:
+        sacreBLEU and chrF pool the whole epoch's sentences. Emptied by each epoch's end."""
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         """A checkpoint whose metric states differ from this version's (written before they were
@@ -154,6 +162,30 @@ class Seq2SeqLitModule(L.LightningModule):
             metrics["attention_train_lengths"].update(
                 attention[seen], batch.alignment[seen], batch.tgt_lengths[seen], batch.src_lengths[seen]
             )
+        if self._outputs_are_sentences():
+            self.epoch_outputs.setdefault(stage, []).append((decoded.tokens, batch.tgt_out, batch.tgt_lengths))
+
+    def _outputs_are_sentences(self) -> bool:
+        data = self.trainer.datamodule
+        return data is not None and getattr(data, "task", None) in TEXT_TASKS
+
+    def _translation_scores(self, stage: str) -> dict[str, Tensor]:
+        """sacreBLEU and chrF of the epoch's outputs (every process's, under data parallelism)."""
+        outputs = self.epoch_outputs.pop(stage, [])
+        if not outputs:
+            return {}
+        data = self.trainer.datamodule
+        hypotheses, references = [], []
+        for decoded, target, target_lengths in outputs:
+            for out_ids, gold_ids, length in zip(decoded.tolist(), target.tolist(), target_lengths.tolist()):
+                hypotheses.append(output_text(out_ids, data.tgt_vocab, data.tgt_tokenizer))
+                references.append(output_text(gold_ids[:length], data.tgt_vocab, data.tgt_tokenizer))
+        if self.trainer.world_size > 1:
+            gathered: list = [None] * self.trainer.world_size
+            torch.distributed.all_gather_object(gathered, (hypotheses, references))
+            hypotheses = [text for part, _ in gathered for text in part]
+            references = [text for _, part in gathered for text in part]
+        return {f"{stage}/{name}": torch.tensor(score) for name, score in corpus_scores(hypotheses, references).items()}
 
     def _log_epoch(self, metrics: MetricCollection, stage: str) -> dict[str, Tensor]:
         values = {f"{stage}/{name}": value for name, value in metrics["buckets"].compute().items()}
@@ -168,6 +200,7 @@ class Seq2SeqLitModule(L.LightningModule):
             for row in metrics["attention"].bucket_table():
                 if row["align_acc"] is not None:
                     values[f"{stage}/align_acc_len/{row['bucket']}"] = torch.tensor(row["align_acc"])
+        values.update(self._translation_scores(stage))
         self.last_bucket_tables[stage] = metrics["buckets"].bucket_table()
         self.log_dict(values, sync_dist=False)
         metrics.reset()

@@ -46,7 +46,7 @@ from attnseq.config import (
     whole,
 )
 from attnseq.config.schema import is_whole
-from attnseq.data.tokenizers import TOKENIZERS
+from attnseq.data.tokenizers import TEXT_TASKS, TOKENIZERS
 from attnseq.errors import ConfigError
 from attnseq.metrics import DIAGNOSTICS, SHAPE_DIAGNOSTICS, bucket_bounds, bucket_digits, bucket_name
 from attnseq.model.config import CELLS, DECODERS
@@ -110,8 +110,9 @@ TRAIN_SCHEMA: dict[str, Check] = {
     # dataset (also the data module's arguments: check_arguments; the TSV file: the data module)
     "dataset.task": one_of(ALL_TASKS),
     "dataset.num_symbols": absent_ok(whole(1, example=10)),
-    "dataset.path": absent_ok(text(example="/abs/path/pairs.tsv")),
+    "dataset.path": absent_ok(text(example="/abs/path/pairs.tsv")),  # a file, or a folder of train/val/test.tsv
     "dataset.tokenizer": absent_ok(one_of(TOKENIZERS)),
+    "dataset.vocab_size": absent_ok(whole(1, example=2000)),  # and holds every character: SubwordTokenizer.train
     "dataset.lowercase": absent_ok(flag()),
     "dataset.train_lengths": length_range(example=[1, 15]),  # and fits in memory: check_memory
     "dataset.eval_lengths": length_range(example=[1, 30]),
@@ -302,6 +303,8 @@ def logged_metrics(cfg: DictConfig, stage: str = "val") -> list[str]:
     if stage == "val":
         names.append("val/acc_best")
     names += [f"{stage}/acc_train_lengths", f"{stage}/exact_match_train_lengths"]
+    if cfg.dataset.task in TEXT_TASKS:
+        names += [f"{stage}/sacrebleu", f"{stage}/chrf"]
     with_attention = cfg.scorer.name != NO_ATTENTION
     gold = with_attention and cfg.dataset.task != "tsv"  # only the synthetic tasks have a gold alignment
     if with_attention:

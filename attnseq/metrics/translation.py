@@ -1,0 +1,91 @@
+"""Reportable translation scores: sacreBLEU's BLEU and chrF, corpus-level, on detokenised text,
+overall and per source-length bucket, with the signatures that say how they were computed.
+
+Scores are on sacreBLEU's 0-100 scale, with its defaults (BLEU: 13a tokenisation, exponential
+smoothing; chrF: character 6-grams, β = 2) and one reference per sentence. A bucket is scored as
+its own corpus (its sentences' statistics pooled), not as the mean of sentence scores. The
+hypotheses and references are text as a reader sees it (``attnseq.data.tokenizers.detokenize``),
+so the scores do not depend on the model's vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from attnseq.metrics.length_buckets import LengthBuckets
+
+if TYPE_CHECKING:  # sacrebleu is slow to import: it is imported when something is scored
+    from sacrebleu.metrics.base import Metric
+
+SCORES = ("sacrebleu", "chrf")
+"""The score names, as metric keys use them: ``eval/sacrebleu``, ``eval/chrf_len/01-05``."""
+
+
+def _metrics() -> dict[str, Metric]:
+    from sacrebleu.metrics import BLEU, CHRF
+
+    return {"sacrebleu": BLEU(), "chrf": CHRF()}
+
+
+@dataclass(frozen=True)
+class TranslationScores:
+    overall: dict[str, float]
+    """Each score of the whole corpus."""
+    buckets: list[dict]
+    """One row per bucket, empty ones included: ``bucket``, ``lo``, ``hi``, ``sentences`` and each
+    score (``None`` for an empty bucket)."""
+
+
+def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
+    """Each score of ``hypotheses`` against ``references`` (one per hypothesis), as one corpus."""
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references: give one reference each")
+    if not hypotheses:
+        raise ValueError("no sentences to score: give at least one hypothesis and its reference")
+    hypotheses, references = list(hypotheses), [list(references)]
+    return {name: metric.corpus_score(hypotheses, references).score for name, metric in _metrics().items()}
+
+
+def translation_scores(
+    hypotheses: Sequence[str], references: Sequence[str], src_lengths: Sequence[int], buckets: LengthBuckets
+) -> TranslationScores:
+    """The scores overall and in each bucket of the sentences' source lengths (in tokens).
+
+    Raises:
+        ConfigError: a source length lies outside ``[1, buckets.max_length]``.
+    """
+    if len(src_lengths) != len(hypotheses):
+        raise ValueError(f"{len(src_lengths)} source lengths for {len(hypotheses)} hypotheses: give one each")
+    overall = corpus_scores(hypotheses, references)
+    bucket_of, _ = buckets.assign(torch.tensor(list(src_lengths), dtype=torch.long))  # (N,) raises when out of range
+    members: list[list[int]] = [[] for _ in buckets.bounds]
+    for index, bucket in enumerate(bucket_of.tolist()):
+        members[bucket].append(index)
+    rows = []
+    for name, (lo, hi), indices in zip(buckets.names, buckets.bounds, members, strict=True):
+        scores = (
+            corpus_scores([hypotheses[i] for i in indices], [references[i] for i in indices])
+            if indices
+            else dict.fromkeys(SCORES)
+        )
+        rows.append({"bucket": name, "lo": lo, "hi": hi, "sentences": len(indices), **scores})
+    return TranslationScores(overall, rows)
+
+
+def signatures() -> dict[str, str]:
+    """Each score's sacreBLEU signature (``nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:…``),
+    by score name. sacreBLEU states a signature once a metric has scored, so one sentence is scored first."""
+    found = {}
+    for name, metric in _metrics().items():
+        metric.corpus_score(["a"], [["a"]])
+        found[name] = str(metric.get_signature())
+    return found
+
+
+def signature_params() -> dict[str, str]:
+    """The signatures as a run's params: ``sacrebleu.signature``, ``chrf.signature``."""
+    return {f"{name}.signature": signature for name, signature in signatures().items()}
