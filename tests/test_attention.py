@@ -14,6 +14,9 @@ from attnseq.errors import ConfigError, ShapeError
 SCORER_NAMES = sorted(SCORERS)
 SAME_SIZE = [name for name in SCORER_NAMES if SCORERS[name].same_size]
 ANY_SIZES = [name for name in SCORER_NAMES if not SCORERS[name].same_size]
+KEY_SLICES = [name for name in SCORER_NAMES if SCORERS[name].values_are_keys]
+"""Scorers whose heads each score and average their own slice of the keys (multihead's heads
+project the whole keys instead: tests/test_multihead.py)."""
 
 
 def sized(scorer: str, attn_dim: int) -> dict:
@@ -29,6 +32,14 @@ def reference_scores(scorer: str, params: dict, heads: int, q: np.ndarray, keys:
     d_k = keys.shape[1]
     d_h = d_k // heads
     out = np.zeros((heads, keys.shape[0]))
+    if scorer == "multihead":  # q = W_Q s + b_Q, k_i = W_K h_i, each head on its slice of d_m
+        projected_query = params["W_Q.weight"] @ q + params["W_Q.bias"]
+        d_p = projected_query.shape[0] // heads
+        for h in range(heads):
+            rows = slice(h * d_p, (h + 1) * d_p)
+            for i, key in enumerate(keys):
+                out[h, i] = projected_query[rows] @ (params["W_K.weight"][rows] @ key) / math.sqrt(d_p)
+        return out
     for h in range(heads):
         cols = slice(h * d_h, (h + 1) * d_h)
         for i, key in enumerate(keys):
@@ -64,6 +75,11 @@ def reference_attention(scorer, params, heads, q, keys, valid):
             e = np.exp(scores[h, idx] - scores[h, idx].max())
             weights[h, idx] = e / e.sum()
         context[h * d_h : (h + 1) * d_h] = weights[h] @ keys[:, h * d_h : (h + 1) * d_h]
+    if scorer == "multihead":  # values v_i = W_V h_i + b_V, heads' averages through W_O
+        values = keys @ params["W_V.weight"].T + params["W_V.bias"]  # (T_enc, d_m)
+        d_p = values.shape[1] // heads
+        averaged = np.concatenate([weights[h] @ values[:, h * d_p : (h + 1) * d_p] for h in range(heads)])
+        context = params["W_O.weight"] @ averaged + params["W_O.bias"] if len(idx) else np.zeros(keys.shape[1])
     return context, weights
 
 
@@ -117,7 +133,7 @@ def test_query_and_key_sizes_may_differ_where_the_maths_allows(scorer):
     np.testing.assert_allclose(context[1, 2].detach().numpy(), ref_context, atol=1e-10)
 
 
-@pytest.mark.parametrize("scorer", SCORER_NAMES)
+@pytest.mark.parametrize("scorer", KEY_SLICES)
 @pytest.mark.parametrize("heads", [2, 4])
 def test_multi_head_equals_single_heads_on_slices(scorer, heads):
     """Each head is a single-head mechanism on its slice of the keys, with its own parameters."""

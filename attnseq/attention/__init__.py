@@ -9,6 +9,7 @@ from typing import Any
 
 from attnseq.attention.base import Attention
 from attnseq.attention.masking import lengths_to_valid_mask, masked_softmax
+from attnseq.attention.multihead import MultiheadAttention
 from attnseq.attention.registry import NO_ATTENTION, SCORERS, import_plugins, scorer_class, scorer_names
 from attnseq.attention.scorers import (
     AdditiveAttention,
@@ -32,6 +33,7 @@ __all__ = [
     "ConcatAttention",
     "DotAttention",
     "GeneralAttention",
+    "MultiheadAttention",
     "NO_ATTENTION",
     "SCORERS",
     "ScaledDotAttention",

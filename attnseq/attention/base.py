@@ -9,11 +9,13 @@
   ``(B, H, T_dec, T_enc)``, H the head count.
 
 With H heads the key size is split into H groups of ``d_k / H``; each head scores and averages
-its own slice, and the per-head contexts are concatenated back to ``d_k``.
+its own slice, and the per-head contexts are concatenated back to ``d_k``. A scorer that learns
+its values too (``values_are_keys = False``: multihead's W_V and W_O) overrides ``average``.
 
 Keys are projected once per batch: a decoder calls ``project_keys(keys)`` before its loop and
-passes the result as ``projected_keys`` at every step. Nothing is kept on the module between
-calls. The maths and conventions: docs/attention.md.
+passes the result as ``projected_keys`` at every step (everything the scorer derives from the keys
+alone, its projected values included). Nothing is kept on the module between calls. The maths and
+conventions: docs/attention.md.
 """
 
 from __future__ import annotations
@@ -55,6 +57,11 @@ class Attention(nn.Module):
     recurrence (``"additive"``: e = vᵀ tanh(W_q s + K), K = ``project_keys``), or None. Read from
     the class's own body only: a subclass that does not declare it again has none, whatever its
     parent's, since a subclass may change the score."""
+    values_are_keys: ClassVar[bool] = True
+    """True when the context is the weights times each head's own slice of the keys (``average``
+    as defined here), which the fused Bahdanau loop computes itself; False for a scorer that learns
+    its values (multihead): it overrides ``average`` and ``values_through``, and a Bahdanau decoder
+    calls it step by step."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -168,13 +175,15 @@ class Attention(nn.Module):
             projected_keys = self.project_keys(keys)  # (B, H, T_enc, d_p)
         scores = self.score(query, projected_keys)  # (B, H, T_dec, T_enc)
         weights = masked_softmax(scores, valid_mask[:, None, None, :])  # (B, H, T_dec, T_enc)
-        context = self.average(weights, keys)  # (B, T_dec, d_k)
+        context = self.average(weights, keys, projected_keys)  # (B, T_dec, d_k)
         if one_step:
             return context.squeeze(1), weights.squeeze(2)  # (B, d_k), (B, H, T_enc)
         return context, weights
 
-    def average(self, weights: Tensor, keys: Tensor) -> Tensor:
-        """Weights ``(B, H, T_dec, T_enc)`` × values (the keys) → context ``(B, T_dec, d_k)``, heads concatenated."""
+    def average(self, weights: Tensor, keys: Tensor, projected_keys: Tensor) -> Tensor:
+        """Weights ``(B, H, T_dec, T_enc)`` × values (here the keys themselves) → context ``(B, T_dec, d_k)``,
+        heads concatenated. ``projected_keys`` is ``project_keys(keys)``, for a scorer whose values are
+        projected with its keys."""
         context = weights @ self.split_heads(keys)  # (B, H, T_dec, d_h)
         batch, _, steps, _ = context.shape
         return context.transpose(1, 2).reshape(batch, steps, self.key_dim)  # (B, T_dec, d_k)

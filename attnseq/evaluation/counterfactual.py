@@ -67,10 +67,11 @@ class CounterfactualAttention(nn.Module):
         else:
             weights = uniform_weights(weights, valid_mask)
         one_step = weights.dim() == 3
-        values = self.inner.split_heads(keys)  # (B, H, T_enc, d_h)
-        context = (weights.unsqueeze(2) if one_step else weights) @ values  # (B, H, T_dec, d_h)
-        batch, _, steps, _ = context.shape
-        context = context.transpose(1, 2).reshape(batch, steps, self.key_dim)  # (B, T_dec, d_k)
+        if projected_keys is None:
+            projected_keys = self.inner.project_keys(keys)  # (B, H, T_enc, d_p)
+        context = self.inner.average(
+            weights.unsqueeze(2) if one_step else weights, keys, projected_keys
+        )  # (B, T_dec, d_k): the mechanism's own values, with the swapped weights
         return (context.squeeze(1), weights) if one_step else (context, weights)
 
 

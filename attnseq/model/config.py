@@ -9,6 +9,7 @@ from typing import Any
 
 from attnseq.attention import NO_ATTENTION, import_plugins, scorer_class, scorer_names
 from attnseq.errors import ConfigError
+from attnseq.model.encoders import RNN, encoder_kind
 
 CELLS = ("gru", "lstm")
 DECODERS = ("bahdanau", "luong")
@@ -25,7 +26,12 @@ class ModelConfig:
     layers: int = 1
     dropout: float = 0.0
     cell: str = "gru"
+    """The decoder's RNN cell, and the encoder's when the encoder is recurrent."""
     bidirectional: bool = False
+    encoder: str = RNN
+    """The encoder's kind (``attnseq.model.encoders``): ``rnn`` or ``transformer``."""
+    encoder_options: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    """The encoder kind's own settings: ``conf/encoder/<option>.yaml`` less its shared keys (e.g. ``heads``)."""
     scorer: str = "additive"
     scorer_options: Mapping[str, Any] = field(default_factory=dict, hash=False)
     """The scorer's own settings: ``conf/scorer/<name>.yaml`` less ``name`` (e.g. ``attn_dim``)."""
@@ -96,6 +102,8 @@ class ModelConfig:
                 "attentional state h̃_{t-1} into the next step, which the Bahdanau convention does not have.",
                 "drop decoder.input_feeding, or use decoder=luong.",
             )
+        kind = encoder_kind(self.encoder)
+        kind.check(self, kind.settings(self.encoder_options))
         if not self.uses_attention:
             return
         scorer = scorer_class(self.scorer)

@@ -167,7 +167,8 @@ class BahdanauDecoder(Decoder):
         return self.readout(self.dropout(features))  # (B, [T_dec,] V)
 
     def takes_fast_path(self) -> bool:
-        return super().takes_fast_path() and self.attention_fuses()
+        # the fused loop averages the keys itself: not for a scorer with values of its own (multihead)
+        return super().takes_fast_path() and self.attention_fuses() and self.attention.values_are_keys
 
     def teacher_forced(self, tgt_in: Tensor, state: DecoderState, memory: Memory) -> tuple[Tensor, Tensor]:
         return fused_decoders.bahdanau(self, tgt_in, state, memory)

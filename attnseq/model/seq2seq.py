@@ -8,18 +8,18 @@ from attnseq.attention import build_attention, lengths_to_valid_mask
 from attnseq.kernels import ALL_FAST_PATHS, FastPaths
 from attnseq.model.config import ModelConfig
 from attnseq.model.decoders import BahdanauDecoder, Decoder, LuongDecoder, PlainDecoder
-from attnseq.model.encoder import RNNEncoder
+from attnseq.model.encoders import encoder_kind
 from attnseq.model.state import DecoderState, Memory
 
 
 class Seq2Seq(nn.Module):
-    """``RNNEncoder`` + a ``Decoder``.
+    """An encoder (``RNNEncoder`` or ``TransformerEncoder``: ``attnseq.model.encoders``) + a ``Decoder``.
 
     ``forward(src, src_lengths, tgt_in)`` → logits ``(B, T_dec, V)`` and attention
     ``(B, H, T_dec, T_enc)`` (None for the no-attention baseline).
     """
 
-    def __init__(self, encoder: RNNEncoder, decoder: Decoder, config: ModelConfig | None = None) -> None:
+    def __init__(self, encoder: nn.Module, decoder: Decoder, config: ModelConfig | None = None) -> None:
         super().__init__()
         self.encoder = encoder
         self.decoder = decoder
@@ -50,16 +50,8 @@ def build_seq2seq(config: ModelConfig, fast_paths: FastPaths = ALL_FAST_PATHS) -
     """Validate the configuration, then build the model it describes, taking the fast paths
     ``fast_paths`` allows (they change the speed, never the values)."""
     config.validate()
-    encoder = RNNEncoder(
-        config.src_vocab_size,
-        config.embedding_dim,
-        config.hidden_size,
-        cell=config.cell,
-        bidirectional=config.bidirectional,
-        layers=config.layers,
-        dropout=config.dropout,
-        fast_paths=fast_paths,
-    )
+    kind = encoder_kind(config.encoder)
+    encoder = kind.build(config, kind.settings(config.encoder_options), fast_paths)
     shared = dict(
         vocab_size=config.tgt_vocab_size,
         embedding_dim=config.embedding_dim,

@@ -11,6 +11,7 @@ from attnseq.data import Seq2SeqDataModule
 from attnseq.errors import AttnSeqError, ConfigError
 from attnseq.kernels import ALL_FAST_PATHS, FastPaths
 from attnseq.model import ModelConfig, build_seq2seq
+from attnseq.model.encoders import RNN, SHARED_KEYS
 from attnseq.tracking.store import check_tracking_uri
 from attnseq.training.lit_module import Seq2SeqLitModule
 from attnseq.training.validation import check_config, check_schedule
@@ -18,6 +19,7 @@ from attnseq.training.validation import check_config, check_schedule
 
 def model_config(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> ModelConfig:
     """The model's typed config from the composed groups (encoder/, scorer/, decoder/, model)."""
+    encoder = OmegaConf.to_container(cfg.encoder, resolve=True)
     return ModelConfig(
         src_vocab_size=src_vocab_size,
         tgt_vocab_size=tgt_vocab_size,
@@ -27,6 +29,8 @@ def model_config(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> M
         dropout=cfg.model.dropout,
         cell=cfg.encoder.cell,
         bidirectional=cfg.encoder.bidirectional,
+        encoder=encoder.get("kind", RNN),
+        encoder_options={key: value for key, value in encoder.items() if key not in SHARED_KEYS},
         scorer=cfg.scorer.name,
         scorer_options={
             key: value for key, value in OmegaConf.to_container(cfg.scorer, resolve=True).items() if key != "name"

@@ -82,6 +82,10 @@ TRAIN_SCHEMA: dict[str, Check] = {
     "encoder.name": text(example="gru"),
     "encoder.cell": one_of(CELLS),
     "encoder.bidirectional": flag(example=False),
+    "encoder.kind": absent_ok(text(example="transformer")),  # a registered kind: ModelConfig.validate
+    "encoder.layers": absent_ok(whole(1, example=2)),  # encoder=transformer: self-attention layers
+    "encoder.heads": absent_ok(whole(1, example=4)),  # self-attention heads; must divide model.hidden_size
+    "encoder.ff_dim": absent_ok(whole(1, example=256)),
     "scorer.name": text(example="additive"),  # a registered scorer or none: ModelConfig.validate
     "decoder.convention": one_of(DECODERS),
     "decoder.input_feeding": absent_ok(optional(flag(example=True))),
