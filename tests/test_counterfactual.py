@@ -32,7 +32,7 @@ def test_permuted_weights_are_a_shuffle_of_the_valid_ones():
 
 def test_uniform_weights_spread_evenly_over_valid_positions():
     valid = lengths_to_valid_mask(torch.tensor([4, 2]), 5)
-    uniform = uniform_weights(torch.zeros(2, 3, 5), valid)  # one step: (B, H, T_enc)
+    uniform = uniform_weights(valid, torch.Size((2, 3, 5)), torch.float32)  # one step: (B, H, T_enc)
     torch.testing.assert_close(uniform[0, :, :4], torch.full((3, 4), 0.25))
     torch.testing.assert_close(uniform[1, :, :2], torch.full((3, 2), 0.5))
     assert torch.all(uniform[0, :, 4:] == 0) and torch.all(uniform[1, :, 2:] == 0)
