@@ -105,3 +105,14 @@ def test_predictions_follow_the_order_of_the_examples():
     for position, i in enumerate(order):
         n = int(decoded.lengths[position])
         assert predictions[i] == decoded.tokens[position, :n].tolist()
+
+
+def test_the_benchmark_times_both_loops_and_renders_a_row_per_decoding():
+    import evaluation_speed
+
+    speed = evaluation_speed.measure(evaluation_speed.seeded_copy_run(), size=20, repeats=1, log=lambda line: None)
+    for loop in ("reference", "batched"):
+        assert set(speed.seconds[loop]) == set(evaluation_speed.BEAM_SIZES)
+        assert all(0 < seconds < float("inf") for seconds in speed.seconds[loop].values())
+    table = evaluation_speed.render(speed)
+    assert "| greedy |" in table and "| beam 5 |" in table and "20 sequences" in table
