@@ -9,9 +9,9 @@ import torch
 from attnseq.attention import lengths_to_valid_mask
 from attnseq.evaluation.counterfactual import (
     CounterfactualTotals,
+    counterfactual_decoder,
     permute_weights,
     uniform_weights,
-    with_counterfactual_attention,
 )
 from attnseq.model import ModelConfig, build_seq2seq
 
@@ -67,10 +67,11 @@ def batch(seed=1):
 
 def measure(model, mode):
     src, lengths, tgt_in, tgt_lengths = batch()
-    twin = with_counterfactual_attention(model, mode, torch.Generator().manual_seed(0))
+    replay = counterfactual_decoder(model.decoder, mode, torch.Generator().manual_seed(0))
     with torch.no_grad():
         original, _ = model(src, lengths, tgt_in)
-        changed, _ = twin(src, lengths, tgt_in)
+        memory, state = model.encode(src, lengths)
+        changed, _ = replay(tgt_in, state, memory)
     totals = CounterfactualTotals.empty(max_length=10, width=5)
     totals.update(original, changed, tgt_lengths, lengths, width=5)
     return totals
@@ -112,6 +113,6 @@ def test_totals_match_a_hand_computation():
 
 def test_the_original_model_is_left_untouched():
     model = make_model("bahdanau")
-    twin = with_counterfactual_attention(model, "uniform", torch.Generator())
+    replay = counterfactual_decoder(model.decoder, "uniform", torch.Generator())
     assert type(model.decoder.attention).__name__ == "AdditiveAttention"
-    assert twin.decoder.attention.inner is not model.decoder.attention
+    assert replay.attention.inner is not model.decoder.attention

@@ -94,13 +94,6 @@ def counterfactual_decoder(decoder: nn.Module, mode: str, generator: torch.Gener
     return twin
 
 
-def with_counterfactual_attention(model: nn.Module, mode: str, generator: torch.Generator) -> nn.Module:
-    """A copy of ``model`` whose decoder attends through ``CounterfactualAttention``."""
-    twin = copy.deepcopy(model)
-    twin.decoder.attention = CounterfactualAttention(twin.decoder.attention, mode, generator)
-    return twin
-
-
 @dataclass
 class CounterfactualTotals:
     """Sums per length bucket, so batches and runs accumulate exactly."""
