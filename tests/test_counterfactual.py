@@ -9,9 +9,9 @@ import torch
 from attnseq.attention import lengths_to_valid_mask
 from attnseq.evaluation.counterfactual import (
     CounterfactualTotals,
+    counterfactual_decoder,
     permute_weights,
     uniform_weights,
-    with_counterfactual_attention,
 )
 from attnseq.model import ModelConfig, build_seq2seq
 
@@ -32,7 +32,7 @@ def test_permuted_weights_are_a_shuffle_of_the_valid_ones():
 
 def test_uniform_weights_spread_evenly_over_valid_positions():
     valid = lengths_to_valid_mask(torch.tensor([4, 2]), 5)
-    uniform = uniform_weights(torch.zeros(2, 3, 5), valid)  # one step: (B, H, T_enc)
+    uniform = uniform_weights(valid, torch.Size((2, 3, 5)), torch.float32)  # one step: (B, H, T_enc)
     torch.testing.assert_close(uniform[0, :, :4], torch.full((3, 4), 0.25))
     torch.testing.assert_close(uniform[1, :, :2], torch.full((3, 2), 0.5))
     assert torch.all(uniform[0, :, 4:] == 0) and torch.all(uniform[1, :, 2:] == 0)
@@ -67,10 +67,11 @@ def batch(seed=1):
 
 def measure(model, mode):
     src, lengths, tgt_in, tgt_lengths = batch()
-    twin = with_counterfactual_attention(model, mode, torch.Generator().manual_seed(0))
+    replay = counterfactual_decoder(model.decoder, mode, torch.Generator().manual_seed(0))
     with torch.no_grad():
         original, _ = model(src, lengths, tgt_in)
-        changed, _ = twin(src, lengths, tgt_in)
+        memory, state = model.encode(src, lengths)
+        changed, _ = replay(tgt_in, state, memory)
     totals = CounterfactualTotals.empty(max_length=10, width=5)
     totals.update(original, changed, tgt_lengths, lengths, width=5)
     return totals
@@ -112,6 +113,6 @@ def test_totals_match_a_hand_computation():
 
 def test_the_original_model_is_left_untouched():
     model = make_model("bahdanau")
-    twin = with_counterfactual_attention(model, "uniform", torch.Generator())
+    replay = counterfactual_decoder(model.decoder, "uniform", torch.Generator())
     assert type(model.decoder.attention).__name__ == "AdditiveAttention"
-    assert twin.decoder.attention.inner is not model.decoder.attention
+    assert replay.attention.inner is not model.decoder.attention

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from attnseq.attention import Attention
+from attnseq.attention import Attention, masked_softmax
 from attnseq.metrics import bucket_bounds
 
 MODES = ("permute", "uniform")
@@ -37,14 +37,19 @@ def permute_weights(weights: Tensor, valid_mask: Tensor, generator: torch.Genera
     return weights.gather(-1, order)  # (B, H, [T_dec,] T_enc)
 
 
-def uniform_weights(weights: Tensor, valid_mask: Tensor) -> Tensor:
-    mask = valid_mask.view(valid_mask.shape[0], *([1] * (weights.dim() - 2)), valid_mask.shape[1]).to(weights.dtype)
+def uniform_weights(valid_mask: Tensor, shape: torch.Size, dtype: torch.dtype) -> Tensor:
+    """Each row's weight spread evenly over its valid positions: ``(B, H, [T_dec,] T_enc)`` = ``shape``."""
+    mask = valid_mask.view(valid_mask.shape[0], *([1] * (len(shape) - 2)), valid_mask.shape[1]).to(dtype)
     counts = mask.sum(-1, keepdim=True).clamp_min(1.0)  # (B, 1, [1,] 1)
-    return (mask / counts).expand_as(weights)  # (B, H, [T_dec,] T_enc)
+    return (mask / counts).expand(shape)  # (B, H, [T_dec,] T_enc)
 
 
 class CounterfactualAttention(nn.Module):
-    """The same call signature as every ``Attention``; the weights used are the counterfactual ones."""
+    """The same call signature as every ``Attention``; the weights used are the counterfactual ones.
+
+    Only what the swap reads is computed: the real weights for ``permute`` (not their context),
+    nothing of the real attention for ``uniform``.
+    """
 
     def __init__(self, inner: Attention, mode: str, generator: torch.Generator) -> None:
         super().__init__()
@@ -61,24 +66,32 @@ class CounterfactualAttention(nn.Module):
     def forward(
         self, query: Tensor, keys: Tensor, valid_mask: Tensor, projected_keys: Tensor | None = None
     ) -> tuple[Tensor, Tensor]:
-        _, weights = self.inner(query, keys, valid_mask, projected_keys=projected_keys)  # (B, H, [T_dec,] T_enc)
+        inner = self.inner
+        inner.check_shapes(query, keys, valid_mask)
+        one_step = query.dim() == 2
         if self.mode == "permute":
-            weights = permute_weights(weights, valid_mask, self.generator)
+            if projected_keys is None:
+                projected_keys = inner.project_keys(keys)  # (B, H, T_enc, d_p)
+            scores = inner.score(query.unsqueeze(1) if one_step else query, projected_keys)  # (B, H, T_dec, T_enc)
+            weights = masked_softmax(scores, valid_mask[:, None, None, :])  # (B, H, T_dec, T_enc)
+            weights = permute_weights(weights.squeeze(2) if one_step else weights, valid_mask, self.generator)
         else:
-            weights = uniform_weights(weights, valid_mask)
-        one_step = weights.dim() == 3
+            steps = () if one_step else (query.shape[1],)
+            shape = torch.Size((query.shape[0], inner.heads, *steps, keys.shape[1]))
+            weights = uniform_weights(valid_mask, shape, keys.dtype)  # (B, H, [T_dec,] T_enc)
         if projected_keys is None:
-            projected_keys = self.inner.project_keys(keys)  # (B, H, T_enc, d_p)
-        context = self.inner.average(
+            projected_keys = inner.project_keys(keys)  # (B, H, T_enc, d_p)
+        context = inner.average(
             weights.unsqueeze(2) if one_step else weights, keys, projected_keys
         )  # (B, T_dec, d_k): the mechanism's own values, with the swapped weights
         return (context.squeeze(1), weights) if one_step else (context, weights)
 
 
-def with_counterfactual_attention(model: nn.Module, mode: str, generator: torch.Generator) -> nn.Module:
-    """A copy of ``model`` whose decoder attends through ``CounterfactualAttention``."""
-    twin = copy.deepcopy(model)
-    twin.decoder.attention = CounterfactualAttention(twin.decoder.attention, mode, generator)
+def counterfactual_decoder(decoder: nn.Module, mode: str, generator: torch.Generator) -> nn.Module:
+    """A copy of ``decoder`` that attends through ``CounterfactualAttention``; it reads the memory
+    and state the original model's ``encode`` made (the projected keys are the same)."""
+    twin = copy.deepcopy(decoder)
+    twin.attention = CounterfactualAttention(twin.attention, mode, generator)
     return twin
 
 

@@ -13,13 +13,14 @@ from torch import Tensor
 
 from attnseq.data import Batch, Example, Seq2SeqDataModule, collate, encode_examples
 from attnseq.data.tokenizers import TEXT_TASKS, output_text
-from attnseq.evaluation.counterfactual import MODES, CounterfactualTotals, with_counterfactual_attention
+from attnseq.evaluation.counterfactual import MODES, CounterfactualTotals, counterfactual_decoder
 from attnseq.evaluation.trained_runs import TrainedRun
 from attnseq.metrics import DIAGNOSTICS, AttentionDiagnostics, LengthBucketedAccuracy, bucket_name
 from attnseq.metrics.length_buckets import LengthBuckets, bucket_digits
 from attnseq.metrics.translation import SCORES, signature_params, translation_scores
 from attnseq.model import Decoded, greedy_decode
 from attnseq.model.beam import beam_search
+from attnseq.model.decoding import Encoded
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class EvalResult:
     counterfactual: dict[str, CounterfactualTotals] = field(default_factory=dict)
     long_samples: list[tuple[Example, Decoded]] = field(default_factory=list)
     signatures: dict[str, str] = field(default_factory=dict)  # text tasks: sacrebleu.signature, chrf.signature
+    predictions: list[list[int]] = field(default_factory=list)  # per example, in order: the output up to its length
 
 
 def evaluation_examples(trained: TrainedRun, settings: EvalSettings) -> list[Example]:
@@ -52,19 +54,29 @@ def evaluation_examples(trained: TrainedRun, settings: EvalSettings) -> list[Exa
     return data.test_examples
 
 
-def decode(trained: TrainedRun, batch: Batch, beam_size: int) -> Decoded:
-    limit = int(int(batch.src_lengths.max()) * trained.config["decode"]["max_length_ratio"]) + int(
-        trained.config["decode"]["max_length_extra"]
+def length_limit(trained: TrainedRun, batch: Batch) -> int:
+    """The most tokens decoding may emit for ``batch``: the run's ratio × its longest source + extra."""
+    decode_config = trained.config["decode"]
+    return int(int(batch.src_lengths.max()) * decode_config["max_length_ratio"]) + int(
+        decode_config["max_length_extra"]
     )
+
+
+def decode(trained: TrainedRun, batch: Batch, beam_size: int, encoded: Encoded | None = None) -> Decoded:
+    """Greedy (``beam_size`` 1) or beam decoding of ``batch``, from ``encoded`` when given."""
+    limit = length_limit(trained, batch)
     if beam_size > 1:
-        return beam_search(trained.model, batch.src, batch.src_lengths, beam_size, max_length=limit)
-    return greedy_decode(trained.model, batch.src, batch.src_lengths, max_length=limit)
+        return beam_search(trained.model, batch.src, batch.src_lengths, beam_size, max_length=limit, encoded=encoded)
+    return greedy_decode(trained.model, batch.src, batch.src_lengths, max_length=limit, encoded=encoded)
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def evaluate_run(trained: TrainedRun, settings: EvalSettings, examples: list[Example] | None = None,
                  progress: Callable[[int], object] | None = None) -> EvalResult:
-    """The run's metrics at ``settings``; ``progress`` is told the size of each decoded batch."""
+    """The run's metrics at ``settings``; ``progress`` is told the size of each decoded batch.
+
+    Each batch is encoded once: decoding, the teacher-forced pass and the counterfactual replays
+    all read that one encoding (the replays through copies of the decoder alone)."""
     examples = examples if examples is not None else evaluation_examples(trained, settings)
     model, width = trained.model.eval(), settings.bucket_width
     max_length = settings.lengths[1]
@@ -78,31 +90,36 @@ def evaluate_run(trained: TrainedRun, settings: EvalSettings, examples: list[Exa
     hypotheses: list[str] = []  # text tasks: each example's output, detokenised, in ``ordered`` order
     with_attention = model.attention is not None
     generator = torch.Generator().manual_seed(settings.seed)
-    twins = (
-        {mode: with_counterfactual_attention(model, mode, generator) for mode in MODES}
+    replays = (
+        {mode: counterfactual_decoder(model.decoder, mode, generator) for mode in MODES}
         if settings.counterfactual and with_attention
         else {}
     )
-    totals = {mode: CounterfactualTotals.empty(max_length, width) for mode in twins}
+    totals = {mode: CounterfactualTotals.empty(max_length, width) for mode in replays}
 
-    ordered = sorted(examples, key=lambda e: len(e.src))  # length-grouped batches: little padding
-    encoded = encode_examples(ordered, trained.src_vocab, trained.tgt_vocab)
-    for start in range(0, len(encoded), settings.batch_size):
-        batch = collate(encoded[start : start + settings.batch_size])
-        decoded = decode(trained, batch, settings.beam_size)
+    order = sorted(range(len(examples)), key=lambda i: len(examples[i].src))  # length-grouped: little padding
+    ordered = [examples[i] for i in order]
+    predictions: list[list[int]] = [[] for _ in examples]
+    tensors = encode_examples(ordered, trained.src_vocab, trained.tgt_vocab)
+    for start in range(0, len(tensors), settings.batch_size):
+        batch = collate(tensors[start : start + settings.batch_size])
+        memory, state = encoded = model.encode(batch.src, batch.src_lengths)
+        decoded = decode(trained, batch, settings.beam_size, encoded)
+        for i, row, n in zip(order[start:], decoded.tokens.tolist(), decoded.lengths.tolist()):
+            predictions[i] = row[:n]
         accuracy.update(decoded.tokens, batch.tgt_out, batch.tgt_lengths, batch.src_lengths)
         seen = (batch.src_lengths >= train_lo) & (batch.src_lengths <= train_hi)  # (B,)
         accuracy_inside.update(
             decoded.tokens[seen], batch.tgt_out[seen], batch.tgt_lengths[seen], batch.src_lengths[seen]
         )
-        logits, attention = model(batch.src, batch.src_lengths, batch.tgt_in)  # teacher forced
+        logits, attention = model.decoder(batch.tgt_in, state, memory)  # teacher forced
         if attention is not None:
             diagnostics.update(attention, batch.alignment, batch.tgt_lengths, batch.src_lengths)
             diagnostics_inside.update(
                 attention[seen], batch.alignment[seen], batch.tgt_lengths[seen], batch.src_lengths[seen]
             )
-        for mode, twin in twins.items():
-            changed, _ = twin(batch.src, batch.src_lengths, batch.tgt_in)
+        for mode, replay in replays.items():
+            changed, _ = replay(batch.tgt_in, state, memory)
             totals[mode].update(logits, changed, batch.tgt_lengths, batch.src_lengths, width)
         if is_text:
             vocab, tokenizer = trained.tgt_vocab, trained.tgt_tokenizer
@@ -142,7 +159,10 @@ def evaluate_run(trained: TrainedRun, settings: EvalSettings, examples: list[Exa
             if cf["flip_rate"] is not None:
                 name = bucket_name(cf["lo"], cf["hi"], digits)
                 metrics[f"eval/cf_{mode}_flip_len/{name}"] = cf["flip_rate"]
-    return EvalResult(metrics, rows, totals, long_samples=_longest(trained, ordered, settings), signatures=scored)
+    return EvalResult(
+        metrics, rows, totals, long_samples=_longest(trained, ordered, settings), signatures=scored,
+        predictions=predictions,
+    )
 
 
 def _longest(trained: TrainedRun, ordered: list[Example], settings: EvalSettings, count: int = 3) -> list:
@@ -152,10 +172,10 @@ def _longest(trained: TrainedRun, ordered: list[Example], settings: EvalSettings
     picked = ordered[-count:]
     batch = collate(encode_examples(picked, trained.src_vocab, trained.tgt_vocab))
     decoded = decode(trained, batch, settings.beam_size)
-    return [(example, _row(decoded, i)) for i, example in enumerate(picked)]
+    return [(example, decoded_row(decoded, i)) for i, example in enumerate(picked)]
 
 
-def _row(decoded: Decoded, i: int) -> Decoded:
+def decoded_row(decoded: Decoded, i: int) -> Decoded:
     n = int(decoded.lengths[i])
     attention: Tensor | None = None if decoded.attention is None else decoded.attention[i, :, :n]
     return Decoded(decoded.tokens[i, :n], decoded.lengths[i], attention)

@@ -9,6 +9,7 @@ import json
 import sys
 from pathlib import Path
 
+import torch
 from matplotlib.figure import Figure
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig
@@ -192,6 +193,8 @@ def same_sample_figure(members: list[Compared]) -> Figure | None:
 
 def evaluate(cfg: DictConfig) -> list[EvalResult]:
     check_config(cfg)
+    if cfg.threads:
+        torch.set_num_threads(int(cfg.threads))
     check_tracking_uri(cfg.mlflow.tracking_uri)
     client = MlflowClient(tracking_uri=cfg.mlflow.tracking_uri)
     parent, experiment_name = cfg.parent_run_id, cfg.experiment_name

@@ -35,6 +35,7 @@ EVALUATE_SCHEMA: dict[str, Check] = {
     "eval.counterfactual": flag(),
     "eval.seed": whole(0, 2**32 - 1, example=1),
     "compare": flag(),
+    "threads": optional(whole(1, example=1)),
     "mlflow.tracking_uri": text(example="sqlite:///mlflow.db"),
     "mlflow.retry_budget_s": number(0, above=True, example=30),
     "paths.output_dir": text(example="outputs/eval/my-evaluation"),

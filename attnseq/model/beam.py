@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from attnseq.data.vocab import BOS, EOS, PAD
-from attnseq.model.decoding import greedy_decode
+from attnseq.model.decoding import Encoded, greedy_decode
 from attnseq.model.seq2seq import Seq2Seq
 from attnseq.model.state import select_memory, select_state
 
@@ -63,16 +63,18 @@ def sequence_log_prob(
     tokens: Tensor,
     lengths: Tensor,
     bos_id: int = BOS,
+    encoded: Encoded | None = None,
 ) -> Tensor:
     """Score given outputs ``tokens (B, T_out)`` by teacher forcing: ``log p(tokens[:length] | src)``.
 
     The decoder reads BOS + ``tokens[:, :-1]``; the sum runs over the first ``lengths[b]``
     positions (EOS included where the sequence has one). Returns ``(B,)``. Call it in eval mode:
-    dropout would make the scores random.
+    dropout would make the scores random. ``encoded``: ``model.encode(src, src_lengths)`` if at hand.
     """
     bos = torch.full_like(tokens[:, :1], bos_id)  # (B, 1)
     tgt_in = torch.cat([bos, tokens[:, :-1]], dim=1)  # (B, T_out)
-    logits, _ = model(src, src_lengths, tgt_in, teacher_forcing=1.0)  # (B, T_out, V)
+    memory, state = encoded if encoded is not None else model.encode(src, src_lengths)
+    logits, _ = model.decoder(tgt_in, state, memory, teacher_forcing=1.0)  # (B, T_out, V)
     token_log_probs = _log_probs(logits).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # (B, T_out)
     positions = torch.arange(tokens.shape[1], device=tokens.device)  # (T_out,)
     inside = positions[None, :] < lengths[:, None]  # (B, T_out)
@@ -92,6 +94,7 @@ def beam_search(
     eos_id: int = EOS,
     pad_id: int = PAD,
     check_every: int = 4,
+    encoded: Encoded | None = None,
 ) -> BeamDecoded:
     """Decode a padded batch with a beam of ``beam_size`` hypotheses per item (see module docstring).
 
@@ -115,7 +118,8 @@ def beam_search(
     two log-probabilities that round to the same value. As in greedy decoding, any id may be
     emitted before EOS, PAD/BOS/UNK included. Runs without gradients and changes nothing on the
     model; call it in eval mode. Whether all items have stopped is read back from the device only
-    every ``check_every`` steps; that changes when the loop ends, never the result.
+    every ``check_every`` steps; that changes when the loop ends, never the result. ``encoded``:
+    ``model.encode(src, src_lengths)`` when the caller has it; the search and the fallback share it.
     """
     if not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size={beam_size!r} must be a positive integer.")
@@ -125,12 +129,15 @@ def beam_search(
         raise ValueError(
             f"length_penalty={length_penalty!r} must be ≥ 0: the early stop relies on it (0 = no penalty)."
         )
-    best = _beam_core(
-        model, src, src_lengths, beam_size, max_length, length_penalty, bos_id, eos_id, pad_id, check_every
-    )
+    encoded = encoded if encoded is not None else model.encode(src, src_lengths)
+    best = _beam_core(model, encoded, beam_size, max_length, length_penalty, bos_id, eos_id, pad_id, check_every)
     if greedy_fallback and beam_size > 1:
-        greedy = greedy_decode(model, src, src_lengths, max_length, bos_id, eos_id, pad_id, check_every)
-        greedy_scores = sequence_log_prob(model, src, src_lengths, greedy.tokens, greedy.lengths, bos_id)  # (B,)
+        greedy = greedy_decode(
+            model, src, src_lengths, max_length, bos_id, eos_id, pad_id, check_every, encoded=encoded
+        )
+        greedy_scores = sequence_log_prob(
+            model, src, src_lengths, greedy.tokens, greedy.lengths, bos_id, encoded=encoded
+        )  # (B,)
         greedy = BeamDecoded(*greedy, scores=greedy_scores)
         best = _pick_better(best, greedy, length_penalty)
     return _trim(best)
@@ -138,8 +145,7 @@ def beam_search(
 
 def _beam_core(
     model: Seq2Seq,
-    src: Tensor,
-    src_lengths: Tensor,
+    encoded: Encoded,
     beam_size: int,
     max_length: int,
     alpha: float,
@@ -149,9 +155,9 @@ def _beam_core(
     check_every: int,
 ) -> BeamDecoded:
     """The beam search itself; the output is ``max``-padded to the number of steps it ran."""
-    device = src.device
-    batch, width = src.shape[0], beam_size
-    memory, state = model.encode(src, src_lengths)
+    memory, state = encoded
+    device = memory.keys.device
+    batch, width = memory.keys.shape[0], beam_size
     expand = torch.arange(batch, device=device).repeat_interleave(width)  # (B*K,): row b*K + k ← item b
     memory = select_memory(memory, expand)  # keys (B*K, T_enc, d_k)
     state = select_state(state, expand)  # rnn (L, B*K, d_s)

@@ -9,6 +9,10 @@ from torch import Tensor
 
 from attnseq.data.vocab import BOS, EOS, PAD
 from attnseq.model.seq2seq import Seq2Seq
+from attnseq.model.state import DecoderState, Memory
+
+Encoded = tuple[Memory, DecoderState]
+"""``model.encode(src, src_lengths)``'s result, for callers that decode one batch several ways."""
 
 
 class Decoded(NamedTuple):
@@ -27,12 +31,14 @@ def greedy_decode(
     eos_id: int = EOS,
     pad_id: int = PAD,
     check_every: int = 4,
+    encoded: Encoded | None = None,
 ) -> Decoded:
     """Decode a padded batch at once; stop when all sequences emitted EOS or at ``max_length``.
 
     Whether all are finished is read back from the device only every ``check_every`` steps.
+    ``encoded``: ``model.encode(src, src_lengths)`` when the caller has it already.
     """
-    memory, state = model.encode(src, src_lengths)
+    memory, state = encoded if encoded is not None else model.encode(src, src_lengths)
     batch = src.shape[0]
     tokens = torch.full((batch,), bos_id, dtype=torch.long, device=src.device)  # (B,)
     finished = torch.zeros(batch, dtype=torch.bool, device=src.device)  # (B,)
