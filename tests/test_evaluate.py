@@ -31,6 +31,7 @@ from attnseq.model.decoding import Decoded
 
 EVAL_LENGTHS = (1, 14)  # past the tiny runs' training lengths (1-6)
 WIDTH = 5
+SENTENCES = ("s1 s2 s3", "s4 s0 s4 s9")  # eval.sentences: the copy task's source text is its symbols
 SCORERS = (NO_ATTENTION, ModelConfig.scorer)
 """The fixed-vector baseline and the default scorer: the pair the README compares first."""
 
@@ -51,7 +52,7 @@ def evaluated(tmp_path_factory):
     proc = run_cli(
         root, f"parent_run_id={parent.info.run_id}", f"eval.lengths=[{EVAL_LENGTHS[0]},{EVAL_LENGTHS[1]}]",
         "eval.size=120", f"mlflow.tracking_uri={tracking_uri(root)}", f"hydra.run.dir={root}/eval",
-        script=EVALUATE_PY,
+        f"eval.sentences=[{','.join(repr(text) for text in SENTENCES)}]", script=EVALUATE_PY,
     )
     assert proc.returncode == 0, explain(proc)
     runs = all_runs(client)
@@ -116,6 +117,40 @@ def test_evaluation_artifacts(evaluated, scorer):
         assert all(r["align_acc"] != "" and r["attn_entropy"] != "" for r in rows)
         assert "figures/counterfactual.png" in paths
         assert len([p for p in paths if p.startswith("heatmaps/long_")]) == 3
+
+
+def test_named_sentences_are_decoded_and_drawn(evaluated):
+    """eval.sentences: each text's heatmap on the attending run's evaluation, its axes the text's tokens
+    and the tokens the run's own model decodes from them (decoded here independently of evaluation)."""
+    import matplotlib.image
+
+    from attnseq.evaluation.trained_runs import load_trained_run
+    from attnseq.model import greedy_decode
+
+    client = evaluated["client"]
+    trained_run = evaluated["train"][ModelConfig.scorer]
+    [run] = [r for r in evaluated["eval"] if r.data.tags[MLFLOW_PARENT_RUN_ID] == trained_run.info.run_id]
+    heatmaps = sorted(p for p in artifact_paths(client, run.info.run_id) if p.startswith("heatmaps/sentence_"))
+    assert heatmaps == [f"heatmaps/sentence_{i}.png" for i in range(len(SENTENCES))]
+    image = matplotlib.image.imread(client.download_artifacts(run.info.run_id, heatmaps[1], str(evaluated["root"])))
+    assert image.ndim == 3 and image.shape[0] > 100 and image.std() > 0  # a drawn figure, not a blank
+    [none_run] = [r for r in evaluated["eval"]
+                  if r.data.tags[MLFLOW_PARENT_RUN_ID] == evaluated["train"][NO_ATTENTION].info.run_id]
+    assert not any(p.startswith("heatmaps/sentence_") for p in artifact_paths(client, none_run.info.run_id))
+
+    from attnseq.evaluation.evaluator import sentence_samples
+
+    trained = load_trained_run(client, trained_run)
+    samples = sentence_samples(trained, SENTENCES, beam_size=1)
+    for text, (read, example, decoded) in zip(SENTENCES, samples):
+        assert read == text and example.src == text.split()
+        src = torch.tensor([trained.src_vocab.encode(text.split())])  # (1, T_src)
+        alone = greedy_decode(trained.model, src, torch.tensor([src.shape[1]]), max_length=int(decoded.lengths))
+        n = int(alone.lengths[0])
+        assert decoded.tokens.tolist() == alone.tokens[0, :n].tolist()
+        weights = decoded.attention[:, :, : len(example.src)]  # (H, T_out, T_src): less the batch's padding
+        assert decoded.attention[:, :, len(example.src):].abs().sum() == 0  # padding never attended
+        torch.testing.assert_close(weights, alone.attention[0, :, :n])
 
 
 def test_comparison_has_one_row_per_run_and_a_figure(evaluated):

@@ -5,7 +5,7 @@ text, overall and per bucket (``attnseq.metrics.translation``); the counterfactu
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -32,6 +32,7 @@ class EvalSettings:
     beam_size: int = 1
     counterfactual: bool = True
     seed: int = 0
+    sentences: tuple[str, ...] = ()  # source texts whose attention is drawn by name (eval.sentences)
 
 
 @dataclass
@@ -42,6 +43,7 @@ class EvalResult:
     long_samples: list[tuple[Example, Decoded]] = field(default_factory=list)
     signatures: dict[str, str] = field(default_factory=dict)  # text tasks: sacrebleu.signature, chrf.signature
     predictions: list[list[int]] = field(default_factory=list)  # per example, in order: the output up to its length
+    sentence_samples: list[tuple[str, Example, Decoded]] = field(default_factory=list)  # eval.sentences, decoded
 
 
 def evaluation_examples(trained: TrainedRun, settings: EvalSettings) -> list[Example]:
@@ -161,7 +163,7 @@ def evaluate_run(trained: TrainedRun, settings: EvalSettings, examples: list[Exa
                 metrics[f"eval/cf_{mode}_flip_len/{name}"] = cf["flip_rate"]
     return EvalResult(
         metrics, rows, totals, long_samples=_longest(trained, ordered, settings), signatures=scored,
-        predictions=predictions,
+        predictions=predictions, sentence_samples=sentence_samples(trained, settings.sentences, settings.beam_size),
     )
 
 
@@ -173,6 +175,23 @@ def _longest(trained: TrainedRun, ordered: list[Example], settings: EvalSettings
     batch = collate(encode_examples(picked, trained.src_vocab, trained.tgt_vocab))
     decoded = decode(trained, batch, settings.beam_size)
     return [(example, decoded_row(decoded, i)) for i, example in enumerate(picked)]
+
+
+def sentence_samples(
+    trained: TrainedRun, sentences: Sequence[str], beam_size: int
+) -> list[tuple[str, Example, Decoded]]:
+    """Each source text of ``sentences`` read with the run's own tokenizer and decoded, with its
+    attention: ``(text, its example, decoded)``. Tokens outside the run's vocabulary read as UNK;
+    a text that holds no token at all is left out. None for a model without attention."""
+    if trained.model.attention is None:
+        return []
+    read = [(text, Example(src=trained.src_tokenizer.tokenize(text), tgt=[], alignment=None)) for text in sentences]
+    read = [(text, example) for text, example in read if example.src]
+    if not read:
+        return []
+    batch = collate(encode_examples([example for _, example in read], trained.src_vocab, trained.tgt_vocab))
+    decoded = decode(trained, batch, beam_size)
+    return [(text, example, decoded_row(decoded, i)) for i, (text, example) in enumerate(read)]
 
 
 def decoded_row(decoded: Decoded, i: int) -> Decoded:

@@ -15,6 +15,7 @@ from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig
 from tqdm import tqdm
 
+from attnseq.data.tokenizers import output_text
 from attnseq.errors import ConfigError
 from attnseq.evaluation.compare import (
     HALF_WIDTH,
@@ -64,6 +65,7 @@ def settings_for(cfg: DictConfig, trained: TrainedRun) -> EvalSettings:
         beam_size=int(cfg.eval.beam_size),
         counterfactual=bool(cfg.eval.counterfactual),
         seed=int(cfg.eval.seed),
+        sentences=tuple(str(text) for text in cfg.eval.get("sentences") or ()),
     )
 
 
@@ -117,6 +119,13 @@ def log_evaluation(client: MlflowClient, trained: TrainedRun, settings: EvalSett
             title = f"{trained.name}: source length {len(example.src)}"
             image = figure_to_array(attention_heatmap(weights, example.src, out_tokens, title, gold=example.alignment))
             run.log_image(image, paths.long_heatmap(i, len(example.src)))
+        for i, (text, example, decoded) in enumerate(result.sentence_samples):
+            out_tokens = trained.tgt_vocab.decode(decoded.tokens.tolist())
+            weights = decoded.attention[:, :, : len(example.src)].float().numpy()  # (H, T_out, T_src)
+            output = output_text(decoded.tokens.tolist(), trained.tgt_vocab, trained.tgt_tokenizer)
+            title = f"{trained.name}: {text!r} → {output!r}"
+            run.log_image(figure_to_array(attention_heatmap(weights, example.src, out_tokens, title)),
+                          paths.sentence_heatmap(i))
     except BaseException:
         run.finish("FAILED")
         raise
@@ -150,9 +159,12 @@ def log_comparison(client: MlflowClient, groups: list[SeedGroup], out_dir: Path,
         run.log_params({GROUPS_PARAM: "; ".join(group.name for group in groups)})
         for path in written.values():
             run.log_file(path, paths.COMPARISON)
-        figure = same_sample_figure([member for group in groups for member in group.members])
+        members = [member for group in groups for member in group.members]
+        figure = same_sample_figure(members)
         if figure is not None:
             log_figure(run, figure, out_dir, paths.SAME_SAMPLE_HEATMAPS)
+        for i, figure in enumerate(same_sentence_figures(members)):
+            log_figure(run, figure, out_dir, paths.comparison_sentence_heatmaps(i))
         metrics = {}
         for group in groups:
             for key, interval in group.overall().items():
@@ -189,6 +201,28 @@ def same_sample_figure(members: list[Compared]) -> Figure | None:
         panels.append((member.trained.name, weights, member.trained.tgt_vocab.decode(decoded.tokens.tolist())))
     return same_sample_heatmaps(panels, example.src, f"source length {len(source)}, as each run attends to it",
                                 gold=example.alignment)
+
+
+def same_sentence_figures(members: list[Compared]) -> list[Figure]:
+    """For each ``eval.sentences`` text, its attention as every attending run read and translated it,
+    one panel per run (each run reads the text with its own tokenizer; the panels share the axis
+    tokens when the runs share a tokenizer, as runs of one corpus do)."""
+    attending = [member for member in members if member.result.sentence_samples]
+    if len(attending) < 2:
+        return []
+    figures = []
+    for i, (text, example, _) in enumerate(attending[0].result.sentence_samples):
+        panels = []
+        for member in attending:
+            samples = member.result.sentence_samples
+            if i >= len(samples) or samples[i][0] != text or samples[i][1].src != example.src:
+                continue
+            decoded = samples[i][2]
+            weights = decoded.attention[:, :, : len(example.src)].float().numpy()  # (H, T_out, T_src)
+            panels.append((member.trained.name, weights, member.trained.tgt_vocab.decode(decoded.tokens.tolist())))
+        if len(panels) > 1:
+            figures.append(same_sample_heatmaps(panels, example.src, f"{text!r}, as each run attends to it"))
+    return figures
 
 
 def evaluate(cfg: DictConfig) -> list[EvalResult]:

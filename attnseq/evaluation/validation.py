@@ -34,6 +34,7 @@ EVALUATE_SCHEMA: dict[str, Check] = {
     "eval.beam_size": whole(1, example=1),
     "eval.counterfactual": flag(),
     "eval.seed": whole(0, 2**32 - 1, example=1),
+    "eval.sentences": texts(example=["Unknown object"]),
     "compare": flag(),
     "threads": optional(whole(1, example=1)),
     "mlflow.tracking_uri": text(example="sqlite:///mlflow.db"),

@@ -59,6 +59,16 @@ def long_heatmap(index: int, source_length: int) -> str:
 
 COMPARISON = "comparison"
 """A comparison run's figures and tables."""
+def sentence_heatmap(index: int) -> str:
+    """An evaluation run's heatmap of the ``index``-th text of ``eval.sentences``."""
+    return f"heatmaps/sentence_{index}.png"
+
+
+def comparison_sentence_heatmaps(index: int) -> str:
+    """A comparison run's heatmaps of the ``index``-th text of ``eval.sentences``, one panel per run."""
+    return f"comparison/sentence_{index}_heatmaps.png"
+
+
 SAME_SAMPLE_HEATMAPS = "comparison/same_sample_heatmaps.png"
 """A comparison run's heatmaps of one source sequence, one panel per evaluated run."""
 SWEEP_SUMMARY = "sweep_summary.txt"
