@@ -21,8 +21,9 @@ class FastPaths:
     # teacher forcing through the fused recurrence; False = step by step (what decoding runs)
     fused_decoder: bool = True
     gru_sequence: bool = True  # whole-sequence GRU with the hand-written backward; False = torch.gru under autograd
-    lstm_sequence: bool = True  # whole-sequence LSTM with the hand-written backward; False = nn.LSTM (packed) under autograd
-    # Luong without input feeding, additive/concat score over all steps through AdditiveScores; False = autograd
+    # whole-sequence LSTM with the hand-written backward (encoder, all-steps decoders); False = nn.LSTM under autograd
+    lstm_sequence: bool = True
+    # Luong without input feeding: the additive/concat score of all steps with its own backward; False = autograd
     additive_all_steps: bool = True
 
 

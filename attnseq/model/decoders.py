@@ -31,6 +31,7 @@ from attnseq.kernels import ALL_FAST_PATHS, FastPaths
 from attnseq.kernels.activations import fast_tanh
 from attnseq.kernels.cells import layer_parameters
 from attnseq.kernels.gru_sequence import gru_sequence
+from attnseq.kernels.lstm_sequence import lstm_sequence, lstm_sequence_pays
 from attnseq.model import fused_decoders
 from attnseq.model.encoder import build_rnn
 from attnseq.model.state import DecoderState, Memory, RNNState, top_layer
@@ -122,6 +123,11 @@ class Decoder(nn.Module):
             return gru_sequence(
                 inputs, rnn_state[0], layer_parameters(self.rnn), self.fast_paths.gru_sequence
             )  # (B, T, d_s)
+        if isinstance(self.rnn, nn.LSTM) and self.rnn.num_layers == 1 and self.fast_paths.lstm_sequence:
+            h0, c0 = rnn_state[0][0], rnn_state[1][0]  # (B, d_s) each
+            weights = layer_parameters(self.rnn)
+            if lstm_sequence_pays(inputs, h0, c0, weights):
+                return lstm_sequence(inputs, h0, c0, weights)[0]  # (B, T, d_s)
         outputs, _ = self.rnn(inputs, rnn_state)  # (B, T, d_s)
         return outputs
 
