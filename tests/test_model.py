@@ -403,6 +403,35 @@ def test_the_unpacked_lstm_encoder_equals_a_packed_run_values_and_gradients(bidi
     assert torch.all(states[~lengths_to_valid_mask(lengths)] == 0)
 
 
+@pytest.mark.parametrize("scorer", ["additive", "concat"])
+@pytest.mark.parametrize("enc", ["bigru", "lstm"])
+def test_new_kernels_in_float32_match_autograd_at_realistic_sizes(monkeypatch, enc, scorer):
+    """Luong without input feeding at benchmark-like sizes in float32 (padding in the batch): the
+    LSTM and all-steps additive kernels against the same model with them off, values and gradients."""
+    from attnseq.kernels import FastPaths, additive_scores
+
+    calls = []
+    original = additive_scores.AdditiveScores.apply
+    monkeypatch.setattr(additive_scores.AdditiveScores, "apply", lambda *args: calls.append(1) or original(*args))
+    torch.manual_seed(5)
+    config = ModelConfig(
+        V_SRC, V_TGT, embedding_dim=32, hidden_size=48, scorer=scorer, **ENCODERS[enc], **DECODERS["luong-nofeed"]
+    )
+    fast = build_seq2seq(config).train()
+    slow = build_seq2seq(config, FastPaths(lstm_sequence=False, additive_all_steps=False)).train()
+    slow.load_state_dict(fast.state_dict())
+    src, lengths, tgt_in = make_batch(lengths=(21, 17, 4, 21, 9, 1, 13, 20), tgt_len=19)
+    got = outputs_and_gradients(fast, lambda: fast(src, lengths, tgt_in))
+    assert len(calls) == 1
+    expected = outputs_and_gradients(slow, lambda: slow(src, lengths, tgt_in))
+    assert len(calls) == 1
+    (logits, weights, grads), (ref_logits, ref_weights, ref_grads) = got, expected
+    torch.testing.assert_close(logits, ref_logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(weights, ref_weights, atol=1e-6, rtol=1e-5)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, ref_grads[name], atol=1e-4, rtol=1e-4, msg=name)
+
+
 # ---------------------------------------------------------------------- the fast paths switched off
 @pytest.mark.parametrize("enc,scorer,dec,heads", valid_combinations())
 def test_without_fast_paths_the_model_computes_the_same_values_and_gradients(enc, scorer, dec, heads):

@@ -16,7 +16,8 @@ decoder's ``teacher_forced`` fast path, which computes the same values and gradi
 - Bahdanau, and Luong with input feeding: ``attnseq.model.fused_decoders`` (one layer, an
   ``Attention`` called through its parts without hooks);
 - Luong without input feeding, and the plain decoder: the RNN over the whole target in one call
-  (the recurrence does not read the attention), then attention over all steps in one call.
+  (the recurrence does not read the attention), then attention over all steps in one call (an
+  additive/concat score through ``kernels.additive_scores``, ``FastPaths.additive_all_steps``).
 
 ``FastPaths`` (given at construction) turns the fast paths off. The conventions: docs/attention.md.
 """
@@ -211,9 +212,12 @@ class LuongDecoder(Decoder):
 
     def attend(self, output: Tensor, memory: Memory) -> tuple[Tensor, Tensor, Tensor]:
         """s_t ``(B, [T_dec,] d_s)`` → logits, weights and h̃_t, for one step or all at once."""
-        context, weights = self.attention(
-            output, memory.keys, memory.valid_mask, projected_keys=memory.projected_keys
-        )  # (B, [T_dec,] d_k), (B, H, [T_dec,] T_enc)
+        attended = None
+        if output.dim() == 3 and self.fast_paths.additive_all_steps and self.attention_fuses():
+            attended = fused_decoders.additive_all_steps(self.attention, output, memory)
+        if attended is None:
+            attended = self.attention(output, memory.keys, memory.valid_mask, projected_keys=memory.projected_keys)
+        context, weights = attended  # (B, [T_dec,] d_k), (B, H, [T_dec,] T_enc)
         attentional = fast_tanh(self.W_c(torch.cat([context, output], dim=-1)))  # (B, [T_dec,] d_s)
         logits = self.W_s(self.dropout(attentional))  # (B, [T_dec,] V)
         return logits, weights, attentional
