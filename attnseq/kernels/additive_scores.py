@@ -9,9 +9,9 @@ and v ``(H, a)``, per head::
 (tanh(u) = 2σ(2u) − 1; ATen's CPU ``tanh`` is slower than its ``sigmoid``). Written with autograd,
 the score materialises tanh(q_t + K_i) for every t and i, keeps it for the backward, and the
 backward makes several more tensors of that size; with a 2d-wide key projection (a bidirectional
-encoder) each is tens of MiB, far beyond the caches. Here the steps are taken in chunks of at most
-``CHUNK_BYTES`` of σ; the forward keeps nothing of that size, and the backward recomputes each
-chunk's σ while it is in cache. With δe the incoming gradient and σ' = σ(1 − σ)::
+encoder) each is tens of MiB. Here the forward keeps nothing of that size (only q, K and v), and
+the backward recomputes σ, in chunks of steps of at most ``CHUNK_BYTES``, and reads each chunk
+for all three gradients. With δe the incoming gradient and σ' = σ(1 − σ)::
 
     δq_t = 4 v ⊙ Σ_i δe_{t,i} σ'_{t,i}
     δK_i = 4 v ⊙ Σ_t δe_{t,i} σ'_{t,i}
@@ -26,8 +26,11 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-CHUNK_BYTES = 2 * 2**20
-"""The most bytes of σ one chunk of steps holds: a few chunks' worth fits in the caches."""
+CHUNK_BYTES = 256 * 2**20
+"""The most bytes of σ one chunk of steps holds. It bounds the kernel's memory only: at the
+benchmark's sizes every step fits in one chunk, and chunks small enough for the caches (a few
+MiB) measured slower, not faster (per-chunk reductions over short axes cost more than the
+memory traffic they save)."""
 
 
 def supports(projected_query: Tensor, projected_keys: Tensor, v: Tensor) -> bool:
@@ -51,8 +54,11 @@ def _chunk_steps(batch: int, heads: int, t_enc: int, a: int, element_size: int) 
     return max(1, CHUNK_BYTES // max(1, batch * heads * t_enc * a * element_size))
 
 
-def _sigma(doubled_keys: Tensor, query: Tensor, out: Tensor) -> Tensor:
-    """σ(2K_i + 2q_t) for a chunk of steps: ``(B, H, T_c, T_enc, a)``."""
+def _sigma(doubled_keys: Tensor, query: Tensor, buffer: Tensor) -> Tensor:
+    """σ(2K_i + 2q_t) for a chunk of steps, contiguous at the front of the flat ``buffer``:
+    ``(B, H, T_c, T_enc, a)``."""
+    batch, heads, t_enc, a = doubled_keys.shape
+    out = buffer[: batch * heads * query.shape[2] * t_enc * a].view(batch, heads, query.shape[2], t_enc, a)
     return torch.add(doubled_keys.unsqueeze(2), query.unsqueeze(3), alpha=2, out=out).sigmoid_()
 
 
@@ -67,12 +73,15 @@ class AdditiveScores(torch.autograd.Function):
         doubled_keys = 2 * keys  # (B, H, T_enc, a)
         two_v = (2 * v).view(heads, a, 1)  # (H, a, 1)
         scores = query.new_empty(batch, heads, steps, t_enc)
-        buffer = query.new_empty(batch, heads, min(chunk, steps), t_enc, a)
+        buffer = query.new_empty(batch * heads * min(chunk, steps) * t_enc * a)  # σ of one chunk
         for start in range(0, steps, chunk):
             stop = min(start + chunk, steps)
-            sigma = _sigma(doubled_keys, query[:, :, start:stop], buffer[:, :, : stop - start])  # (B, H, T_c, T_enc, a)
-            flat = sigma.view(batch, heads, -1, a)  # (B, H, T_c·T_enc, a)
-            scores[:, :, start:stop] = (flat @ two_v).view(batch, heads, stop - start, t_enc)  # 2 vᵀσ
+            sigma = _sigma(doubled_keys, query[:, :, start:stop], buffer)  # (B, H, T_c, T_enc, a)
+            if heads == 1:  # a matrix-vector product: cheaper than a batched one
+                chunk_scores = sigma.view(-1, a) @ two_v.view(a)  # (B·T_c·T_enc,)
+            else:
+                chunk_scores = sigma.view(batch, heads, -1, a) @ two_v  # (B, H, T_c·T_enc, 1)
+            scores[:, :, start:stop] = chunk_scores.view(batch, heads, stop - start, t_enc)  # 2 vᵀσ
         scores -= v.sum(-1).view(1, heads, 1, 1)  # e = 2 vᵀσ − Σ v
         ctx.save_for_backward(query, keys, v)
         return scores
@@ -85,19 +94,24 @@ class AdditiveScores(torch.autograd.Function):
         t_enc = keys.shape[2]
         chunk = _chunk_steps(batch, heads, t_enc, a, query.element_size())
         doubled_keys = 2 * keys  # (B, H, T_enc, a)
-        sigma_buffer = query.new_empty(batch, heads, min(chunk, steps), t_enc, a)
-        slope_buffer = torch.empty_like(sigma_buffer)
+        sigma_buffer = query.new_empty(batch * heads * min(chunk, steps) * t_enc * a)  # σ of one chunk
+        slope_buffer = torch.empty_like(sigma_buffer)  # σ' of one chunk
         d_query = torch.empty_like(query)  # Σ_i δe σ', scaled by 4v at the end
         d_keys = torch.zeros_like(keys)  # Σ_t δe σ'
         d_sigma_sum = v.new_zeros(heads, a)  # Σ δe σ
         for start in range(0, steps, chunk):
             stop = min(start + chunk, steps)
             length = stop - start
-            sigma = _sigma(doubled_keys, query[:, :, start:stop], sigma_buffer[:, :, :length])  # (B, H, T_c, T_enc, a)
+            sigma = _sigma(doubled_keys, query[:, :, start:stop], sigma_buffer)  # (B, H, T_c, T_enc, a)
             d_score = grad_scores[:, :, start:stop]  # (B, H, T_c, T_enc)
-            flat_score = d_score.reshape(batch, heads, 1, length * t_enc)  # (B, H, 1, T_c·T_enc)
-            d_sigma_sum += (flat_score @ sigma.view(batch, heads, -1, a)).sum((0, 2))  # (H, a): Σ δe σ
-            slope = torch.addcmul(sigma, sigma, sigma, value=-1, out=slope_buffer[:, :, :length])  # σ' = σ − σ²
+            if heads == 1:
+                d_sigma_sum[0].addmv_(sigma.view(-1, a).T, d_score.reshape(-1))  # (a,): Σ δe σ
+            else:
+                flat_score = d_score.reshape(batch, heads, 1, length * t_enc)  # (B, H, 1, T_c·T_enc)
+                d_sigma_sum += (flat_score @ sigma.view(batch, heads, -1, a)).sum((0, 2))  # (H, a): Σ δe σ
+            slope = torch.addcmul(
+                sigma, sigma, sigma, value=-1, out=slope_buffer[: sigma.numel()].view_as(sigma)
+            )  # σ' = σ − σ²
             slope.mul_(d_score.unsqueeze(-1))  # (B, H, T_c, T_enc, a): δe σ'
             d_query[:, :, start:stop] = slope.sum(3)  # (B, H, T_c, a)
             d_keys += slope.sum(2)  # (B, H, T_enc, a)
