@@ -403,6 +403,20 @@ def test_the_unpacked_lstm_encoder_equals_a_packed_run_values_and_gradients(bidi
     assert torch.all(states[~lengths_to_valid_mask(lengths)] == 0)
 
 
+@pytest.mark.parametrize("scorer", [name for name, cls in SCORERS.items() if cls.fused_recurrence == "additive"])
+@pytest.mark.parametrize("enc", list(ENCODERS))
+@pytest.mark.parametrize("heads", [1, 2])
+def test_the_all_steps_additive_kernel_equals_stepping_values_and_gradients(enc, scorer, heads):
+    """``FastPaths(additive_all_steps=True)`` (off by default): Luong without input feeding scores
+    all steps through ``kernels.additive_scores``; float64 against ``step`` by step."""
+    from attnseq.kernels import FastPaths
+
+    model = make_model(enc, scorer, "luong-nofeed", heads).train()
+    kernel = build_seq2seq(model.config, FastPaths(additive_all_steps=True)).double().train()
+    kernel.load_state_dict(model.state_dict())
+    assert_teacher_forcing_equals_stepping(kernel)
+
+
 @pytest.mark.parametrize("scorer", ["additive", "concat"])
 @pytest.mark.parametrize("enc", ["bigru", "lstm"])
 def test_new_kernels_in_float32_match_autograd_at_realistic_sizes(monkeypatch, enc, scorer):
@@ -417,7 +431,7 @@ def test_new_kernels_in_float32_match_autograd_at_realistic_sizes(monkeypatch, e
     config = ModelConfig(
         V_SRC, V_TGT, embedding_dim=32, hidden_size=48, scorer=scorer, **ENCODERS[enc], **DECODERS["luong-nofeed"]
     )
-    fast = build_seq2seq(config).train()
+    fast = build_seq2seq(config, FastPaths(additive_all_steps=True)).train()
     slow = build_seq2seq(config, FastPaths(lstm_sequence=False, additive_all_steps=False)).train()
     slow.load_state_dict(fast.state_dict())
     src, lengths, tgt_in = make_batch(lengths=(21, 17, 4, 21, 9, 1, 13, 20), tgt_len=19)
