@@ -323,3 +323,60 @@ def test_score_is_project_query_then_score_projected(scorer, heads):
     parts = attention.score_projected(attention.split_query(mapped), projected_keys)
     torch.testing.assert_close(parts, attention.score(query, projected_keys))
     assert parts.shape == (2, heads, 3, 5)
+
+
+def additive_formula(query, keys, v):
+    """vᵀ tanh(q_t + K_i) per head, written out: ``(B, H, T_dec, T_enc)``."""
+    return (torch.tanh(query.unsqueeze(3) + keys.unsqueeze(2)) * v[None, :, None, None, :]).sum(-1)
+
+
+@pytest.mark.parametrize("chunk_bytes", [None, 1, 3000])  # default: one chunk; 1: one step per chunk; 3000: uneven
+@pytest.mark.parametrize("heads", [1, 2])
+def test_all_steps_additive_scores_equal_the_formula_values_and_gradients(monkeypatch, chunk_bytes, heads):
+    from attnseq.kernels import additive_scores
+
+    if chunk_bytes is not None:
+        monkeypatch.setattr(additive_scores, "CHUNK_BYTES", chunk_bytes)
+    gen = torch.Generator().manual_seed(heads)
+    query = torch.randn(6, heads, 13, 16, generator=gen).requires_grad_()
+    keys = torch.randn(6, heads, 17, 16, generator=gen).requires_grad_()
+    v = torch.randn(heads, 16, generator=gen).requires_grad_()
+    upstream = torch.randn(6, heads, 13, 17, generator=gen)
+    got = additive_scores.additive_scores(query, keys, v)
+    expected = additive_formula(query.double(), keys.double(), v.double())
+    torch.testing.assert_close(got, expected.float(), atol=2e-5, rtol=1e-5)
+    got_grads = torch.autograd.grad(got, [query, keys, v], upstream)
+    expected_grads = torch.autograd.grad(expected, [query, keys, v], upstream.double())
+    for name, g_got, g_expected in zip(["query", "keys", "v"], got_grads, expected_grads, strict=True):
+        torch.testing.assert_close(g_got, g_expected.float(), atol=1e-4, rtol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 10**9])
+def test_all_steps_additive_scores_gradcheck_in_float64(monkeypatch, chunk_bytes):
+    from attnseq.kernels import additive_scores
+
+    monkeypatch.setattr(additive_scores, "CHUNK_BYTES", chunk_bytes)
+    gen = torch.Generator().manual_seed(0)
+    args = [
+        torch.randn(2, 2, 3, 4, dtype=torch.float64, generator=gen).requires_grad_(),  # query
+        torch.randn(2, 2, 5, 4, dtype=torch.float64, generator=gen).requires_grad_(),  # keys
+        torch.randn(2, 4, dtype=torch.float64, generator=gen).requires_grad_(),  # v
+    ]
+    assert torch.autograd.gradcheck(additive_scores.AdditiveScores.apply, args)
+
+
+@pytest.mark.parametrize("scorer", ["additive", "concat"])
+@pytest.mark.parametrize("heads", [1, 2])
+def test_all_steps_additive_scores_equal_score_projected(scorer, heads):
+    """The kernel computes what the scorer's own ``score_projected`` computes (float64)."""
+    from attnseq.kernels.additive_scores import additive_scores
+
+    attention = build_attention(scorer, 8, 12, heads=heads).double()
+    query, keys, _ = make_inputs(3, 4, 6, 8, seed=5)
+    keys = torch.randn(3, 6, 12, dtype=torch.float64)
+    projected_query = attention.project_query(query)
+    projected_keys = attention.project_keys(keys)
+    v = attention.v_a.view(heads, -1)
+    torch.testing.assert_close(
+        additive_scores(projected_query, projected_keys, v), attention.score_projected(projected_query, projected_keys)
+    )

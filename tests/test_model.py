@@ -371,16 +371,93 @@ def test_the_additive_recurrence_recomputing_sigma_equals_stepping(monkeypatch, 
     assert_teacher_forcing_equals_stepping(make_model("gru", scorer, "bahdanau", heads, layers=1).train())
 
 
+@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize("lengths", [(6, 3, 1, 4), (5, 5, 5)])
+def test_the_unpacked_lstm_encoder_equals_a_packed_run_values_and_gradients(bidirectional, lengths):
+    """A one-layer LSTM encoder (uni and bi) through ``kernels.lstm_sequence`` against the same
+    parameters run packed by ``nn.LSTM`` under autograd: states, final pairs and every gradient."""
+    from attnseq.kernels import FastPaths
+    from attnseq.model.encoder import RNNEncoder
+
+    torch.manual_seed(4)
+    fast = RNNEncoder(V_SRC, 8, 12, cell="lstm", bidirectional=bidirectional).double()
+    packed = RNNEncoder(V_SRC, 8, 12, cell="lstm", bidirectional=bidirectional,
+                        fast_paths=FastPaths(lstm_sequence=False))
+    packed = packed.double()
+    packed.load_state_dict(fast.state_dict())
+    src, lengths, _ = make_batch(lengths=lengths)
+    results = []
+    for encoder in (fast, packed):
+        encoder.zero_grad()
+        states, (h, c) = encoder(src, lengths)  # (B, T, d_k), (1, B, d) × 2
+        weights = torch.linspace(-1, 1, states.numel(), dtype=states.dtype).view_as(states)
+        (states * weights).sum().backward(inputs=list(encoder.parameters()), retain_graph=True)
+        (h.sin().sum() + c.cos().sum()).backward(inputs=list(encoder.parameters()))
+        results.append((states, h, c, {n: p.grad.clone() for n, p in encoder.named_parameters()}))
+    (states, h, c, grads), (ref_states, ref_h, ref_c, ref_grads) = results
+    torch.testing.assert_close(states, ref_states)
+    torch.testing.assert_close(h, ref_h)
+    torch.testing.assert_close(c, ref_c)
+    assert grads.keys() == ref_grads.keys()
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, ref_grads[name], msg=name)
+    assert torch.all(states[~lengths_to_valid_mask(lengths)] == 0)
+
+
+@pytest.mark.parametrize("scorer", [name for name, cls in SCORERS.items() if cls.fused_recurrence == "additive"])
+@pytest.mark.parametrize("enc", list(ENCODERS))
+@pytest.mark.parametrize("heads", [1, 2])
+def test_the_all_steps_additive_kernel_equals_stepping_values_and_gradients(enc, scorer, heads):
+    """``FastPaths(additive_all_steps=True)`` (off by default): Luong without input feeding scores
+    all steps through ``kernels.additive_scores``; float64 against ``step`` by step."""
+    from attnseq.kernels import FastPaths
+
+    model = make_model(enc, scorer, "luong-nofeed", heads).train()
+    kernel = build_seq2seq(model.config, FastPaths(additive_all_steps=True)).double().train()
+    kernel.load_state_dict(model.state_dict())
+    assert_teacher_forcing_equals_stepping(kernel)
+
+
+@pytest.mark.parametrize("scorer", ["additive", "concat"])
+@pytest.mark.parametrize("enc", ["bigru", "lstm"])
+def test_new_kernels_in_float32_match_autograd_at_realistic_sizes(monkeypatch, enc, scorer):
+    """Luong without input feeding at benchmark-like sizes in float32 (padding in the batch): the
+    LSTM and all-steps additive kernels against the same model with them off, values and gradients."""
+    from attnseq.kernels import FastPaths, additive_scores
+
+    calls = []
+    original = additive_scores.AdditiveScores.apply
+    monkeypatch.setattr(additive_scores.AdditiveScores, "apply", lambda *args: calls.append(1) or original(*args))
+    torch.manual_seed(5)
+    config = ModelConfig(
+        V_SRC, V_TGT, embedding_dim=32, hidden_size=48, scorer=scorer, **ENCODERS[enc], **DECODERS["luong-nofeed"]
+    )
+    fast = build_seq2seq(config, FastPaths(additive_all_steps=True)).train()
+    slow = build_seq2seq(config, FastPaths(lstm_sequence=False, additive_all_steps=False)).train()
+    slow.load_state_dict(fast.state_dict())
+    src, lengths, tgt_in = make_batch(lengths=(21, 17, 4, 21, 9, 1, 13, 20), tgt_len=19)
+    got = outputs_and_gradients(fast, lambda: fast(src, lengths, tgt_in))
+    assert len(calls) == 1
+    expected = outputs_and_gradients(slow, lambda: slow(src, lengths, tgt_in))
+    assert len(calls) == 1
+    (logits, weights, grads), (ref_logits, ref_weights, ref_grads) = got, expected
+    torch.testing.assert_close(logits, ref_logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(weights, ref_weights, atol=1e-6, rtol=1e-5)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, ref_grads[name], atol=1e-4, rtol=1e-4, msg=name)
+
+
 # ---------------------------------------------------------------------- the fast paths switched off
 @pytest.mark.parametrize("enc,scorer,dec,heads", valid_combinations())
 def test_without_fast_paths_the_model_computes_the_same_values_and_gradients(enc, scorer, dec, heads):
-    """``FastPaths(False, False)``: teacher forcing step by step, GRUs under autograd — the same
+    """Every fast path off: teacher forcing step by step, GRUs and LSTMs under autograd — the same
     logits, weights and gradients as the default build with the same parameters."""
     from attnseq.kernels import FastPaths
 
     fast = make_model(enc, scorer, dec, heads).train()
     config = fast.config
-    slow = build_seq2seq(config, FastPaths(fused_decoder=False, gru_sequence=False)).double().train()
+    none = FastPaths(fused_decoder=False, gru_sequence=False, lstm_sequence=False, additive_all_steps=False)
+    slow = build_seq2seq(config, none).double().train()
     slow.load_state_dict(fast.state_dict())
     src, lengths, tgt_in = make_batch()
     src, lengths, tgt_in = make_batch()

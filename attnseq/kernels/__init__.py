@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class FastPaths:
-    """Which fast paths a model built by ``build_seq2seq`` may take; all on by default.
+    """Which fast paths a model built by ``build_seq2seq`` may take; all but ``additive_all_steps``
+    on by default.
 
     Turning one off changes the speed only, never a value or a gradient (tested).
     """
@@ -21,6 +22,11 @@ class FastPaths:
     # teacher forcing through the fused recurrence; False = step by step (what decoding runs)
     fused_decoder: bool = True
     gru_sequence: bool = True  # whole-sequence GRU with the hand-written backward; False = torch.gru under autograd
+    # whole-sequence LSTM with the hand-written backward (encoder, all-steps decoders); False = nn.LSTM under autograd
+    lstm_sequence: bool = True
+    # Luong without input feeding: the additive/concat score of all steps through kernels.additive_scores.
+    # Off by default: it measured slower than autograd's score in training (kept as a benchmark variant).
+    additive_all_steps: bool = False
 
 
 ALL_FAST_PATHS = FastPaths()

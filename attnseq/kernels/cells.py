@@ -83,8 +83,62 @@ def gru_partials(reset_update: Tensor, candidate: Tensor, hidden_candidate: Tens
     return GRUPartials(blocks[..., :3, :], through_candidate, update)
 
 
-def lstm_cell(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
-    """``gates = W_ih x + b_ih + W_hh h + b_hh`` ``(B, 4d)``, ``c (B, d)`` → ``(h', c')``."""
-    i, f, g, o = gates.chunk(4, dim=1)  # (B, d) each
-    c = f.sigmoid() * c + i.sigmoid() * g.tanh()  # (B, d)
-    return o.sigmoid() * c.tanh(), c  # (B, d), (B, d)
+class LSTMActivations(NamedTuple):
+    """Where one LSTM step writes what a hand-written backward reads again."""
+
+    gates: Tensor  # (B, 4d): σ(i), σ(f), tanh(g), σ(o)
+    cell: Tensor  # (B, d): c'
+    cell_tanh: Tensor  # (B, d): tanh(c')
+    state: Tensor  # (B, d): h'
+
+
+def lstm_cell(gates: Tensor, c: Tensor, out: LSTMActivations | None = None) -> tuple[Tensor, Tensor]:
+    """``gates = W_ih x + b_ih + W_hh h + b_hh`` ``(B, 4d)``, ``c (B, d)`` → ``(h', c')``.
+
+    Without ``out`` it runs under autograd; with it, the activations are written into ``out``'s
+    buffers (``gates`` may be ``out.gates`` itself, activated in place; no autograd)."""
+    if out is None:
+        i, f, g, o = gates.chunk(4, dim=1)  # (B, d) each
+        c = f.sigmoid() * c + i.sigmoid() * g.tanh()  # (B, d)
+        return o.sigmoid() * c.tanh(), c  # (B, d), (B, d)
+    d = c.shape[-1]
+    act = out.gates
+    torch.sigmoid(gates[:, : 2 * d], out=act[:, : 2 * d])  # (B, 2d): σ(i), σ(f)
+    torch.tanh(gates[:, 2 * d : 3 * d], out=act[:, 2 * d : 3 * d])  # (B, d): tanh(g)
+    torch.sigmoid(gates[:, 3 * d :], out=act[:, 3 * d :])  # (B, d): σ(o)
+    cell = torch.mul(act[:, d : 2 * d], c, out=out.cell).addcmul_(act[:, :d], act[:, 2 * d : 3 * d])  # (B, d): c'
+    state = torch.mul(act[:, 3 * d :], torch.tanh(cell, out=out.cell_tanh), out=out.state)  # (B, d): h'
+    return state, cell
+
+
+class LSTMPartials(NamedTuple):
+    """The derivatives of every LSTM step with respect to its own quantities, ``(T, B, ...)``,
+    for all steps at once (``lstm_partials``). With δh_t the incoming gradient of h_t and δc_t =
+    δc_t(carried) + δh_t ⊙ ∂h_t/∂c_t that of c_t, a step's gate pre-activations get
+    δ[i; f; g] = δc_t ⊙ cell_gates and δo = δh_t ⊙ output_gate:
+
+    - ∂h_t/∂c_t = σ(o) ⊙ (1 − tanh²(c_t))
+    - ∂c_t/∂i_pre = tanh(g) ⊙ σ(i)(1 − σ(i)),  ∂c_t/∂f_pre = c_{t-1} ⊙ σ(f)(1 − σ(f)),
+      ∂c_t/∂g_pre = σ(i) ⊙ (1 − tanh²(g))
+    - ∂h_t/∂o_pre = tanh(c_t) ⊙ σ(o)(1 − σ(o))
+    - ∂c_t/∂c_{t-1}: σ(f)
+    """
+
+    cell_gates: Tensor  # (T, B, 3, d): ∂c_t/∂[i_pre; f_pre; g_pre]
+    output_gate: Tensor  # (T, B, d): ∂h_t/∂o_pre
+    state_to_cell: Tensor  # (T, B, d): ∂h_t/∂c_t
+    carry: Tensor  # (T, B, d): σ(f)
+
+
+def lstm_partials(gates: Tensor, cell_tanh: Tensor, previous_cells: Tensor) -> LSTMPartials:
+    """``LSTMPartials`` from the forward's activated gates ``(T, B, 4d)``, tanh(c_t) ``(T, B, d)``
+    and c_{t-1} ``(T, B, d)``."""
+    d = cell_tanh.shape[-1]
+    i, f, g, o = gates[..., :d], gates[..., d : 2 * d], gates[..., 2 * d : 3 * d], gates[..., 3 * d :]  # (T, B, d)
+    blocks = cell_tanh.new_empty(*cell_tanh.shape[:-1], 5, d)  # (T, B, 5, d)
+    torch.mul(g, i - i * i, out=blocks[..., 0, :])  # ∂c/∂i_pre
+    torch.mul(previous_cells, f - f * f, out=blocks[..., 1, :])  # ∂c/∂f_pre
+    torch.mul(i, 1 - g * g, out=blocks[..., 2, :])  # ∂c/∂g_pre
+    torch.mul(cell_tanh, o - o * o, out=blocks[..., 3, :])  # ∂h/∂o_pre
+    torch.mul(o, 1 - cell_tanh * cell_tanh, out=blocks[..., 4, :])  # ∂h/∂c
+    return LSTMPartials(blocks[..., :3, :], blocks[..., 3, :], blocks[..., 4, :], f)

@@ -39,14 +39,17 @@ def gru_sequence(inputs: Tensor, h0: Tensor, weights: GRUWeights, hand_written_b
     """``inputs (B, T, E)``, ``h0 (B, d)`` → the states h_1..h_T ``(B, T, d)``, as ``torch.gru``
     (batch first, one layer, one direction) computes them; through ``GRUSequence`` where it pays
     and ``hand_written_backward`` allows it (``FastPaths.gru_sequence``)."""
-    if hand_written_backward and _hand_written_backward_pays(inputs, h0, weights):
+    if hand_written_backward and hand_written_backward_pays(inputs, h0, *weights):
         return GRUSequence.apply(inputs, h0, *weights)
     states, _ = torch.gru(inputs, h0.unsqueeze(0), list(weights), True, 1, 0.0, False, False, True)  # (B, T, d)
     return states
 
 
-def _hand_written_backward_pays(inputs: Tensor, h0: Tensor, weights: GRUWeights) -> bool:
-    tensors = (inputs, h0, *weights)
+def hand_written_backward_pays(inputs: Tensor, *others: Tensor) -> bool:
+    """Whether a whole-sequence kernel with a hand-written backward beats the ATen recurrence for
+    ``inputs (B, T, E)`` and the ``others`` it reads: on CPU, in float32/float64 (all alike), outside
+    autocast, with gradients recorded, over at least one step."""
+    tensors = (inputs, *others)
     return (
         torch.is_grad_enabled()
         and any(t.requires_grad for t in tensors)

@@ -16,7 +16,9 @@ decoder's ``teacher_forced`` fast path, which computes the same values and gradi
 - Bahdanau, and Luong with input feeding: ``attnseq.model.fused_decoders`` (one layer, an
   ``Attention`` called through its parts without hooks);
 - Luong without input feeding, and the plain decoder: the RNN over the whole target in one call
-  (the recurrence does not read the attention), then attention over all steps in one call.
+  (the recurrence does not read the attention), then attention over all steps in one call (an
+  additive/concat score through ``kernels.additive_scores`` where ``FastPaths.additive_all_steps``
+  switches it on).
 
 ``FastPaths`` (given at construction) turns the fast paths off. The conventions: docs/attention.md.
 """
@@ -31,6 +33,7 @@ from attnseq.kernels import ALL_FAST_PATHS, FastPaths
 from attnseq.kernels.activations import fast_tanh
 from attnseq.kernels.cells import layer_parameters
 from attnseq.kernels.gru_sequence import gru_sequence
+from attnseq.kernels.lstm_sequence import lstm_sequence, lstm_sequence_pays
 from attnseq.model import fused_decoders
 from attnseq.model.encoder import build_rnn
 from attnseq.model.state import DecoderState, Memory, RNNState, top_layer
@@ -122,6 +125,11 @@ class Decoder(nn.Module):
             return gru_sequence(
                 inputs, rnn_state[0], layer_parameters(self.rnn), self.fast_paths.gru_sequence
             )  # (B, T, d_s)
+        if isinstance(self.rnn, nn.LSTM) and self.rnn.num_layers == 1 and self.fast_paths.lstm_sequence:
+            h0, c0 = rnn_state[0][0], rnn_state[1][0]  # (B, d_s) each
+            weights = layer_parameters(self.rnn)
+            if lstm_sequence_pays(inputs, h0, c0, weights):
+                return lstm_sequence(inputs, h0, c0, weights)[0]  # (B, T, d_s)
         outputs, _ = self.rnn(inputs, rnn_state)  # (B, T, d_s)
         return outputs
 
@@ -206,9 +214,12 @@ class LuongDecoder(Decoder):
 
     def attend(self, output: Tensor, memory: Memory) -> tuple[Tensor, Tensor, Tensor]:
         """s_t ``(B, [T_dec,] d_s)`` → logits, weights and h̃_t, for one step or all at once."""
-        context, weights = self.attention(
-            output, memory.keys, memory.valid_mask, projected_keys=memory.projected_keys
-        )  # (B, [T_dec,] d_k), (B, H, [T_dec,] T_enc)
+        attended = None
+        if output.dim() == 3 and self.fast_paths.additive_all_steps and self.attention_fuses():
+            attended = fused_decoders.additive_all_steps(self.attention, output, memory)
+        if attended is None:
+            attended = self.attention(output, memory.keys, memory.valid_mask, projected_keys=memory.projected_keys)
+        context, weights = attended  # (B, [T_dec,] d_k), (B, H, [T_dec,] T_enc)
         attentional = fast_tanh(self.W_c(torch.cat([context, output], dim=-1)))  # (B, [T_dec,] d_s)
         logits = self.W_s(self.dropout(attentional))  # (B, [T_dec,] V)
         return logits, weights, attentional

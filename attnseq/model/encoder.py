@@ -10,6 +10,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from attnseq.kernels import ALL_FAST_PATHS, FastPaths
 from attnseq.kernels.cells import layer_parameters
 from attnseq.kernels.gru_sequence import gru_sequence
+from attnseq.kernels.lstm_sequence import lstm_sequence, lstm_sequence_pays
 from attnseq.model.state import RNNState
 
 RNN_CLASSES = {"gru": nn.GRU, "lstm": nn.LSTM}
@@ -40,9 +41,11 @@ class RNNEncoder(nn.Module):
     reversed within its own length — and reads each sequence's final state at its last real
     token; that is exactly what packing computes, at about half the cost of a packed sequence's
     backward pass on CPU (whose per-step slices each zero-fill a buffer as large as the whole
-    sequence). LSTMs and stacked layers, whose final states this cannot recover, run packed —
-    unless the batch holds no padding at all (frequent with length bucketing), when one plain
-    call computes the same. States at padded positions are zero either way.
+    sequence). A one-layer LSTM does the same through ``kernels.lstm_sequence`` (which also
+    returns every cell, so the final cell is read the same way) where that kernel pays: when
+    training on CPU (``FastPaths.lstm_sequence``). Otherwise LSTMs, and stacked layers, run
+    packed — unless the batch holds no padding at all (frequent with length bucketing), when one
+    plain call computes the same. States at padded positions are zero either way.
     """
 
     def __init__(
@@ -71,9 +74,9 @@ class RNNEncoder(nn.Module):
 
     def forward(self, src: Tensor, src_lengths: Tensor) -> tuple[Tensor, RNNState]:
         embedded = self.dropout(self.embedding(src))  # (B, T_enc, E)
-        if self.cell == "gru" and self.layers == 1:
-            states, final = self._unpacked_gru(embedded, src_lengths)  # (B, T_enc, d_k), (dirs, B, d)
-            return states, self._bridge(final)
+        if self.layers == 1 and (self.cell == "gru" or self._lstm_sequence_pays(embedded)):
+            states, final = self._unpacked(embedded, src_lengths)  # (B, T_enc, d_k), (dirs, B, d) [× 2 for LSTM]
+            return states, self._bridge_state(final)
         lengths = src_lengths.cpu()  # packing needs them on the host anyway
         if int(lengths.min()) == src.shape[1]:  # no padding: nothing to pack
             states, final = self.rnn(embedded)  # (B, T_enc, d_k)
@@ -91,35 +94,45 @@ class RNNEncoder(nn.Module):
             return self._bridge(h), self._bridge(c)
         return self._bridge(final)
 
-    def _unpacked_gru(self, embedded: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
-        """One-layer GRU over a right-padded batch, the same states as packing: ``(B, T, d_k)``
-        (zeros at padding) and the final state of each direction ``(dirs, B, d)``."""
+    def _lstm_sequence_pays(self, embedded: Tensor) -> bool:
+        if self.cell != "lstm" or not self.fast_paths.lstm_sequence:
+            return False
+        zeros = embedded.new_zeros(0, self.hidden_size)
+        return lstm_sequence_pays(embedded, zeros, zeros, layer_parameters(self.rnn))
+
+    def _unpacked(self, embedded: Tensor, lengths: Tensor) -> tuple[Tensor, RNNState]:
+        """One-layer GRU/LSTM over a right-padded batch, the same states as packing: ``(B, T, d_k)``
+        (zeros at padding) and the final state of each direction ``(dirs, B, d)`` (for an LSTM the
+        pair of final states and final cells)."""
         batch, steps, _ = embedded.shape
         positions = torch.arange(steps, device=embedded.device)  # (T,)
         valid = positions[None, :] < lengths[:, None]  # (B, T)
         # index of the last real token
         last = (lengths - 1).view(batch, 1, 1).expand(batch, 1, self.hidden_size)  # (B, 1, d)
-        forward_states = self._gru_direction(embedded, reverse=False)  # (B, T, d)
-        finals = [forward_states.gather(1, last).squeeze(1)]  # (B, d)
-        outputs = [forward_states]
+        forward = self._direction(embedded, reverse=False)  # (B, T, d) [states, cells]
+        finals = [[sequence.gather(1, last).squeeze(1) for sequence in forward]]  # (B, d) each
+        outputs = [forward[0]]
         if self.bidirectional:
             # Position t of row b reads token len_b − 1 − t (t < len_b), so padding comes last again.
             reverse = torch.where(valid, lengths[:, None] - 1 - positions[None, :], positions[None, :])  # (B, T)
             flip = reverse.unsqueeze(-1)  # (B, T, 1)
             reversed_input = embedded.gather(1, flip.expand_as(embedded))  # (B, T, E)
-            backward_states = self._gru_direction(reversed_input, reverse=True)  # (B, T, d), in reversed order
-            finals.append(backward_states.gather(1, last).squeeze(1))  # (B, d)
-            outputs.append(backward_states.gather(1, flip.expand_as(backward_states)))  # (B, T, d), back in order
+            backward = self._direction(reversed_input, reverse=True)  # (B, T, d) each, in reversed order
+            finals.append([sequence.gather(1, last).squeeze(1) for sequence in backward])  # (B, d) each
+            outputs.append(backward[0].gather(1, flip.expand_as(backward[0])))  # (B, T, d), back in order
         states = torch.cat(outputs, dim=-1) if len(outputs) > 1 else outputs[0]  # (B, T, d_k)
         states = states.masked_fill(~valid.unsqueeze(-1), 0.0)  # (B, T, d_k): padding's states are zero
-        return states, torch.stack(finals)  # (B, T, d_k), (dirs, B, d)
+        final = [torch.stack(kind) for kind in zip(*finals, strict=True)]  # (dirs, B, d) each
+        return states, (final[0] if self.cell == "gru" else tuple(final))
 
-    def _gru_direction(self, inputs: Tensor, reverse: bool) -> Tensor:
-        """One direction of the one-layer GRU, from a zero state: ``(B, T, d)``."""
+    def _direction(self, inputs: Tensor, reverse: bool) -> tuple[Tensor, ...]:
+        """One direction of the one-layer RNN, from a zero state: the states ``(B, T, d)`` (and
+        for an LSTM the cells ``(B, T, d)``)."""
         h0 = inputs.new_zeros(inputs.shape[0], self.hidden_size)  # (B, d)
-        return gru_sequence(
-            inputs, h0, layer_parameters(self.rnn, reverse=reverse), self.fast_paths.gru_sequence
-        )  # (B, T, d)
+        weights = layer_parameters(self.rnn, reverse=reverse)
+        if self.cell == "lstm":
+            return lstm_sequence(inputs, h0, torch.zeros_like(h0), weights)  # (B, T, d) × 2
+        return (gru_sequence(inputs, h0, weights, self.fast_paths.gru_sequence),)  # (B, T, d)
 
     def _bridge(self, final: Tensor) -> Tensor:
         """``(L·dirs, B, d)`` → ``(L, B, hidden)``: the decoder's initial state per layer."""

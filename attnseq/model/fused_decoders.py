@@ -7,7 +7,8 @@ scorer's query map W_q, Luong's W_c half), the scores, the context, and the cell
 (``kernels.cells``) on the RNN's own parameters. After the loop: the readout over all steps.
 
 A Bahdanau GRU decoder whose scorer declares ``fused_recurrence = "additive"`` goes further,
-through ``AdditiveGRURecurrence``: one autograd node with a hand-written backward pass.
+through ``AdditiveGRURecurrence``: one autograd node with a hand-written backward pass. Luong
+without input feeding scores all steps at once; with such a scorer, through ``additive_all_steps``.
 
 The decoder (``attnseq.model.decoders``) decides when these apply: one layer, an ``Attention``
 called through its parts with no hooks, full teacher forcing, ``FastPaths.fused_decoder``.
@@ -22,7 +23,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from attnseq.attention import Attention, masked_softmax
-from attnseq.kernels import additive_recurrence
+from attnseq.kernels import additive_recurrence, additive_scores
 from attnseq.kernels.additive_recurrence import AdditiveGRURecurrence
 from attnseq.kernels.cells import gru_cell, layer_parameters, lstm_cell
 
@@ -182,3 +183,20 @@ def luong_input_feeding(decoder, tgt_in: Tensor, state, memory) -> tuple[Tensor,
         decoder.W_s(decoder.dropout(attentional)),  # (B, T_dec, V)
         torch.cat(step_weights, dim=2),  # (B, H, T_dec, T_enc)
     )
+
+
+def additive_all_steps(attention: Attention, states: Tensor, memory) -> tuple[Tensor, Tensor] | None:
+    """The attention of every step at once for a scorer that declares ``fused_recurrence =
+    "additive"``: states ``(B, T_dec, d_q)`` → context ``(B, T_dec, d_k)`` and weights
+    ``(B, H, T_dec, T_enc)`` through ``kernels.additive_scores``; None where it does not apply
+    (another scorer, autocast), for the caller to call the attention itself."""
+    if attention.fused_recurrence != "additive":
+        return None
+    v = attention.v_a.view(attention.heads, -1)  # (H, a)
+    if not additive_scores.supports(states, memory.projected_keys, v):
+        return None
+    attention.check_shapes(states, memory.keys, memory.valid_mask)
+    query = attention.project_query(states)  # (B, H, T_dec, a)
+    scores = additive_scores.additive_scores(query, memory.projected_keys, v)  # (B, H, T_dec, T_enc)
+    weights = masked_softmax(scores, memory.valid_mask[:, None, None, :])  # (B, H, T_dec, T_enc)
+    return attention.average(weights, memory.keys), weights  # (B, T_dec, d_k), (B, H, T_dec, T_enc)
