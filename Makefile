@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: train lint system-deps test test-fast test-slow test-gpu ui bottleneck reverse-alignment messages-corpus bench docker-check clean
+.PHONY: train lint system-deps test test-fast test-slow test-gpu ui bottleneck bottleneck-transformer reverse-alignment messages-corpus bench docker-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ test-gpu: $(STAMP)  ## only the tests that need a CUDA device
 
 bottleneck: $(STAMP)  ## no attention vs every scorer in conf/scorer/, 3 seeds each (2 trainings at a time), evaluation to length 80, comparison with 95% intervals
 	$(PY) train.py -m experiment=bottleneck
+	$(PY) evaluate.py parent_run_id=latest experiment_name=bottleneck eval.lengths=[1,80] eval.bucket_width=10
+
+bottleneck-transformer: $(STAMP)  ## the bottleneck's extra rows: a self-attention encoder (none, additive, general, multihead; 3 seeds)
+	$(PY) train.py -m experiment=bottleneck_transformer
 	$(PY) evaluate.py parent_run_id=latest experiment_name=bottleneck eval.lengths=[1,80] eval.bucket_width=10
 
 reverse-alignment: $(STAMP)  ## additive attention on reverse (GRU, biGRU × both conventions): where it looks vs what it uses
