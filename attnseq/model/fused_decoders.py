@@ -199,4 +199,5 @@ def additive_all_steps(attention: Attention, states: Tensor, memory) -> tuple[Te
     query = attention.project_query(states)  # (B, H, T_dec, a)
     scores = additive_scores.additive_scores(query, memory.projected_keys, v)  # (B, H, T_dec, T_enc)
     weights = masked_softmax(scores, memory.valid_mask[:, None, None, :])  # (B, H, T_dec, T_enc)
-    return attention.average(weights, memory.keys), weights  # (B, T_dec, d_k), (B, H, T_dec, T_enc)
+    context = attention.average(weights, memory.keys, memory.projected_keys)  # (B, T_dec, d_k)
+    return context, weights  # (B, T_dec, d_k), (B, H, T_dec, T_enc)
