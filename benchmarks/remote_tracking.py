@@ -50,13 +50,14 @@ ASYNC_ENV = "MLFLOW_ENABLE_ASYNC_LOGGING"
 @dataclass
 class Settings:
     train_size: int = 6400  # 100 batches of 64 per epoch
+    val_size: int = 256
     epochs: int = 2
     repeats: int = 3
     threads: int = 2
     overrides: list[str] = field(default_factory=list)
 
 
-QUICK = Settings(train_size=640, epochs=1, repeats=1)
+QUICK = Settings(train_size=640, val_size=64, epochs=1, repeats=1)
 
 
 @dataclass
@@ -121,6 +122,7 @@ def mlflow_server(root: Path) -> Iterator[str]:
 def training_overrides(settings: Settings) -> list[str]:
     return [
         f"dataset.train_size={settings.train_size}",
+        f"dataset.val_size={settings.val_size}",
         f"trainer.max_epochs={settings.epochs}",
         f"threads={settings.threads}",
         "seed=0",
@@ -209,7 +211,8 @@ def render(results: dict) -> str:
     lines = [
         "## Remote tracking: mlflow server on loopback vs the SQLite store",
         "",
-        f"`train.py` defaults (copy, GRU, additive, Bahdanau) with {s['train_size']} training examples, "
+        f"`train.py` defaults (copy, GRU, additive, Bahdanau) with {s['train_size']} training and "
+        f"{s['val_size']} validation examples, "
         f"{s['epochs']} epoch(s), seed 0, {s['threads']} threads; {s['repeats']} repeat(s) of each variant, "
         "alternating. Training time: first training step to the run marked FINISHED (uploads at the end "
         "included); median over repeats.",
