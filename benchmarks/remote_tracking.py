@@ -66,6 +66,8 @@ class Measurement:
     repeat: int
     train_s: float
     tokens: int
+    window_steps: int
+    window_s: float
 
     @property
     def tokens_per_s(self) -> float:
@@ -146,8 +148,11 @@ def train_tokens(settings: Settings) -> int:
     return settings.epochs * sum(len(example.tgt) + 1 for example in datamodule.train_examples)
 
 
-def train_once(root: Path, name: str, tracking_uri: str, settings: Settings, env: dict[str, str]) -> float:
-    """One training run through ``train.py``; its training time in seconds (see the module's docstring)."""
+def train_once(root: Path, name: str, tracking_uri: str, settings: Settings,
+               env: dict[str, str]) -> tuple[float, int, float]:
+    """One training run through ``train.py``: its training time in seconds (see the module's
+    docstring), and the loop window: the steps and seconds between the first and the last
+    ``train/loss_step`` it logged (stamped when logged)."""
     from mlflow.tracking import MlflowClient
 
     from attnseq.tracking import tags
@@ -165,7 +170,10 @@ def train_once(root: Path, name: str, tracking_uri: str, settings: Settings, env
     experiment = client.get_experiment_by_name(EXPERIMENT)
     [run] = client.search_runs([experiment.experiment_id], f"attributes.run_name = '{name}'")
     first_step_at = launched + float(run.data.tags[tags.FIRST_STEP_S])
-    return run.info.end_time / 1000 - first_step_at
+    losses = sorted(client.get_metric_history(run.info.run_id, "train/loss_step"), key=lambda m: m.step)
+    window_steps = losses[-1].step - losses[0].step
+    window_s = (losses[-1].timestamp - losses[0].timestamp) / 1000
+    return run.info.end_time / 1000 - first_step_at, window_steps, window_s
 
 
 def measure(settings: Settings, log: Callable[[str], None] = print) -> dict:
@@ -186,24 +194,31 @@ def measure(settings: Settings, log: Callable[[str], None] = print) -> dict:
                 for variant in rotated:
                     uri, env = targets[variant]
                     name = f"{variant.replace(' ', '-')}-{repeat}"
-                    seconds = train_once(root, name, uri, settings, env)
-                    measurements.append(Measurement(variant, repeat, seconds, tokens))
-                    log(f"  {name}: {seconds:.1f} s, {tokens / seconds:,.0f} tokens/s")
+                    seconds, window_steps, window_s = train_once(root, name, uri, settings, env)
+                    measurements.append(Measurement(variant, repeat, seconds, tokens, window_steps, window_s))
+                    log(f"  {name}: {seconds:.1f} s, {tokens / seconds:,.0f} tokens/s; "
+                        f"{window_steps} steps in {window_s:.1f} s")
     return {"settings": settings.__dict__, "tokens": tokens,
             "runs": [m.__dict__ | {"tokens_per_s": m.tokens_per_s} for m in measurements]}
 
 
 def summary(results: dict) -> dict[str, dict[str, float]]:
     """Per variant: the median training time and throughput, and the cost against the SQLite store."""
-    by_variant: dict[str, list[float]] = {}
+    by_variant: dict[str, list[dict]] = {}
     for run in results["runs"]:
-        by_variant.setdefault(run["variant"], []).append(run["train_s"])
-    base = statistics.median(by_variant["sqlite"])
-    return {
-        variant: {"train_s": statistics.median(times), "tokens_per_s": results["tokens"] / statistics.median(times),
-                  "cost": statistics.median(times) / base - 1, "spread_s": max(times) - min(times)}
-        for variant, times in by_variant.items()
-    }
+        by_variant.setdefault(run["variant"], []).append(run)
+    rows = {}
+    for variant, runs in by_variant.items():
+        times = [run["train_s"] for run in runs]
+        windows = [run["window_s"] / run["window_steps"] for run in runs if run["window_steps"]]
+        median_s = statistics.median(times)
+        rows[variant] = {"train_s": median_s, "tokens_per_s": results["tokens"] / median_s,
+                         "spread_s": max(times) - min(times),
+                         "step_ms": 1000 * statistics.median(windows) if windows else float("nan")}
+    for row in rows.values():
+        row["cost"] = row["train_s"] / rows["sqlite"]["train_s"] - 1
+        row["loop_cost"] = row["step_ms"] / rows["sqlite"]["step_ms"] - 1
+    return rows
 
 
 def render(results: dict) -> str:
@@ -215,15 +230,17 @@ def render(results: dict) -> str:
         f"{s['val_size']} validation examples, "
         f"{s['epochs']} epoch(s), seed 0, {s['threads']} threads; {s['repeats']} repeat(s) of each variant, "
         "alternating. Training time: first training step to the run marked FINISHED (uploads at the end "
-        "included); median over repeats.",
+        "included); loop: milliseconds per step between the first and the last logged `train/loss_step` "
+        "(the epoch ends in between included); medians over repeats.",
         "",
-        "| variant | training s | tokens/s | cost vs SQLite | spread s |",
-        "|---|---:|---:|---:|---:|",
+        "| variant | training s | tokens/s | cost vs SQLite | spread s | loop ms/step | loop cost |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for variant, row in summary(results).items():
         cost = "—" if variant == "sqlite" else f"{row['cost']:+.1%}"
+        loop_cost = "—" if variant == "sqlite" else f"{row['loop_cost']:+.1%}"
         lines.append(f"| {VARIANTS[variant]} | {row['train_s']:.1f} | {row['tokens_per_s']:,.0f} | {cost} | "
-                     f"{row['spread_s']:.1f} |")
+                     f"{row['spread_s']:.1f} | {row['step_ms']:.1f} | {loop_cost} |")
     return "\n".join(lines) + "\n"
 
 
