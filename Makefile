@@ -53,14 +53,14 @@ bench: $(STAMP)  ## training and decoding throughput, side by side (≈ 15 min) 
 	$(PY) benchmarks/bench.py $(ARGS)
 
 # STORE: a store URI (sqlite:///…, postgresql://…) or a path to an SQLite file; a relative one is made
-# absolute from here. One worker and no job runner (MLflow's GenAI background jobs, unused here): a
-# server for one user, on a laptop.
+# absolute from here. MLflow's server app in one process (attnseq.tracking.ui_server: one worker, no job
+# runner; `mlflow server` would import it twice, in its command line and in the uvicorn process it starts):
+# a server for one user, on a laptop.
 STORE ?= sqlite:///mlflow.db
 PORT ?= 5000
 STORE_URI = $(if $(findstring ://,$(STORE)),$(if $(filter sqlite:///%,$(STORE)),sqlite:///$(abspath $(patsubst sqlite:///%,%,$(STORE))),$(STORE)),sqlite:///$(abspath $(STORE)))
 ui: $(STAMP)  ## the MLflow UI on STORE (default: this folder's mlflow.db) at http://127.0.0.1:$(PORT)
-	@echo "MLflow UI on $(STORE_URI): http://127.0.0.1:$(PORT)"
-	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(VENV)/bin/mlflow ui --backend-store-uri $(STORE_URI) --host 127.0.0.1 --port $(PORT) --workers 1
+	$(PY) -m attnseq.tracking.ui_server --backend-store-uri $(STORE_URI) --host 127.0.0.1 --port $(PORT)
 
 docker-check:  ## build docker/Dockerfile with buildah and train inside it (root; ~4 min cold, ~25 s warm)
 	scripts/docker-check

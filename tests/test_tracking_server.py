@@ -431,3 +431,50 @@ def test_allowed_hosts_from_compose(stack, host, status):
     """The trainer reaches the server as http://mlflow:5000, the browser as 127.0.0.1: both are
     answered; any other name is refused (DNS-rebinding protection stays on)."""
     assert status_with_host(stack["port"], host) == status
+
+
+# -- make ui: MLflow's server app in one process (attnseq.tracking.ui_server) ---------------------
+def test_ui_server_sets_what_mlflow_server_sets():
+    """The launcher hands the app its settings under the names MLflow's own server uses."""
+    from mlflow.environment_variables import _MLFLOW_IN_JOB_EXECUTOR, _MLFLOW_SERVER_BOOT_ID, _MLFLOW_SGI_NAME
+    from mlflow.server import constants
+
+    from attnseq.tracking.ui_server import SERVER_ENV
+
+    assert SERVER_ENV == {
+        "backend_store": constants.BACKEND_STORE_URI_ENV_VAR,
+        "registry_store": constants.REGISTRY_STORE_URI_ENV_VAR,
+        "artifact_root": constants.ARTIFACT_ROOT_ENV_VAR,
+        "serve_artifacts": constants.SERVE_ARTIFACTS_ENV_VAR,
+        "artifacts_destination": constants.ARTIFACTS_DESTINATION_ENV_VAR,
+        "server_kind": _MLFLOW_SGI_NAME.name,
+        "boot_id": _MLFLOW_SERVER_BOOT_ID.name,
+        "in_job_executor": _MLFLOW_IN_JOB_EXECUTOR.name,
+    }
+
+
+def test_ui_server_serves_the_store_its_ui_and_artifacts(tmp_path):
+    """``make ui``'s command on a store that already holds a run: the UI page, the API listing that
+    run, a new run logged through it with its artifact proxied into ./mlartifacts; a request naming
+    another host is refused (MLflow's default security)."""
+    store = f"sqlite:///{tmp_path}/mlflow.db"
+    direct = MlflowClient(store)
+    earlier = direct.create_run(direct.create_experiment("earlier")).info.run_id
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = tmp_path / "ui.log"
+    argv = [sys.executable, "-m", "attnseq.tracking.ui_server", "--backend-store-uri", store, "--port", str(port)]
+    with background(argv, log, base_env()) as proc:
+        wait_until(lambda: http_ok(f"{url}/health"), "the UI server", proc, log)
+        with urllib.request.urlopen(f"{url}/", timeout=30) as page:
+            assert page.status == 200 and b"<html" in page.read().lower()
+        client = MlflowClient(url)
+        assert client.get_run(earlier).info.experiment_id == direct.get_experiment_by_name("earlier").experiment_id
+        run = client.create_run(client.create_experiment("through the server")).info
+        client.log_text(run.run_id, "hello", "notes/hello.txt")
+        (tmp_path / "download").mkdir()
+        assert Path(client.download_artifacts(run.run_id, "notes/hello.txt", str(tmp_path / "download"))).read_text() \
+            == "hello"
+        assert status_with_host(port, "attacker.example") == 403
+    stored = list((tmp_path / "mlartifacts").rglob("hello.txt"))
+    assert [p.read_text() for p in stored] == ["hello"], stored

@@ -9,17 +9,27 @@ it is sent (``redaction.redact``), and so is every text artifact; params and tag
 A store that stops answering is retried within ``mlflow.retry_budget_s`` (``retry``); then the
 call raises ``TrackingUnavailable``, and so does every later call of the same run at once, so
 that a process shutting down does not wait out the budget again for every record it still holds.
+
+To a tracking server (``http(s)://``), where every call is an HTTP round trip, params, tags and
+metrics go through MLflow's asynchronous logging (``logs_asynchronously``): the call queues them and
+returns, MLflow's worker threads send them, with the same retries. Nothing queued is lost or fails
+silently: each call first raises the error of any earlier record that failed (``TrackingUnavailable``
+when the store stopped answering), and ``flush`` waits for every queued record and raises the first
+failure; ``finish`` flushes before it marks the run, so a FINISHED, FAILED or KILLED run holds every
+record logged before. A process killed with SIGKILL loses what was still queued.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 from mlflow.entities import Metric, Param, RunTag
+from mlflow.environment_variables import MLFLOW_ENABLE_ASYNC_LOGGING
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 
@@ -40,6 +50,8 @@ class TrackedRun:
         self.run_id = run_id
         self.name = name
         self.lost: TrackingUnavailable | None = None  # set when the store stopped answering
+        self.asynchronous = logs_asynchronously(client.tracking_uri)
+        self.queued: list[tuple[str, Any]] = []  # (action, MLflow's RunOperations) not yet known to have succeeded
 
     @classmethod
     def create(
@@ -86,16 +98,47 @@ class TrackedRun:
     # -- values ----------------------------------------------------------------------------
     def log_params(self, params: Mapping[str, Any]) -> None:
         batch = [Param(key, redact(key, value)[:PARAM_LENGTH]) for key, value in params.items()]
-        self._call("logging params", self.client.log_batch, self.run_id, params=batch)
+        self._log_batch("logging params", params=batch)
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         batch = [RunTag(key, _tag_value(key, value)) for key, value in tags.items()]
-        self._call("setting tags", self.client.log_batch, self.run_id, tags=batch)
+        self._log_batch("setting tags", tags=batch)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         now = int(time.time() * 1000)
         batch = [Metric(key, float(value), now, step or 0) for key, value in metrics.items()]
-        self._call("logging metrics", self.client.log_batch, self.run_id, metrics=batch)
+        self._log_batch("logging metrics", metrics=batch)
+
+    def _log_batch(self, action: str, **batch: list) -> None:
+        if not self.asynchronous:
+            self._call(action, self.client.log_batch, self.run_id, **batch)
+            return
+        self._raise_failed(wait=False)
+        operations = self._call(action, self.client.log_batch, self.run_id, synchronous=False, **batch)
+        self.queued.append((action, operations))
+
+    def flush(self) -> None:
+        """Wait until every queued record is in the store; raise the first that failed."""
+        self._raise_failed(wait=True)
+
+    def _raise_failed(self, wait: bool) -> None:
+        """Forget the queued records that are stored; raise the first failure among those done (all,
+        with ``wait``: then every queued record is waited for before anything is raised)."""
+        failure: tuple[str, BaseException] | None = None
+        still_queued = []
+        for action, operations in self.queued:
+            futures = list(_futures(operations))
+            if not wait and not all(future.done() for future in futures):
+                still_queued.append((action, operations))
+                continue
+            for future in futures:
+                error = future.exception()
+                if error is not None and failure is None:
+                    failure = (action, error)
+        self.queued = still_queued
+        if failure is not None:
+            action, error = failure
+            self._call(action, _raise, error)
 
     # -- artifacts -------------------------------------------------------------------------
     def log_text(self, text: str, artifact_file: str) -> None:
@@ -121,8 +164,33 @@ class TrackedRun:
 
     # -- status ----------------------------------------------------------------------------
     def finish(self, status: str) -> None:
-        """``FINISHED``, ``FAILED`` or ``KILLED``."""
+        """``FINISHED``, ``FAILED`` or ``KILLED``, once every queued record is stored (``flush``)."""
+        try:
+            self.flush()
+        except TrackingUnavailable:
+            raise
+        except Exception:  # a record the store refused: the run is not what was asked, and says so
+            self._call("marking the run FAILED", self.client.set_terminated, self.run_id, "FAILED")
+            raise
         self._call(f"marking the run {status}", self.client.set_terminated, self.run_id, status)
+
+
+def logs_asynchronously(tracking_uri: str) -> bool:
+    """Whether a run's params, tags and metrics go through MLflow's asynchronous logging: for a
+    tracking server, unless ``MLFLOW_ENABLE_ASYNC_LOGGING`` says otherwise; for a database store (a
+    local write, no round trip), only when that variable says so."""
+    if MLFLOW_ENABLE_ASYNC_LOGGING.is_set():
+        return MLFLOW_ENABLE_ASYNC_LOGGING.get()
+    return str(tracking_uri).lower().startswith(("http://", "https://"))
+
+
+def _futures(operations: Any) -> Iterator[Future]:
+    """The futures of MLflow's ``RunOperations`` (one per queued batch)."""
+    yield from getattr(operations, "_operation_futures", None) or []
+
+
+def _raise(error: BaseException) -> None:
+    raise error
 
 
 def _tag_value(key: str, value: Any) -> str:

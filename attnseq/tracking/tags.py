@@ -31,6 +31,9 @@ RESUME_RUNTIME = "attnseq.resume_runtime"
 first start; a param cannot change), as ``provenance.runtime_changes`` writes it: ``unchanged`` when nothing does."""
 HEARTBEAT = "attnseq.heartbeat"
 """A training run's last sign of life (Unix time), refreshed while its process trains."""
+FIRST_STEP_S = "attnseq.first_step_s"
+"""Seconds from the training process's start to its first training step (``training.startup``); a
+resumed run holds its latest start's."""
 
 SWEEP_ID = "attnseq.sweep_id"
 """The sweep's parent run id, on the parent and on every job."""

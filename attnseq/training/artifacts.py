@@ -4,7 +4,8 @@ paths are ``attnseq.tracking.paths``).
 - at start: the resolved config, the vocabularies (and a subword run's tokenizers), the model
   summary and its parameter count, and for text tasks the signatures of the sacreBLEU and chrF
   scores the validation logs (params ``sacrebleu.signature``, ``chrf.signature``);
-- before training (step 0) and every validation epoch: attention heatmaps of a fixed set of
+- before training (step 0; drawn after the first step, from a copy of the untrained model) and
+  every validation epoch: attention heatmaps of a fixed set of
   validation samples (short, medium, longer than training), and every validation epoch the
   accuracy-vs-length figure, as time-stepped images whose step
   is the step Lightning logs the validation metrics at (``metric_step``), so the UI's image slider and
@@ -23,6 +24,7 @@ All of it happens on rank 0 only, and never inside a training step.
 
 from __future__ import annotations
 
+import copy
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
@@ -36,7 +38,7 @@ from attnseq.data.datamodule import Seq2SeqDataModule
 from attnseq.data.tokenizers import TEXT_TASKS, SubwordTokenizer
 from attnseq.data.vocab import EOS
 from attnseq.metrics.translation import signature_params
-from attnseq.model import greedy_decode
+from attnseq.model import Seq2Seq, greedy_decode
 from attnseq.serving.logged_model import log_translator
 from attnseq.tracking import paths
 from attnseq.tracking.length_curves import log_length_curves
@@ -106,6 +108,7 @@ class RunArtifacts(Callback):
         self.heatmap_samples = heatmap_samples
         self.heatmap_every_n_epochs = heatmap_every_n_epochs
         self.samples: dict[str, Example] = {}
+        self.untrained: Seq2Seq | None = None  # the model before its first step, until its heatmaps are drawn
 
     # -- start ---------------------------------------------------------------------------
     def on_fit_start(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
@@ -126,6 +129,7 @@ class RunArtifacts(Callback):
     def on_validation_end(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
         if trainer.sanity_checking or not trainer.is_global_zero:
             return
+        self.log_untrained_heatmaps(trainer, pl_module)
         epoch, step = trainer.current_epoch, metric_step(trainer)
         rows = pl_module.last_bucket_tables.get("val", [])
         if rows:
@@ -139,19 +143,31 @@ class RunArtifacts(Callback):
             self.log_heatmaps(trainer, pl_module, f"epoch {epoch} (step {step})")
 
     def on_train_start(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
-        """The heatmaps before any training, at step 0: MLflow's image cards open on step 0."""
+        """The heatmaps before any training, at step 0 (MLflow's image cards open on step 0), are of
+        the untrained model: a copy of it is kept here and drawn after the first step, at the first
+        validation's end, so that drawing does not delay the start of training."""
         if self.samples and trainer.is_global_zero and metric_step(trainer) == 0:  # not on a resume
-            self.log_heatmaps(trainer, pl_module, "before training (step 0)")
+            self.untrained = copy.deepcopy(pl_module.model)
+
+    def log_untrained_heatmaps(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
+        if self.untrained is not None:
+            untrained, self.untrained = self.untrained, None
+            self.log_heatmaps(trainer, pl_module, "before training (step 0)", model=untrained, step=0)
 
     @torch.no_grad()
-    def log_heatmaps(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule, when: str) -> None:
-        data, step = trainer.datamodule, metric_step(trainer)
+    def log_heatmaps(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule, when: str,
+                     model: Seq2Seq | None = None, step: int | None = None) -> None:
+        """The samples' heatmaps, decoded by ``model`` (the module's own by default) at ``step``
+        (``metric_step`` by default)."""
+        data = trainer.datamodule
+        step = metric_step(trainer) if step is None else step
+        model = pl_module.model if model is None else model
         batch = collate(data.encode_examples(list(self.samples.values()))).to(pl_module.device)
-        was_training = pl_module.training
-        pl_module.eval()
+        was_training = model.training
+        model.eval()
         limit = decode_length_limit(batch.src_lengths, pl_module.decode_ratio, pl_module.decode_extra)
-        decoded = greedy_decode(pl_module.model, batch.src, batch.src_lengths, max_length=limit)
-        pl_module.train(was_training)
+        decoded = greedy_decode(model, batch.src, batch.src_lengths, max_length=limit)
+        model.train(was_training)
         for i, (label, example) in enumerate(self.samples.items()):
             n_src, n_out = len(example.src), int(decoded.lengths[i])
             out_ids = decoded.tokens[i, :n_out].tolist()
@@ -164,6 +180,8 @@ class RunArtifacts(Callback):
 
     def on_train_end(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
         """The last validation's accuracy and exact match by length, as curves MLflow overlays."""
+        if trainer.is_global_zero:
+            self.log_untrained_heatmaps(trainer, pl_module)  # training ended before its first validation
         rows = pl_module.last_bucket_tables.get("val", [])
         if trainer.is_global_zero and rows:
             log_length_curves(self.run, "val", rows)

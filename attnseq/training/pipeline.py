@@ -36,6 +36,7 @@ from attnseq.training.logger import RunLogger
 from attnseq.training.process import keep_freed_memory
 from attnseq.training.resume import Resumption, prepare_resume
 from attnseq.training.signals import release_interrupted_frames
+from attnseq.training.startup import FirstStepClock
 from attnseq.training.sweep import sweep_context
 
 log = logging.getLogger(__name__)
@@ -179,7 +180,7 @@ def fit(
     trainer = L.Trainer(
         **trainer_args,
         logger=RunLogger(run.tracked, run.experiment_id, logged_through),
-        callbacks=[RuntimeRecord(run, resumed=resumption is not None),
+        callbacks=[FirstStepClock(run.tracked), RuntimeRecord(run, resumed=resumption is not None),
                    SignalBridge(), guard, best, last, artifacts, interrupts,
                    Heartbeat(run.tracked, float(cfg.get("heartbeat", {}).get("every_s", 30))),
                    *bar, TrainingReport(run.tracked.name)],

@@ -1,0 +1,231 @@
+"""Asynchronous logging to a tracking server loses nothing: at the run's end, on SIGTERM, and when the
+server dies mid-run (then the run stops with the retry message instead of failing silently).
+
+A real ``mlflow server`` (SQLite backend, one worker, no job runner) is started on loopback for
+these tests; what reached it is read back from its SQLite file directly, so a test can look even
+after the server is gone."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import torch
+from cli_helpers import CLI_TIMEOUT_S, TRAIN_PY, all_runs, clean_env, explain, run_cli, tiny
+from mlflow.entities import RunStatus
+from mlflow.tracking import MlflowClient
+
+from attnseq.tracking import paths
+from attnseq.tracking.retry import TrackingUnavailable, set_retry_budget
+from attnseq.tracking.run import TrackedRun, logs_asynchronously
+from attnseq.tracking.store import ensure_experiment
+from attnseq.training.signals import PAUSE_ENV
+
+SERVER_START_S = 180
+STEPPED = [*tiny(max_epochs=2, heatmaps=False), "trainer.log_every_n_steps=1", "dataset.train_size=256"]
+"""Four training steps per epoch, each step's metrics logged."""
+
+
+# -- the decision -------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("uri", "env", "expected"),
+    [
+        ("http://127.0.0.1:5000", None, True),
+        ("https://mlflow.example.org", None, True),
+        ("sqlite:///mlflow.db", None, False),
+        ("postgresql://u@db/mlflow", None, False),
+        ("http://127.0.0.1:5000", "false", False),
+        ("sqlite:///mlflow.db", "true", True),
+    ],
+)
+def test_asynchronous_for_a_server_unless_told(monkeypatch, uri, env, expected):
+    if env is None:
+        monkeypatch.delenv("MLFLOW_ENABLE_ASYNC_LOGGING", raising=False)
+    else:
+        monkeypatch.setenv("MLFLOW_ENABLE_ASYNC_LOGGING", env)
+    assert logs_asynchronously(uri) is expected
+
+
+# -- a real server --------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False
+
+
+class Server:
+    """``mlflow server`` on loopback over ``<root>/server.db``; ``backend`` reads that file directly."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.backend = MlflowClient(f"sqlite:///{root}/server.db")
+        self.log = root / "server.log"
+        with self.log.open("w") as out:
+            self.proc = subprocess.Popen(
+                [str(Path(sys.executable).with_name("mlflow")), "server", "--backend-store-uri",
+                 f"sqlite:///{root}/server.db", "--artifacts-destination", str(root / "artifacts"),
+                 "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"],
+                cwd=root, env=clean_env() | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        deadline = time.monotonic() + SERVER_START_S
+        while not answers(f"{self.url}/health"):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                pytest.fail(f"mlflow server did not start:\n{self.log.read_text()[-3000:]}")
+            time.sleep(0.25)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, sig)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def server(tmp_path):
+    running = Server(tmp_path)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def steps_by_key(client: MlflowClient, run_id: str) -> dict[str, list[int]]:
+    run = client.get_run(run_id)
+    return {key: sorted(m.step for m in client.get_metric_history(run_id, key)) for key in run.data.metrics}
+
+
+def train_into(root: Path, uri: str, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return run_cli(root, *STEPPED, *extra, f"mlflow.tracking_uri={uri}", f"hydra.run.dir={root}/out",
+                   env=(clean_env() | (env or {})))
+
+
+# -- a run's records, queued and sent --------------------------------------------------------------
+@pytest.mark.slow
+def test_queued_records_are_stored_at_flush_and_failures_surface(server):
+    set_retry_budget(4)  # the test's process: a dead server is given up on within seconds
+    try:
+        client = MlflowClient(server.url)
+        run = TrackedRun.create(client, ensure_experiment(client, "queued"), "queued", {})
+        assert run.asynchronous
+        for step in range(50):
+            run.log_metrics({"m": float(step)}, step)
+        run.flush()
+        assert [m.step for m in server.backend.get_metric_history(run.run_id, "m")] == list(range(50))
+        server.stop(signal.SIGKILL)
+        run.log_metrics({"m": 50.0}, 50)  # queued: the failure is the flush's to report
+        with pytest.raises(TrackingUnavailable, match="stopped answering"):
+            run.flush()
+        with pytest.raises(TrackingUnavailable):  # and every later call at once
+            run.finish("FINISHED")
+    finally:
+        set_retry_budget(None)
+    assert len(server.backend.get_metric_history(run.run_id, "m")) == 50
+    assert server.backend.get_run(run.run_id).info.status == "RUNNING"
+
+
+@pytest.mark.slow
+def test_every_step_of_a_training_reaches_the_server(server, tmp_path):
+    """The same training into the server (asynchronous) and into an SQLite store (every call waited
+    for): the same metrics at the same steps, and the run FINISHED."""
+    local = tmp_path / "local"
+    local.mkdir()
+    direct = train_into(local, f"sqlite:///{local}/mlflow.db")
+    assert direct.returncode == 0, explain(direct)
+    remote = train_into(tmp_path, server.url)
+    assert remote.returncode == 0, explain(remote)
+    [expected] = all_runs(MlflowClient(f"sqlite:///{local}/mlflow.db"))
+    [run] = all_runs(server.backend)
+    assert run.info.status == "FINISHED"
+    logged = steps_by_key(server.backend, run.info.run_id)
+    assert logged == steps_by_key(MlflowClient(f"sqlite:///{local}/mlflow.db"), expected.info.run_id)
+    assert logged["train/loss_step"] == list(range(8))  # 2 epochs of 4 steps, each logged
+
+
+@pytest.mark.slow
+def test_sigterm_keeps_every_step_logged_before_it(server, tmp_path):
+    """SIGTERM mid-way through the second epoch: the run is KILLED, and it holds the loss of every
+    step the interrupted checkpoint counts, and the first epoch's validation."""
+    log = tmp_path / "train.log"
+    proc = subprocess.Popen(
+        [sys.executable, str(TRAIN_PY), *STEPPED, f"mlflow.tracking_uri={server.url}", f"hydra.run.dir={tmp_path}/out"],
+        cwd=tmp_path, env=clean_env() | {PAUSE_ENV: "training"}, stdout=log.open("w"), stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + CLI_TIMEOUT_S
+        while "PHASE training\n" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 143, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    [run] = all_runs(server.backend)
+    assert run.info.status == "KILLED"
+    checkpoint = torch.load(tmp_path / "out" / paths.LAST_CHECKPOINT, map_location="cpu", weights_only=True)
+    logged = steps_by_key(server.backend, run.info.run_id)
+    assert logged["train/loss_step"] == list(range(checkpoint["global_step"])), checkpoint["global_step"]
+    assert len(logged["val/loss"]) == 1
+
+
+@pytest.mark.slow
+def test_server_dying_mid_run_stops_the_run_with_the_retry_message(server, tmp_path):
+    """The server is killed once two epochs are in it: training stops with the retry message within
+    the budget; what the server stored before stays. What was queued or in flight when it died, and
+    everything after, never reached it: those records are lost, and the message says so (the run
+    is left RUNNING, the local checkpoint and the resume command are named)."""
+    log = tmp_path / "train.log"
+    proc = subprocess.Popen(
+        [sys.executable, str(TRAIN_PY), *STEPPED, "trainer.max_epochs=200", "mlflow.retry_budget_s=4",
+         f"mlflow.tracking_uri={server.url}", f"hydra.run.dir={tmp_path}/out"],
+        cwd=tmp_path, env=clean_env(), stdout=log.open("w"), stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + CLI_TIMEOUT_S
+        stored: list[int] = []
+        while len(stored) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+            with contextlib.suppress(AssertionError, IndexError):
+                run_id = all_runs(server.backend)[0].info.run_id
+                stored = [m.step for m in server.backend.get_metric_history(run_id, "val/loss")]
+        server.stop(signal.SIGKILL)
+        killed_at = time.monotonic()
+        returncode = proc.wait(timeout=CLI_TIMEOUT_S)
+        stopped_after = time.monotonic() - killed_at
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    output = log.read_text()
+    assert returncode == 1, output[-3000:]
+    assert "stopped answering" in output and "mlflow.retry_budget_s" in output, output[-3000:]
+    assert f"resume={run_id}" in output, output[-3000:]
+    assert stopped_after < 120, stopped_after  # bounded by the budget, not MLflow's minutes of retries
+    [run] = all_runs(server.backend)
+    assert run.info.status == RunStatus.to_string(RunStatus.RUNNING)
+    after = [m.step for m in server.backend.get_metric_history(run_id, "val/loss")]
+    assert after[: len(stored)] == stored

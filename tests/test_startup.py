@@ -1,0 +1,74 @@
+"""Start-up: ``train.py --help`` answers from the config files alone, quickly; a training run records
+how long after its process started its first training step began (``attnseq.first_step_s``).
+
+The bounds on time here are generous (shared CI machines are noisy); benchmarks/startup.py measures
+the real figures."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from cli_helpers import REPO, TRAIN_PY, all_runs, clean_env, explain, outputs_under, run_cli, tiny
+from mlflow.tracking import MlflowClient
+
+from attnseq.tracking import tags
+
+HELP_BOUND_S = 3.0
+HEAVY_MODULES = ("torch", "lightning", "mlflow", "matplotlib", "scipy")
+
+
+def test_help_answers_within_the_bound():
+    """The best of three tries, so one try slowed by a busy machine does not fail the test."""
+    times = []
+    for _ in range(3):
+        started = time.monotonic()
+        proc = subprocess.run([sys.executable, str(TRAIN_PY), "--help"], cwd=REPO, env=clean_env(),
+                              capture_output=True, text=True, timeout=60)
+        times.append(time.monotonic() - started)
+        assert proc.returncode == 0, explain(proc)
+        assert "Config groups" in proc.stdout
+    assert min(times) < HELP_BOUND_S, times
+
+
+def test_help_imports_nothing_heavy():
+    """What makes --help fast: it is answered before torch, Lightning or MLflow is imported."""
+    probe = (
+        "import runpy, sys\n"
+        f"sys.argv = [{str(TRAIN_PY)!r}, '--help']\n"
+        "try:\n"
+        f"    runpy.run_path({str(TRAIN_PY)!r}, run_name='__main__')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        f"print('LOADED', sorted(m for m in {HEAVY_MODULES!r} if m in sys.modules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=clean_env(), capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, explain(proc)
+    assert "LOADED []" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_process_age_counts_from_the_process_start():
+    """A process that sleeps before importing the clock still counts the sleep; and it is never
+    older than the time its parent has waited for it."""
+    probe = "import time; time.sleep(1.0)\nfrom attnseq.training.startup import process_age_s\nprint(process_age_s())"
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=clean_env(), capture_output=True, text=True,
+                          timeout=60)
+    waited = time.monotonic() - started
+    assert proc.returncode == 0, explain(proc)
+    age = float(proc.stdout.split()[-1])
+    assert 1.0 <= age <= waited + 0.05, (age, waited)
+
+
+def test_run_records_its_first_step_time(tmp_path):
+    """The tag exists and lies between the run's creation and its end, counted from the launch."""
+    launched = time.time()
+    proc = run_cli(tmp_path, *tiny(max_epochs=1, heatmaps=False), *outputs_under(tmp_path))
+    assert proc.returncode == 0, explain(proc)
+    [run] = all_runs(MlflowClient(f"sqlite:///{tmp_path}/mlflow.db"))
+    first_step_s = float(run.data.tags[tags.FIRST_STEP_S])
+    created_s = run.info.start_time / 1000 - launched
+    ended_s = run.info.end_time / 1000 - launched
+    assert 0 < created_s - 0.05 <= first_step_s <= ended_s, (created_s, first_step_s, ended_s)
