@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: train lint system-deps test test-fast test-slow test-gpu ui bottleneck bottleneck-transformer reverse-alignment messages-corpus bench docker-check clean
+.PHONY: train lint system-deps test test-fast test-slow test-gpu ui bottleneck bottleneck-transformer reverse-alignment messages-corpus messages-results bench docker-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,12 @@ reverse-alignment: $(STAMP)  ## additive attention on reverse (GRU, biGRU × bot
 
 messages-corpus: $(STAMP)  ## English → French pairs from the installed gettext catalogs → data/messages_en-fr/ (ARGS="--lang de" for another language)
 	$(PY) -m attnseq.data.messages $(ARGS)
+
+messages-results: $(STAMP)  ## the README's real-text table: messages corpus en→fr, no attention / additive / general / multihead / transformer encoder (~25 min on 2 cores)
+	$(PY) -m attnseq.data.messages --lang fr
+	$(PY) train.py -m experiment=messages_en_fr scorer=none,additive,general hydra/launcher=joblib hydra.launcher.n_jobs=2 threads=1 trainer.enable_progress_bar=false
+	$(PY) train.py -m experiment=messages_en_fr encoder=bigru,transformer scorer=multihead model.heads=4 hydra/launcher=joblib hydra.launcher.n_jobs=2 threads=1 trainer.enable_progress_bar=false
+	$(PY) evaluate.py experiment_name=messages_en_fr eval.lengths=[1,40] 'eval.sentences=["Unknown object","Invalid client verifier"]'
 
 bench: $(STAMP)  ## training and decoding throughput, side by side (≈ 15 min) → benchmarks/results.md
 	$(PY) benchmarks/bench.py $(ARGS)
