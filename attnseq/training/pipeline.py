@@ -36,6 +36,7 @@ from attnseq.training.logger import RunLogger
 from attnseq.training.process import keep_freed_memory
 from attnseq.training.resume import Resumption, prepare_resume
 from attnseq.training.signals import release_interrupted_frames
+from attnseq.training.stopping import stop_at
 from attnseq.training.sweep import sweep_context
 
 log = logging.getLogger(__name__)
@@ -182,7 +183,7 @@ def fit(
         callbacks=[RuntimeRecord(run, resumed=resumption is not None),
                    SignalBridge(), guard, best, last, artifacts, interrupts,
                    Heartbeat(run.tracked, float(cfg.get("heartbeat", {}).get("every_s", 30))),
-                   *bar, TrainingReport(run.tracked.name)],
+                   *stop_at(cfg), *bar, TrainingReport(run.tracked.name)],
         default_root_dir=str(cfg.paths.output_dir),
     )
     # Lightning's SIGTERM handler, while its loops run, calls ours after its own (see signals)
