@@ -1,13 +1,30 @@
 """``training.stop_at``: end training at the first validation where the checkpoint's monitored
-metric (``checkpoint.monitor``, in the direction of ``checkpoint.mode``) reaches a value, e.g.
-``training.stop_at=0.95`` with the default monitor ``val/exact_match``. ``null``: train all epochs."""
+metric (``checkpoint.monitor``) reaches a value — at or above it with ``checkpoint.mode=max``, at
+or below with ``min`` — e.g. ``training.stop_at=0.95`` with the default monitor ``val/exact_match``.
+``null``: train all epochs. Mid-epoch validations (``trainer.val_check_interval``) count too."""
 
 from __future__ import annotations
 
-import sys
-
-from lightning.pytorch.callbacks import Callback, EarlyStopping
+import lightning as L
+from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig
+
+
+class StopAt(Callback):
+    def __init__(self, monitor: str, mode: str, value: float) -> None:
+        self.monitor = monitor
+        self.mode = mode
+        self.value = value
+
+    def reached(self, current: float) -> bool:
+        return current >= self.value if self.mode == "max" else current <= self.value
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking or self.monitor not in trainer.callback_metrics:
+            return
+        reached = self.reached(float(trainer.callback_metrics[self.monitor]))
+        # every data-parallel process stops together (the metric is the same on all of them)
+        trainer.should_stop = trainer.should_stop or trainer.strategy.reduce_boolean_decision(reached, all=False)
 
 
 def stop_at(cfg: DictConfig) -> list[Callback]:
@@ -15,13 +32,4 @@ def stop_at(cfg: DictConfig) -> list[Callback]:
     value = cfg.training.get("stop_at")
     if value is None:
         return []
-    return [
-        EarlyStopping(
-            monitor=cfg.checkpoint.monitor,
-            mode=cfg.checkpoint.mode,
-            stopping_threshold=float(value),
-            patience=sys.maxsize,  # never stop for want of improvement: only at the threshold
-            check_finite=False,  # a non-finite loss is FiniteLossGuard's to stop
-            check_on_train_epoch_end=False,  # at every validation, mid-epoch ones too
-        )
-    ]
+    return [StopAt(cfg.checkpoint.monitor, cfg.checkpoint.mode, float(value))]
