@@ -18,7 +18,7 @@ from torch.nn import functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from attnseq.data.batch import Batch
-from attnseq.data.vocab import PAD
+from attnseq.data.vocab import BOS, EOS, PAD
 from attnseq.model import beam_search, greedy_decode
 from attnseq.training.lit_module import Seq2SeqLitModule, decode_length_limit
 
@@ -26,11 +26,14 @@ BASELINE = "textbook"
 
 
 class TextbookBahdanau(nn.Module):
-    """Bahdanau attention as textbooks write it: U_a h_i recomputed at every step, one ``nn.GRU``
-    call of length 1 per token, ``torch.cat`` per step. attnseq's gru/additive/bahdanau maths."""
+    """Bahdanau attention as textbooks write it: one ``nn.GRU`` call of length 1 per token,
+    ``torch.cat`` per step, and U_a h_i recomputed at every step — or, with
+    ``project_keys_once``, computed once per batch (the time-to-accuracy baseline). attnseq's
+    gru/additive/bahdanau maths either way."""
 
-    def __init__(self, src_vocab: int, tgt_vocab: int, emb: int, hidden: int) -> None:
+    def __init__(self, src_vocab: int, tgt_vocab: int, emb: int, hidden: int, project_keys_once: bool = False) -> None:
         super().__init__()
+        self.project_keys_once = project_keys_once
         self.src_embedding = nn.Embedding(src_vocab, emb, padding_idx=PAD)
         self.tgt_embedding = nn.Embedding(tgt_vocab, emb, padding_idx=PAD)
         self.encoder = nn.GRU(emb, hidden, batch_first=True)
@@ -40,22 +43,53 @@ class TextbookBahdanau(nn.Module):
         self.decoder = nn.GRU(emb + hidden, hidden, batch_first=True)
         self.readout = nn.Linear(hidden + hidden + emb, tgt_vocab)
 
-    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> tuple[Tensor, None]:
+    def encode(self, src: Tensor, src_lengths: Tensor) -> tuple[Tensor, Tensor | None, Tensor, Tensor]:
+        """The keys, their projection U_a h_i (``None`` unless projected once), the source mask
+        and the decoder's first state."""
         embedded_src = self.src_embedding(src)  # (B, T_enc, E)
         packed = pack_padded_sequence(embedded_src, src_lengths.cpu(), batch_first=True, enforce_sorted=False)
         packed_keys, state = self.encoder(packed)  # state (1, B, d)
         keys, _ = pad_packed_sequence(packed_keys, batch_first=True, total_length=src.shape[1])  # (B, T_enc, d)
+        projected = self.U_a(keys) if self.project_keys_once else None  # (B, T_enc, d)
         valid = torch.arange(src.shape[1], device=src.device)[None, :] < src_lengths[:, None]  # (B, T_enc)
+        return keys, projected, valid, state
+
+    def step(
+        self, token: Tensor, state: Tensor, keys: Tensor, projected: Tensor | None, valid: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """One decoder step from the previous token (B,) and state s_{t-1} (1, B, d): logits and s_t."""
+        embedded = self.tgt_embedding(token)  # (B, E)
+        query = state[-1]  # (B, d): s_{t-1}
+        keys_term = projected if projected is not None else self.U_a(keys)  # (B, T_enc, d)
+        energy = self.v_a(torch.tanh(self.W_a(query).unsqueeze(1) + keys_term)).squeeze(-1)  # (B, T_enc)
+        weights = torch.softmax(energy.masked_fill(~valid, float("-inf")), dim=-1)  # (B, T_enc)
+        context = torch.bmm(weights.unsqueeze(1), keys).squeeze(1)  # (B, d)
+        output, state = self.decoder(torch.cat([embedded, context], dim=-1).unsqueeze(1), state)  # (B, 1, d)
+        return self.readout(torch.cat([output.squeeze(1), context, embedded], dim=-1)), state  # (B, V)
+
+    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> tuple[Tensor, None]:
+        keys, projected, valid, state = self.encode(src, src_lengths)
         logits = []
         for t in range(tgt_in.shape[1]):
-            embedded = self.tgt_embedding(tgt_in[:, t])  # (B, E)
-            query = state[-1]  # (B, d): s_{t-1}
-            energy = self.v_a(torch.tanh(self.W_a(query).unsqueeze(1) + self.U_a(keys))).squeeze(-1)  # (B, T_enc)
-            weights = torch.softmax(energy.masked_fill(~valid, float("-inf")), dim=-1)  # (B, T_enc)
-            context = torch.bmm(weights.unsqueeze(1), keys).squeeze(1)  # (B, d)
-            output, state = self.decoder(torch.cat([embedded, context], dim=-1).unsqueeze(1), state)  # (B, 1, d)
-            logits.append(self.readout(torch.cat([output.squeeze(1), context, embedded], dim=-1)))  # (B, V)
+            step_logits, state = self.step(tgt_in[:, t], state, keys, projected, valid)  # (B, V)
+            logits.append(step_logits)
         return torch.stack(logits, dim=1), None  # (B, T_dec, V)
+
+    @torch.no_grad()
+    def greedy(self, src: Tensor, src_lengths: Tensor, max_length: int) -> Tensor:
+        """Greedy decoding: (B, T_out) tokens, PAD after each sequence's EOS."""
+        keys, projected, valid, state = self.encode(src, src_lengths)
+        token = torch.full((src.shape[0],), BOS, dtype=torch.long, device=src.device)  # (B,)
+        finished = torch.zeros_like(token, dtype=torch.bool)  # (B,)
+        tokens = []
+        for _ in range(max_length):
+            step_logits, state = self.step(token, state, keys, projected, valid)  # (B, V)
+            token = step_logits.argmax(-1).masked_fill(finished, PAD)  # (B,)
+            tokens.append(token)
+            finished = finished | (token == EOS)
+            if bool(finished.all()):
+                break
+        return torch.stack(tokens, dim=1)  # (B, T_out)
 
 
 def sync(device: str) -> None:

@@ -315,6 +315,7 @@ def test_train_fast_dev_run_finishes_mlflow_run(tmp_path, monkeypatch):
 
 TRAINER_SHARED = {
     "max_epochs": 5,
+    "val_check_interval": 1.0,
     "gradient_clip_val": 1.0,
     "log_every_n_steps": 50,
     "num_sanity_val_steps": 2,

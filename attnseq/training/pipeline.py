@@ -37,6 +37,7 @@ from attnseq.training.process import keep_freed_memory
 from attnseq.training.resume import Resumption, prepare_resume
 from attnseq.training.signals import release_interrupted_frames
 from attnseq.training.startup import FirstStepClock
+from attnseq.training.stopping import stop_at
 from attnseq.training.sweep import sweep_context
 
 log = logging.getLogger(__name__)
@@ -183,7 +184,7 @@ def fit(
         callbacks=[FirstStepClock(run.tracked), RuntimeRecord(run, resumed=resumption is not None),
                    SignalBridge(), guard, best, last, artifacts, interrupts,
                    Heartbeat(run.tracked, float(cfg.get("heartbeat", {}).get("every_s", 30))),
-                   *bar, TrainingReport(run.tracked.name)],
+                   *stop_at(cfg), *bar, TrainingReport(run.tracked.name)],
         default_root_dir=str(cfg.paths.output_dir),
     )
     # Lightning's SIGTERM handler, while its loops run, calls ours after its own (see signals)

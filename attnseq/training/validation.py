@@ -100,6 +100,7 @@ TRAIN_SCHEMA: dict[str, Check] = {
     "scheduler.gamma": absent_ok(number(0, above=True, example=0.6)),  # above 1 the rate grows
     "training.teacher_forcing": number(0, 1, example=1.0),
     "training.test_after_fit": flag(example=False),
+    "training.stop_at": absent_ok(optional(number(example=0.95))),  # a value of checkpoint.monitor
     "decode.max_length_ratio": number(0, above=True, example=1.5),
     "decode.max_length_extra": whole(0, example=5),
     "checkpoint.monitor": text(example="val/exact_match"),  # and a metric the module logs: check_metrics
