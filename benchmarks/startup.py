@@ -22,16 +22,15 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+
+from attnseq.tracking.probes import answers, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_PY = REPO / "train.py"
@@ -70,20 +69,6 @@ def first_step_s(root: Path, name: str) -> float:
     experiment = client.get_experiment_by_name(EXPERIMENT)
     [run] = client.search_runs([experiment.experiment_id], f"attributes.run_name = '{name}'")
     return float(run.data.tags[tags.FIRST_STEP_S])
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status == 200
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
-        return False
 
 
 UI_COMMANDS = {

@@ -10,12 +10,9 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -25,6 +22,7 @@ from mlflow.entities import RunStatus
 from mlflow.tracking import MlflowClient
 
 from attnseq.tracking import paths
+from attnseq.tracking.probes import answers, free_port
 from attnseq.tracking.retry import TrackingUnavailable, set_retry_budget
 from attnseq.tracking.run import TrackedRun, logs_asynchronously
 from attnseq.tracking.store import ensure_experiment
@@ -56,20 +54,6 @@ def test_asynchronous_for_a_server_unless_told(monkeypatch, uri, env, expected):
 
 
 # -- a real server --------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status == 200
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
-        return False
-
-
 class Server:
     """``mlflow server`` on loopback over ``<root>/server.db``; ``backend`` reads that file directly."""
 
