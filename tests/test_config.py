@@ -86,8 +86,10 @@ def compose_train(overrides: list[str], **kwargs) -> DictConfig:
 
 
 def option_overrides(group: str, option: str, corpus: Path) -> list[str]:
+    """The option, and the test corpus for any option that reads a TSV corpus (``dataset=tsv``, and
+    presets such as ``experiment=messages_en_fr`` whose corpus a command builds first)."""
     overrides = [f"{group}={option}"]
-    if (group, option) == ("dataset", "tsv"):
+    if compose_train(overrides).dataset.task == "tsv":
         overrides.append(f"dataset.path={corpus}")
     return overrides
 
