@@ -183,6 +183,21 @@ def test_tables_show_mean_and_interval_and_the_csvs_hide_nothing(tmp_path):
     assert "diagnostics" not in " ".join(written)  # no attention diagnostics in these results
 
 
+def test_text_scores_join_the_table_only_when_the_runs_have_them():
+    rows = [bucket(1, 5, 0.9), bucket(6, 10, 0.7)]
+    symbols = group_runs([trained("d", 0), trained("a", 0, scorer="additive")], [result(0.8, rows), result(0.7, rows)])
+    header, _ = table_rows(symbols)
+    assert "sacreBLEU" not in header and "chrF" not in header
+    runs = [trained(f"r{seed}", seed) for seed in (0, 1)]
+    text = group_runs(runs, [result(0.8, rows, **{"eval/sacrebleu": 20.0, "eval/chrf": 40.0}),
+                             result(0.8, rows, **{"eval/sacrebleu": 24.0, "eval/chrf": 44.0})])
+    header, [row] = table_rows(text)
+    cells = dict(zip(header, row))
+    half = T_975_DF1 * math.sqrt(8.0) / math.sqrt(2)  # two values 4 apart: s = √8
+    assert cells["sacreBLEU"] == f"22.0 ± {half:.1f}" and cells["chrF"] == f"42.0 ± {half:.1f}"
+    assert header.index("chrF") == header.index("sacreBLEU") + 1 < header.index("acc 01-05")
+
+
 def test_one_seed_shows_no_interval_anywhere(tmp_path):
     runs = [trained("d", 0), trained("a", 0, scorer="additive")]
     rows = [bucket(1, 5, 0.9, attn_entropy=0.5, attn_margin=0.4), bucket(6, 10, 0.7, attn_entropy=1.0,

@@ -40,6 +40,8 @@ TRAIN_MINUTES = "train_min"
 BEST_VAL_ACC = "val/acc_best"
 TABLE_COLUMNS = {TRAIN_MINUTES: "train min", BEST_VAL_ACC: "best val acc", "eval/acc": "eval acc",
                  "eval/exact_match": "eval exact"}
+TEXT_COLUMNS = {"eval/sacrebleu": "sacreBLEU", "eval/chrf": "chrF"}
+"""Added to the table when the runs were scored on text (0-100, one decimal)."""
 """The overall quantities the Markdown table shows (the CSV has them all), with their headers."""
 DIAGNOSTIC_COLUMNS = {"attn_entropy": "entropy (nats)", "attn_margin": "top-1 − top-2 margin",
                       "align_acc": "align acc", "align_acc_near": "align acc ±1", "align_offset": "argmax − gold"}
@@ -252,8 +254,9 @@ def choice_cells(group: SeedGroup) -> dict[str, str]:
 def table_rows(groups: Sequence[SeedGroup]) -> tuple[list[str], list[list[str]]]:
     """The Markdown/terminal table: one row per group, cells ``mean ± half-width``."""
     buckets = all_buckets(groups)
+    text = [key for key in TEXT_COLUMNS if any(group.overall().get(key) is not None for group in groups)]
     header = ["group", "seeds", "scorer", "encoder", "decoder", "heads", "params", *TABLE_COLUMNS.values(),
-              *(f"acc {name}" for _, name in buckets)]
+              *(TEXT_COLUMNS[key] for key in text), *(f"acc {name}" for _, name in buckets)]
     rows = []
     for group in groups:
         overall = group.overall()
@@ -263,6 +266,7 @@ def table_rows(groups: Sequence[SeedGroup]) -> tuple[list[str], list[list[str]]]
             str(len(group.members)),
             *choice_cells(group).values(),
             *(format_interval(overall.get(key), 1 if key == TRAIN_MINUTES else 3) for key in TABLE_COLUMNS),
+            *(format_interval(overall.get(key), 1) for key in text),
             *(format_interval(by_bounds.get(bounds)) for bounds, _ in buckets),
         ])
     return header, rows
