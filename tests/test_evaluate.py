@@ -256,6 +256,36 @@ def test_no_same_sample_figure_without_two_runs_sharing_a_sequence():
     assert same_sample_figure([compared("gru", [(["a", "b"], 2)]), compared("none", [])]) is None
 
 
+def test_named_sentences_side_by_side_one_panel_per_attending_run_labelled_by_group():
+    from types import SimpleNamespace
+
+    from attnseq.evaluation.pipeline import same_sentence_figures
+
+    vocab = Vocabulary(["la", "nom"])
+
+    def member(seed, sentences):
+        samples = [(text, Example(text.split(), []), Decoded(torch.tensor(vocab.encode(["nom", "la"])), 2,
+                                                            torch.full((1, 2, len(text.split()) + 1), 0.5)))
+                   for text in sentences]
+        return SimpleNamespace(seed=seed, trained=SimpleNamespace(tgt_vocab=vocab),
+                               result=SimpleNamespace(sentence_samples=samples))
+
+    texts = ["register name", "max size"]
+    groups = [SimpleNamespace(name="scorer=additive", members=[member(0, texts), member(1, texts)]),
+              SimpleNamespace(name="scorer=none", members=[member(0, [])]),  # no attention: no panel
+              SimpleNamespace(name="scorer=general", members=[member(0, texts)])]
+    figures = same_sentence_figures(groups)
+    assert len(figures) == 2
+    for figure, text in zip(figures, texts):
+        heatmaps = [ax for ax in figure.axes if ax.get_images()]
+        assert [ax.get_title() for ax in heatmaps] == ["scorer=additive, seed 0", "scorer=additive, seed 1",
+                                                       "scorer=general"]
+        assert [t.get_text() for t in heatmaps[0].get_xticklabels()] == text.split()
+        assert [t.get_text() for t in heatmaps[0].get_yticklabels()] == ["nom", "la"]
+        assert repr(text) in figure.texts[0].get_text()
+    assert same_sentence_figures(groups[:2][1:]) == []  # one run or none attending: nothing side by side
+
+
 # -- a subword run on a corpus folder ------------------------------------------------------------
 NOUNS = [("cat", "chat"), ("dog", "chien"), ("house", "maison"), ("file", "fichier"), ("window", "fenêtre"),
          ("tree", "arbre"), ("car", "voiture"), ("book", "livre")]

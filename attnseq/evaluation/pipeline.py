@@ -163,7 +163,7 @@ def log_comparison(client: MlflowClient, groups: list[SeedGroup], out_dir: Path,
         figure = same_sample_figure(members)
         if figure is not None:
             log_figure(run, figure, out_dir, paths.SAME_SAMPLE_HEATMAPS)
-        for i, figure in enumerate(same_sentence_figures(members)):
+        for i, figure in enumerate(same_sentence_figures(groups)):
             log_figure(run, figure, out_dir, paths.comparison_sentence_heatmaps(i))
         metrics = {}
         for group in groups:
@@ -203,23 +203,24 @@ def same_sample_figure(members: list[Compared]) -> Figure | None:
                                 gold=example.alignment)
 
 
-def same_sentence_figures(members: list[Compared]) -> list[Figure]:
+def same_sentence_figures(groups: list[SeedGroup]) -> list[Figure]:
     """For each ``eval.sentences`` text, its attention as every attending run read and translated it,
-    one panel per run (each run reads the text with its own tokenizer; the panels share the axis
-    tokens when the runs share a tokenizer, as runs of one corpus do)."""
-    attending = [member for member in members if member.result.sentence_samples]
+    one panel per run, labelled by its group (and seed, in a group of several): the runs that read
+    it into the same tokens as the first (runs of one corpus share their tokenizer)."""
+    attending = [(group.name if len(group.members) == 1 else f"{group.name}, seed {member.seed}", member)
+                 for group in groups for member in group.members if member.result.sentence_samples]
     if len(attending) < 2:
         return []
     figures = []
-    for i, (text, example, _) in enumerate(attending[0].result.sentence_samples):
+    for i, (text, example, _) in enumerate(attending[0][1].result.sentence_samples):
         panels = []
-        for member in attending:
+        for label, member in attending:
             samples = member.result.sentence_samples
             if i >= len(samples) or samples[i][0] != text or samples[i][1].src != example.src:
                 continue
             decoded = samples[i][2]
             weights = decoded.attention[:, :, : len(example.src)].float().numpy()  # (H, T_out, T_src)
-            panels.append((member.trained.name, weights, member.trained.tgt_vocab.decode(decoded.tokens.tolist())))
+            panels.append((label, weights, member.trained.tgt_vocab.decode(decoded.tokens.tolist())))
         if len(panels) > 1:
             figures.append(same_sample_heatmaps(panels, example.src, f"{text!r}, as each run attends to it"))
     return figures
