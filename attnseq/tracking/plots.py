@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 
 import matplotlib
@@ -27,6 +28,7 @@ image cards show a copy scaled to at most 256 px (``mlflow.tracking.multimedia.c
 the full image opens when a card is clicked."""
 HEATMAP_CELL_IN = 0.32
 HEATMAP_LABEL_PT = 9
+PANEL_TITLE_CHARS = 28  # a side-by-side panel's title wraps at this width, so neighbours never overlap
 
 
 def attention_heatmap(
@@ -90,7 +92,7 @@ def _heatmap_panel(ax: Axes, label: str, matrix: np.ndarray, src_tokens: Sequenc
     ax.set_xticks(range(len(src_tokens)), src_tokens, rotation=90, fontsize=HEATMAP_LABEL_PT)
     ax.set_yticks(range(len(out_tokens)), out_tokens, fontsize=HEATMAP_LABEL_PT)
     ax.set_xlabel("source")
-    ax.set_title(label, fontsize=HEATMAP_LABEL_PT + 1)
+    ax.set_title("\n".join(textwrap.wrap(label, PANEL_TITLE_CHARS)), fontsize=HEATMAP_LABEL_PT + 1)
     if gold is not None:
         points = [(src, out) for out, src in enumerate(gold[: len(out_tokens)]) if src >= 0]
         if points:
