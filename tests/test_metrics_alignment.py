@@ -260,6 +260,14 @@ def test_alignment_diagnostics_omitted_without_gold_alignment():
     out = metric.compute()
     assert set(out) == {"attn_entropy", "attn_margin"}
     assert out["attn_entropy"].item() == pytest.approx(math.log(4))
+    # Peaked attention links its guesses, but with no gold there is nothing to score them against
+    # (a real text corpus): no precision of 0, in the table either.
+    peaked = torch.nn.functional.one_hot(torch.tensor([[0, 1, 2], [1, 0, 0]]), 4).float().unsqueeze(1)  # (2, 1, 3, 4)
+    metric = AttentionDiagnostics(4, 2)
+    metric.update(peaked, torch.full((2, 3), -1), torch.tensor([3, 2]), torch.tensor([4, 4]))
+    assert set(metric.compute()) == {"attn_entropy", "attn_margin"}
+    for row in metric.bucket_table():
+        assert row["align_precision"] is None and row["aer"] is None
 
 
 def test_out_of_range_source_length_is_an_error():

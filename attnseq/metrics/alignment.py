@@ -218,8 +218,10 @@ class AttentionDiagnostics(Metric):
 
 
 def _ratios(sums: dict[str, Tensor]) -> dict[str, Tensor | None]:
+    has_gold = sums["gold_steps"] > 0  # without a gold alignment only the shape diagnostics mean anything
     out: dict[str, Tensor | None] = {
-        name: sums[num] / sums[den] if sums[den] > 0 else None for name, (num, den) in RATIOS.items()
+        name: sums[num] / sums[den] if sums[den] > 0 and (has_gold or name in SHAPE_DIAGNOSTICS) else None
+        for name, (num, den) in RATIOS.items()
     }
     out["aer"] = None
     if sums["gold_steps"] > 0:  # |A| + |G| > 0 then too
