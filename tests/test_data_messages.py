@@ -319,3 +319,30 @@ def test_the_installed_french_catalogs_give_a_corpus_of_thousands_of_pairs(tmp_p
     val = (tmp_path / "out" / "val.tsv").read_text(encoding="utf-8").splitlines()
     assert all(line.count("\t") == 1 for line in train + val)
     assert not {line.split("\t")[0] for line in train} & {line.split("\t")[0] for line in val}
+
+
+def test_a_split_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """An interruption while a split is written (Ctrl-C, a full disk) keeps the previous file as it
+    was and leaves no partial file behind; a finished write replaces it whole."""
+    from attnseq.data.messages import write_whole
+
+    target = tmp_path / "train.tsv"
+    target.write_text("old\tancien\n", encoding="utf-8")
+
+    class Interrupted(KeyboardInterrupt):
+        pass
+
+    def interrupted(*args):
+        raise Interrupted
+
+    import attnseq.data.messages as messages
+
+    monkeypatch.setattr(messages.os, "replace", interrupted)  # the signal lands once the text is written
+    with pytest.raises(Interrupted):
+        write_whole(target, "new\tnouveau\n")
+    monkeypatch.undo()
+    assert target.read_text(encoding="utf-8") == "old\tancien\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.tsv"]
+    write_whole(target, "new\tnouveau\n")
+    assert target.read_text(encoding="utf-8") == "new\tnouveau\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.tsv"]

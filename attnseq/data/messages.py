@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -26,6 +27,19 @@ from attnseq.errors import AttnSeqError, ConfigError
 
 DEFAULT_LOCALE_DIR = Path("/usr/share/locale")
 LENGTH_HISTOGRAM_BIN = 5  # English words per bin of corpus.json's length histogram
+
+
+def write_whole(path: Path, text: str) -> None:
+    """``text`` to ``path`` all at once: written beside it under a name of this process, then moved
+    into place, so an interrupted build never leaves a cut-off split and two builds at once never
+    interleave (the last one's file wins whole)."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        with open(partial, "w", encoding="utf-8", newline="\n") as file:
+            file.write(text)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def default_output_dir(lang: str) -> Path:
@@ -141,8 +155,7 @@ def build_corpus(
     splits = split_by_message(kept, seed=seed, val_fraction=val_fraction, test_fraction=test_fraction)
     output_dir.mkdir(parents=True, exist_ok=True)
     for split in SPLITS:
-        with open(output_dir / f"{split}.tsv", "w", encoding="utf-8", newline="\n") as file:
-            file.writelines(f"{source}\t{target}\n" for source, target in splits[split])
+        write_whole(output_dir / f"{split}.tsv", "".join(f"{source}\t{target}\n" for source, target in splits[split]))
     summary = {
         "language": lang,
         "source_language": "en",
@@ -157,7 +170,7 @@ def build_corpus(
         "splits": {split: len(splits[split]) for split in SPLITS},
         "source_words": length_histogram(kept),
     }
-    (output_dir / "corpus.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_whole(output_dir / "corpus.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     log("splits (by English message): " + ", ".join(f"{split} {len(splits[split])}" for split in SPLITS))
     log(f"wrote {output_dir.resolve()}/{{train,val,test}}.tsv and corpus.json")
     return summary
