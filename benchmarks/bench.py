@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench.py              # the full run → benchmarks/results.md
     .venv/bin/python benchmarks/bench.py --quick      # a few small cases, a few steps: what the tests run
     .venv/bin/python benchmarks/bench.py --compile    # adds torch.compile rows (each compile is timed)
+    .venv/bin/python benchmarks/bench.py --sections none   # the training tables only (≈ 20 min)
 
 What it measures, on the copy task (source lengths 5–40, batch 64, emb 64 / hidden 128):
 
@@ -25,12 +26,16 @@ What it measures, on the copy task (source lengths 5–40, batch 64, emb 64 / hi
 - **padding**: the fraction of source and target positions that are padding over one epoch,
   with and without length bucketing; throughput on random batches for the key cases.
 - **decoding**: batched greedy decoding vs one sequence at a time, and batched beam search.
-- **what was tried** (full run, ``cases.VARIANTS``): a fast path turned off (``FastPaths``: the
-  step-by-step decoder loop, ``torch.gru``'s autograd backward), config overrides (Adam
-  ``fused=True``, the progress bar off, a DataLoader worker), and (``--compile``) torch.compile.
+- **what was tried** (full run, ``cases.VARIANTS``): a fast path turned off or on (``FastPaths``:
+  the step-by-step decoder loop, ``torch.gru``'s and ``nn.LSTM``'s autograd backward, the all-steps
+  additive kernel), config overrides (Adam ``fused=True``, the progress bar off, a DataLoader
+  worker), and (``--compile``) torch.compile.
+- **what users wait on** (full run, ``felt.SECTIONS``, each its own module): time to accuracy
+  through the CLI beside the textbook, start-up, evaluation throughput, a remote tracking server.
 
-The parts: ``cases.py`` (what is trained), ``loops.py`` (what is timed), ``report.py`` (the
-Markdown); this file runs them in order.
+The parts: ``cases.py`` (what is trained), ``loops.py`` (what is timed), ``felt.py`` (the sections
+after the training tables), ``report.py`` (the Markdown); this file runs them in order. The new
+report keeps the previous one's real-path ratios beside its own.
 """
 
 from __future__ import annotations
@@ -60,8 +65,9 @@ from cases import (
     benchmark_config,
     quick_cases,
 )
+from felt import SECTIONS, run_sections
 from loops import BASELINE, Loop, TextbookBahdanau, activation_bytes, decoding, real_path, step_together, window_rates
-from report import Results, fmt, machine_line, render
+from report import Results, fmt, machine_line, previous_ratios, render
 from torch import nn
 
 from attnseq.data.sampler import padding_fraction
@@ -244,6 +250,7 @@ def run(settings: Settings, log: Callable[[str], None] = print, workdir: Path | 
                 bench.measure_compiled(case)
         bench.measure_decoding(KEY_ADDITIVE if KEY_ADDITIVE in bench.cfgs else settings.cases[0])
     results = bench.results
+    results.felt = run_sections(list(settings.sections), settings.threads, log)
     results.machine = machine_line(settings.device)
     results.max_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     results.minutes = (time.time() - started) / 60
@@ -279,7 +286,17 @@ def make_settings(args: argparse.Namespace) -> Settings:
         threads=threads,
         device=device,
         compile=args.compile,
+        sections=tuple(args.sections),
     )
+
+
+def section_names(text: str) -> list[str]:
+    names = [name for name in text.split(",") if name] if text != "all" else list(SECTIONS)
+    unknown = [name for name in names if name not in SECTIONS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown section(s) {', '.join(unknown)}: use 'all', 'none' or "
+                                         f"a comma-separated list of {', '.join(SECTIONS)}")
+    return names
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -300,15 +317,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda (bf16 autocast on CUDA)")
     parser.add_argument("--compile", action="store_true", help="add torch.compile rows (each compile is timed)")
     parser.add_argument(
+        "--sections",
+        type=lambda text: [] if text == "none" else section_names(text),
+        default=list(SECTIONS),
+        help=f"what users wait on, after the training tables: all (default), none, or some of {', '.join(SECTIONS)}"
+        " (--quick runs none)",
+    )
+    parser.add_argument(
         "--out", type=Path, default=None, help="the Markdown file (default: benchmarks/results.md; none with --quick)"
     )
     args = parser.parse_args(argv)
     settings = make_settings(args)
     results = run(settings, log=lambda line: print(line, file=sys.stderr, flush=True))
     shown_args = " ".join(argv if argv is not None else sys.argv[1:])
-    report = render(results, f"python benchmarks/bench.py {shown_args}".strip())
-    print(report)
     out = args.out or (None if args.quick else REPO / "benchmarks" / "results.md")
+    previous = previous_ratios(out.read_text()) if out is not None and out.exists() else None
+    report = render(results, f"python benchmarks/bench.py {shown_args}".strip(), previous)
+    print(report)
     if out is not None:
         out.write_text(report)
         print(f"written to {out}", file=sys.stderr)

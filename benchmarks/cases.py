@@ -76,6 +76,8 @@ class Variant:
 
 STEP_BY_STEP = FastPaths(fused_decoder=False)  # the decoder loop that decoding runs
 AUTOGRAD_GRU = FastPaths(gru_sequence=False)  # torch.gru under autograd instead of the hand-written backward
+AUTOGRAD_LSTM = FastPaths(lstm_sequence=False)  # nn.LSTM under autograd instead of the hand-written backward
+ADDITIVE_KERNEL = FastPaths(additive_all_steps=True)  # the chunked all-steps additive score (off by default)
 
 VARIANTS = [
     Variant(KEY_ADDITIVE, "step-by-step decoder loop", "minimal", fast_paths=STEP_BY_STEP),
@@ -84,6 +86,12 @@ VARIANTS = [
     Variant(KEY_DOT, "nn.GRU's autograd backward", "minimal", fast_paths=AUTOGRAD_GRU),
     Variant(KEY_DOT, "Adam fused=True", "minimal", overrides=("+optimizer.fused=true",)),
     Variant(Case("gru", NO_ATTENTION), "nn.GRU's autograd backward", "minimal", fast_paths=AUTOGRAD_GRU),
+    Variant(Case("lstm", "dot", "luong-nofeed"), "nn.LSTM's autograd backward", "minimal", fast_paths=AUTOGRAD_LSTM),
+    Variant(Case("lstm", "additive", "luong"), "nn.LSTM's autograd backward", "minimal", fast_paths=AUTOGRAD_LSTM),
+    Variant(Case("bigru", "additive", "luong-nofeed"), "all-steps additive kernel", "minimal",
+            fast_paths=ADDITIVE_KERNEL),
+    Variant(Case("bigru", "concat", "luong-nofeed"), "all-steps additive kernel", "minimal",
+            fast_paths=ADDITIVE_KERNEL),
     Variant(KEY_ADDITIVE, "progress bar off", "real", overrides=("trainer.enable_progress_bar=false",)),
     Variant(KEY_ADDITIVE, "1 DataLoader worker", "real", overrides=("dataset.num_workers=1",)),
 ]
@@ -158,6 +166,7 @@ class Settings:
     sizes: tuple[int, int] = (64, 128)  # embedding, hidden
     compile: bool = False
     ablations: bool = True
+    sections: tuple[str, ...] = ()  # felt.SECTIONS run after the training tables
 
     @property
     def steps(self) -> int:

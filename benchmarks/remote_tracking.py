@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import signal
 import statistics
@@ -156,6 +157,8 @@ def train_once(root: Path, name: str, tracking_uri: str, settings: Settings,
     [run] = client.search_runs([experiment.experiment_id], f"attributes.run_name = '{name}'")
     first_step_at = launched + float(run.data.tags[tags.FIRST_STEP_S])
     losses = sorted(client.get_metric_history(run.info.run_id, "train/loss_step"), key=lambda m: m.step)
+    if len(losses) < 2:  # too short a run to hold a loop window
+        return run.info.end_time / 1000 - first_step_at, 0, 0.0
     window_steps = losses[-1].step - losses[0].step
     window_s = (losses[-1].timestamp - losses[0].timestamp) / 1000
     return run.info.end_time / 1000 - first_step_at, window_steps, window_s
@@ -223,9 +226,11 @@ def render(results: dict) -> str:
     ]
     for variant, row in summary(results).items():
         cost = "—" if variant == "sqlite" else f"{row['cost']:+.1%}"
-        loop_cost = "—" if variant == "sqlite" else f"{row['loop_cost']:+.1%}"
+        no_window = math.isnan(row["step_ms"])  # runs too short to log the step loss twice
+        loop_cost = "—" if variant == "sqlite" or no_window else f"{row['loop_cost']:+.1%}"
+        step_ms = "—" if no_window else f"{row['step_ms']:.1f}"
         lines.append(f"| {VARIANTS[variant]} | {row['train_s']:.1f} | {row['tokens_per_s']:,.0f} | {cost} | "
-                     f"{row['spread_s']:.1f} | {row['step_ms']:.1f} | {loop_cost} |")
+                     f"{row['spread_s']:.1f} | {step_ms} | {loop_cost} |")
     return "\n".join(lines) + "\n"
 
 

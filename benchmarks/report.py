@@ -13,7 +13,11 @@ from pathlib import Path
 
 import torch
 from cases import KEY_ADDITIVE, KEY_DOT, KEY_GENERAL, REPO, Case, Settings
+from felt import Felt
 from loops import BASELINE
+
+SLOW_FAMILIES_GOAL = 1.8
+"""The real path's ×base the LSTM cases and biGRU + Luong + additive/concat aim at, like the GRU ones."""
 
 
 @dataclass
@@ -45,6 +49,7 @@ class Results:
     decoding: dict[str, dict[str, float]] = field(default_factory=dict)  # name → seq_s, tok_s
     decode_case: str = ""
     compiled: dict[str, dict[str, float]] = field(default_factory=dict)  # case → compile_s, compiled, plain, base
+    felt: dict[str, Felt] = field(default_factory=dict)  # felt.SECTIONS name → its Markdown and targets
     machine: str = ""
     max_rss_mib: float = 0.0
     minutes: float = 0.0
@@ -105,18 +110,42 @@ def git_state() -> str:
         return "unknown"
 
 
-def render(results: Results, command: str) -> str:
+@dataclass
+class Previous:
+    """The real path's ×base per row of an earlier report, and the commit it names."""
+
+    commit: str
+    ratios: dict[str, str]  # row label → its "real path ×base" cell, as written
+
+
+def previous_ratios(markdown: str) -> Previous | None:
+    """Read back an earlier ``render``'s training table; None if it holds none."""
+    commit = next((line.split(":", 1)[1].strip() for line in markdown.splitlines() if line.startswith("- commit:")), "")
+    table = markdown.split("## Training throughput", 1)
+    if len(table) < 2:
+        return None
+    ratios = {}
+    for line in table[1].split("\n## ", 1)[0].splitlines():
+        parts = [part.strip() for part in line.strip().strip("|").split("|")]
+        if len(parts) >= 3 and parts[2].endswith("×"):
+            ratios[parts[0]] = parts[2]
+    return Previous(commit.split()[0][:7] if commit else "unknown", ratios) if ratios else None
+
+
+def render(results: Results, command: str, previous: Previous | None = None) -> str:
     lines = [
         *header(results, command),
-        *training_table(results),
+        *training_table(results, previous),
         *padding_table(results),
         *tried_table(results),
         *decoding_table(results),
-        "",
-        "## Targets",
-        "",
-        *targets(results),
     ]
+    for felt in results.felt.values():
+        lines += ["", felt.markdown.rstrip("\n")]
+    lines += ["", "## Targets", "", *targets(results)]
+    felt_targets = [line for felt in results.felt.values() for line in felt.targets]
+    if felt_targets:
+        lines += ["", "What users wait on:", "", *felt_targets]
     return "\n".join(lines) + "\n"
 
 
@@ -124,7 +153,7 @@ def header(results: Results, command: str) -> list[str]:
     settings = results.settings
     emb, hidden = settings.sizes
     return [
-        "# attnseq training and decoding throughput",
+        "# attnseq benchmark: training and decoding throughput, and what users wait on",
         "",
         f"- command: `{command}`",
         f"- commit: {git_state()}",
@@ -143,28 +172,31 @@ def header(results: Results, command: str) -> list[str]:
     ]
 
 
-def training_table(results: Results) -> list[str]:
+def training_table(results: Results, previous: Previous | None = None) -> list[str]:
     rows = results.rows
     base_row = rows[BASELINE]
+    earlier = [] if previous is None else [f"×base at {previous.commit}"]
     lines = [
         "",
         "## Training throughput (target tokens/s, length-bucketed batches)",
         "",
-        "| encoder / scorer / decoder | real path | ×base | minimal loop | ×base | overhead | activations MiB |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-        cells(
-            f"{BASELINE} (all runs pooled)", "—", "—", fmt(base_row.median("minimal")), "1.00×", "—", fmt_mib(base_row)
-        ),
+        cells("encoder / scorer / decoder", "real path", "×base", *earlier, "minimal loop", "×base", "overhead",
+              "activations MiB"),
+        "|---|" + "---:|" * (6 + len(earlier)),
+        cells(f"{BASELINE} (all runs pooled)", "—", "—", *["—"] * len(earlier), fmt(base_row.median("minimal")),
+              "1.00×", "—", fmt_mib(base_row)),
     ]
     for case in results.settings.cases:
         row = rows[case.name]
         real, minimal = row.median("real"), row.median("minimal")
         overhead = row.ratio("minimal", "real")
+        before = [] if previous is None else [previous.ratios.get(row.label, "—")]
         lines.append(
             cells(
                 row.label,
                 fmt(real),
                 fmt_ratio(row.ratio("real")),
+                *before,
                 fmt(minimal),
                 fmt_ratio(row.ratio("minimal")),
                 fmt_percent(overhead),
@@ -176,6 +208,8 @@ def training_table(results: Results) -> list[str]:
         "`bahdanau`: query s_{t-1}, the context feeds the RNN; `luong`: query s_t, with input feeding; "
         "`luong-nofeed`: without it (the RNN runs over all steps in one call, attention in one call).",
     ]
+    if previous is not None:
+        lines.append(f"`×base at {previous.commit}`: the real path's ratio in the report this one replaced.")
     return lines
 
 
@@ -312,4 +346,26 @@ def targets(results: Results) -> list[str]:
     out.append(
         check("padding with length bucketing", 100 * results.padding["bucketed"], 10.0, at_most=True, percent=True)
     )
+    out += slow_families(results)
+    return out
+
+
+def slow_families(results: Results) -> list[str]:
+    """The LSTM cases and biGRU + Luong + additive/concat against ``SLOW_FAMILIES_GOAL``: the worst
+    of each family, and how many reach it."""
+    families = {
+        "LSTM encoder and decoder, every scorer and convention": lambda c: c.encoder == "lstm",
+        "biGRU + Luong + additive/concat": lambda c: c.encoder == "bigru" and c.scorer in ("additive", "concat")
+        and c.decoder.startswith("luong"),
+    }
+    out = []
+    for text, member in families.items():
+        measured = [(ratio, case.name) for case in results.settings.cases
+                    if member(case) and (ratio := real_ratio(results, case)) is not None]
+        if not measured:
+            continue
+        worst, name = min(measured)
+        reached = sum(ratio >= SLOW_FAMILIES_GOAL for ratio, _ in measured)
+        out.append(check(f"{text}, real path vs the baseline: {reached} of {len(measured)} cases reach it; "
+                         f"the slowest ({name})", worst, SLOW_FAMILIES_GOAL))
     return out

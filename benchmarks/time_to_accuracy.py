@@ -308,15 +308,16 @@ def median_seconds(attempts: list[Attempt]) -> float | None:
     return None if middle == float("inf") else middle
 
 
-def render(settings: Settings, attempts: list[Attempt], command: str, machine: str, commit: str) -> str:
+def render(settings: Settings, attempts: list[Attempt], command: str | None = None, machine: str | None = None,
+           commit: str | None = None) -> str:
+    """The section's Markdown; ``command``, ``machine`` and ``commit`` head it when it stands alone."""
     whos = list(dict.fromkeys(a.who for a in attempts))
     by = {who: [a for a in attempts if a.who == who] for who in whos}
+    provenance = {"command": command and f"`{command}`", "commit": commit, "machine": machine}
     lines = [
         "## Time to accuracy",
         "",
-        f"- command: `{command}`",
-        f"- commit: {commit}",
-        f"- machine: {machine}",
+        *(f"- {key}: {value}" for key, value in provenance.items() if value),
         f"- task: copy, the CLI's overrides `{' '.join(settings.task)}`; {settings.threads} threads; "
         f"target: validation exact match ≥ {settings.target}; budget {settings.budget_s:.0f} s per training; "
         f"seeds {', '.join(map(str, settings.seeds))}, alternating CLI and textbook",

@@ -21,7 +21,7 @@ from attnseq.training.build import validate
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
-MODULES = ("bench", "cases", "loops", "report")  # the benchmark's scripts import each other by these names
+MODULES = ("bench", "cases", "felt", "loops", "report")  # the benchmark's scripts import each other by these names
 
 
 @pytest.fixture(scope="module")
@@ -137,3 +137,59 @@ def test_every_variant_trains_and_is_reported_against_its_case(bench, cases, tmp
         assert finite_positive(row.median(variant.loop)) and finite_positive(row.ratio(variant.loop))
         (line,) = [line for line in tried.splitlines() if line.startswith(f"| {variant.label} |")]
         assert "—" not in line.split("|")[3:6], line  # tok/s, ×base, vs kept
+
+
+def test_the_next_report_keeps_the_previous_ratios_beside_its_own(bench, quick):
+    settings, results, report = quick
+    report_module = sys.modules["report"]
+    previous = report_module.previous_ratios(report)
+    assert previous is not None and previous.commit != "unknown"
+    for case in settings.cases:  # read back exactly as written
+        assert previous.ratios[case.name] == report_module.fmt_ratio(results.rows[case.name].ratio("real"))
+    previous.ratios.pop(settings.cases[-1].name)  # a case the earlier report did not have
+    again = bench.render(results, "again", previous)
+    header = f"×base at {previous.commit}"
+    table = [line for line in again.split("## Training throughput")[1].split("## Padding")[0].splitlines()
+             if line.startswith("| ")]
+    columns = [cell.strip() for cell in table[0].strip("|").split("|")]
+    assert columns[3] == header
+    for case in settings.cases:
+        (line,) = [row for row in table if row.startswith(f"| {case.name} |")]
+        cell = line.strip("|").split("|")[3].strip()
+        assert cell == previous.ratios.get(case.name, "—")
+    assert report_module.previous_ratios("# nothing here\n") is None
+
+
+def test_what_users_wait_on_goes_between_the_tables_and_the_targets(bench, quick):
+    felt = sys.modules["felt"]
+    _, results, _ = quick
+    results.felt = {"startup": felt.Felt("## Start-up\n\n| a |\n", ["- `train.py --help`: **0.20 s**: met"])}
+    try:
+        report = bench.render(results, "test")
+    finally:
+        results.felt = {}
+    assert report.index("## Decoding") < report.index("## Start-up") < report.index("## Targets")
+    assert report.index("What users wait on:") < report.index("- `train.py --help`: **0.20 s**: met")
+    assert felt.verdict(0.2, 3.0, " s") == "**0.20 s** (goal ≤ 3 s): met"
+    assert felt.verdict(1.3, 5.0, "×", at_most=False) == "**1.30×** (goal ≥ 5×): NOT met"
+
+
+def test_the_slow_families_are_checked_against_their_goal(quick):
+    settings, results, report = quick
+    lstm = [case for case in settings.cases if case.encoder == "lstm"]
+    assert lstm  # the quick cases hold some
+    targets = report.split("## Targets")[1]
+    (line,) = [line for line in targets.splitlines() if "LSTM encoder and decoder" in line]
+    worst = min(lstm, key=lambda case: results.rows[case.name].ratio("real"))
+    assert f"of {len(lstm)} cases reach it; the slowest ({worst.name})" in line and "(goal ≥ 1.8×)" in line
+
+
+def test_sections_are_named_from_the_registry(bench):
+    felt = sys.modules["felt"]
+    assert bench.section_names("all") == list(felt.SECTIONS)
+    assert bench.section_names("startup,evaluation") == ["startup", "evaluation"]
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown section.*use 'all', 'none'"):
+        bench.section_names("startup,warp-drive")
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--sections", "warp-drive"])
+    assert exit_info.value.code == 2

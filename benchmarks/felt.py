@@ -1,0 +1,114 @@
+"""The parts of the full benchmark that measure what a user waits on outside the training step —
+time to accuracy, start-up, evaluation, a remote tracking server — each by its own module, run in
+this order after the training tables. Each section returns its Markdown and its lines for the
+report's targets.
+
+    .venv/bin/python benchmarks/bench.py --sections startup,evaluation   # these only, after the training tables
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class Felt:
+    markdown: str
+    targets: list[str]  # Markdown list items, each with its goal and whether it was met
+
+
+def verdict(value: float, goal: float, unit: str, at_most: bool = True) -> str:
+    met = value <= goal if at_most else value >= goal
+    return f"**{value:.2f}{unit}** (goal {'≤' if at_most else '≥'} {goal:g}{unit}): {'met' if met else 'NOT met'}"
+
+
+def time_to_accuracy(threads: int, log: Log) -> Felt:
+    import time_to_accuracy as tta
+
+    settings = tta.Settings(seeds=[0, 1, 2], target=tta.TARGET, budget_s=240.0, threads=threads, task=tta.TASK)
+    attempts = tta.measure(settings, log=log)
+    cli = tta.median_seconds([a for a in attempts if a.who == "cli"])
+    textbook = tta.median_seconds([a for a in attempts if a.who == "textbook"])
+    shown = "not reached" if textbook is None else f"{textbook:.0f} s"
+    target = (
+        f"- time to {settings.target} validation exact match through the CLI, median of 3 seeds (textbook: {shown}): "
+        + ("not reached within the budget: NOT met" if cli is None else verdict(cli, 100.0, " s"))
+    )
+    return Felt(tta.render(settings, attempts), [target])
+
+
+def startup(threads: int, log: Log) -> Felt:
+    import startup as module
+
+    results = module.measure(tries=3, log=log)
+    goals = module.GOALS_S
+    medians = {
+        "help": statistics.median(results["help"]),
+        "first_step": statistics.median(results["first_step"]),
+        "ui": statistics.median(results["ui"]["make ui"]),
+    }
+    texts = {
+        "help": "`train.py --help`",
+        "first_step": "first training step after launch (an existing store)",
+        "ui": "`make ui` answers",
+    }
+    return Felt(module.render(results), [f"- {texts[k]}: {verdict(v, goals[k], ' s')}" for k, v in medians.items()])
+
+
+def evaluation(threads: int, log: Log) -> Felt:
+    import evaluation_speed
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # evaluate.py's default
+    try:
+        speed = evaluation_speed.measure(evaluation_speed.seeded_copy_run(), size=2000, repeats=2, log=log)
+    finally:
+        torch.set_num_threads(before)
+    targets = [
+        f"- evaluation throughput ({'greedy' if k == 1 else f'beam {k}'}, with the counterfactual) vs the previous "
+        f"loop: {verdict(speed.ratio(k), 5.0, '×', at_most=False)} — at most {speed.bound(k):.2f}× while "
+        "decoding alone costs what it does"
+        for k in evaluation_speed.BEAM_SIZES
+    ]
+    return Felt(evaluation_speed.render(speed), targets)
+
+
+def remote_tracking(threads: int, log: Log) -> Felt:
+    import remote_tracking as module
+
+    settings = module.Settings(train_size=12800, epochs=1, repeats=2, threads=threads)
+    results = module.measure(settings, log=log)
+    rows = module.summary(results)
+    sync, asynchronous = rows["server sync"]["cost"], rows["server async"]["cost"]
+    target = (
+        f"- a run logging to `mlflow server` vs SQLite, whole run: {sync:+.1%} waiting for every call, "
+        f"{asynchronous:+.1%} with asynchronous logging (attnseq's default for a server; goal: measured, and "
+        "asynchronous past +3%): " + ("async needed and on" if sync > 0.03 else "within 3% even waited")
+    )
+    return Felt(module.render(results), [target])
+
+
+SECTIONS: dict[str, Callable[[int, Log], Felt]] = {
+    "time-to-accuracy": time_to_accuracy,
+    "startup": startup,
+    "evaluation": evaluation,
+    "remote-tracking": remote_tracking,
+}
+"""Every section of the full run, in the order it runs them."""
+
+
+def run_sections(names: list[str], threads: int, log: Log) -> dict[str, Felt]:
+    felt = {}
+    for name in names:
+        began = time.perf_counter()
+        log(f"== {name}")
+        felt[name] = SECTIONS[name](threads, log)
+        log(f"== {name}: {time.perf_counter() - began:.0f} s")
+    return felt
