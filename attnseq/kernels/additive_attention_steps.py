@@ -96,17 +96,19 @@ class AdditiveAttentionStepGradients:
         v: Tensor,
         weights: Tensor,
         sigmas: Tensor | None,
+        queries: Tensor,
         grad_contexts: Tensor | None,
         grad_weights: Tensor | None,
     ):
         """The forward's keys, doubled_keys, v and buffers (weights ``(T, B, H, T_enc)``, sigmas
-        ``(T, B, H, T_enc, a)`` or None), and the outputs' gradients as the recurrence got them:
-        contexts ``(B, T_dec, d_k)``, weights ``(B, H, T_dec, T_enc)``, either None."""
+        ``(T, B, H, T_enc, a)`` or None, the queries q_t ``(T, B, H·a)``, read to recompute σ_t), and
+        the outputs' gradients as the recurrence got them: contexts ``(B, T_dec, d_k)``, weights
+        ``(B, H, T_dec, T_enc)``, either None."""
         batch, heads, t_enc, a = doubled_keys.shape
         steps = weights.shape[0]
         d_h = keys.shape[-1] // heads
         self.shape = batch, heads, t_enc, a
-        self.keys, self.doubled_keys, self.weights, self.sigmas = keys, doubled_keys, weights, sigmas
+        self.doubled_keys, self.weights, self.sigmas, self.queries = doubled_keys, weights, sigmas, queries
         self.values_t = keys.view(batch, t_enc, heads, d_h).permute(0, 2, 3, 1)  # (B, H, d_h, T_enc): Vᵀ
         self.two_v = (2 * v).view(1, heads, 1, a)  # (1, H, 1, a)
         self.four_v = (4 * v).view(1, heads, a)  # (1, H, a)
@@ -121,9 +123,9 @@ class AdditiveAttentionStepGradients:
         self.d_score_sigma_sum = v.new_zeros(heads, a)  # Σ δe σ, accumulated while σ_t is in cache
         self.d_score_sum = v.new_zeros(heads)  # Σ δe
 
-    def step(self, t: int, d_x_gates: Tensor, w_ic: Tensor, query: Tensor, d_query: Tensor) -> None:
-        """Step t: the cell's δx_t ``(B, G·d)``, W_ic ``(G·d, d_k)`` and q_t ``(B, H·a)`` → δq_t, written
-        into ``d_query`` ``(B, H·a)``."""
+    def step(self, t: int, d_x_gates: Tensor, w_ic: Tensor, d_query: Tensor) -> None:
+        """Step t: the cell's δx_t ``(B, G·d)`` and W_ic ``(G·d, d_k)`` → δq_t, written into
+        ``d_query`` ``(B, H·a)``."""
         batch, heads, t_enc, a = self.shape
         d_context = torch.mm(d_x_gates, w_ic, out=self.d_contexts[t].view(batch, -1)).view(
             batch, heads, 1, -1
@@ -139,7 +141,7 @@ class AdditiveAttentionStepGradients:
             sigma = self.sigmas[t]  # (B, H, T_enc, a)
         else:  # recomputed from the stored q_t, into one buffer
             sigma = torch.add(
-                self.doubled_keys, query.view(batch, heads, 1, a), alpha=2, out=self.sigma_buffer
+                self.doubled_keys, self.queries[t].view(batch, heads, 1, a), alpha=2, out=self.sigma_buffer
             ).sigmoid_()  # (B, H, T_enc, a)
         sigma_slope = torch.addcmul(sigma, sigma, sigma, value=-1, out=self.sigma_slope)  # σ' = σ − σ²
         self.d_score_slope_sum.addcmul_(sigma_slope, d_score.unsqueeze(-1))

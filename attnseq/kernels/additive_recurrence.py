@@ -106,10 +106,12 @@ class AdditiveGRURecurrence(torch.autograd.Function):
          candidate) = ctx.saved_tensors
         steps, batch, d = states.shape
         gates = 3 * d
-        attention = AdditiveAttentionStepGradients(keys, doubled_keys, v, weights, sigmas, grad_contexts, grad_weights)
         grad_states = grad_states.transpose(0, 1) if grad_states is not None else None  # (T, B, d)
         previous = torch.cat([s0.unsqueeze(0), states[:-1]])  # (T, B, d): s_0..s_{T-1}
         partials = gru_partials(reset_update, candidate, projected[..., 2 * d : gates], previous)
+        attention = AdditiveAttentionStepGradients(
+            keys, doubled_keys, v, weights, sigmas, projected[..., gates:], grad_contexts, grad_weights
+        )
 
         d_projected = states.new_empty(steps, batch, w_state.shape[0])  # [δg_t; δq_t]
         d_x_gates = states.new_empty(steps, batch, gates)  # δx_t
@@ -121,7 +123,7 @@ class AdditiveGRURecurrence(torch.autograd.Function):
             torch.mul(dh.unsqueeze(1), partials.hidden_gates[t], out=dp[:, :gates].view(batch, 3, d))  # δg_t
             dx[:, : 2 * d] = dp[:, : 2 * d]
             torch.mul(dh, partials.input_candidate[t], out=dx[:, 2 * d :])  # δx_t
-            attention.step(t, dx, w_ic, projected[t, :, gates:], dp[:, gates:])  # δq_t
+            attention.step(t, dx, w_ic, dp[:, gates:])  # δq_t
             dh = torch.addmm(dh * partials.carry[t], dp, w_state)  # (B, d): δs_{t-1}
         d_w_state, d_b_state, d_w_ic = weight_gradients(d_projected, previous, d_x_gates, contexts)
         d_keys, d_doubled_keys, d_v = attention.gradients()
@@ -171,9 +173,11 @@ class AdditiveLSTMRecurrence(torch.autograd.Function):
          sigmas) = ctx.saved_tensors
         steps, batch, d = cell_tanh.shape
         gates = 4 * d
-        attention = AdditiveAttentionStepGradients(keys, doubled_keys, v, weights, sigmas, grad_contexts, grad_weights)
         grad_states = grad_states.transpose(0, 1) if grad_states is not None else None  # (T, B, d)
         partials = lstm_partials(activated, cell_tanh, cells[:-1])
+        attention = AdditiveAttentionStepGradients(
+            keys, doubled_keys, v, weights, sigmas, projected[..., gates:], grad_contexts, grad_weights
+        )
 
         d_projected = states.new_empty(steps, batch, w_state.shape[0])  # [δa_t; δq_t]
         dh = states.new_zeros(batch, d)  # δh_t
@@ -185,7 +189,7 @@ class AdditiveLSTMRecurrence(torch.autograd.Function):
             dp = d_projected[t]
             torch.mul(dc.unsqueeze(1), partials.cell_gates[t], out=dp[:, : 3 * d].view(batch, 3, d))  # δi, δf, δg
             torch.mul(dh, partials.output_gate[t], out=dp[:, 3 * d : gates])  # δo
-            attention.step(t, dp[:, :gates], w_ic, projected[t, :, gates:], dp[:, gates:])  # δq_t
+            attention.step(t, dp[:, :gates], w_ic, dp[:, gates:])  # δq_t
             dc = dc * partials.carry[t]  # (B, d): δc_{t-1}
             dh = dp @ w_state  # (B, d): δh_{t-1}
         d_x_gates = d_projected[..., :gates]  # (T, B, 4d): δa_t, the input side's and the hidden side's
