@@ -6,8 +6,9 @@ matmul. Per step: one matmul of the state for everything that reads it (the hidd
 scorer's query map W_q, Luong's W_c half), the scores, the context, and the cell
 (``kernels.cells``) on the RNN's own parameters. After the loop: the readout over all steps.
 
-A Bahdanau GRU decoder whose scorer declares ``fused_recurrence = "additive"`` goes further,
-through ``AdditiveGRURecurrence``: one autograd node with a hand-written backward pass. Luong
+A Bahdanau decoder whose scorer declares ``fused_recurrence = "additive"`` goes further, through
+``AdditiveGRURecurrence`` or ``AdditiveLSTMRecurrence``: one autograd node with a hand-written
+backward pass. Luong
 without input feeding scores all steps at once; with such a scorer, through ``additive_all_steps``.
 
 The decoder (``attnseq.model.decoders``) decides when these apply: one layer, an ``Attention``
@@ -24,7 +25,7 @@ from torch.nn import functional as F
 
 from attnseq.attention import Attention, masked_softmax
 from attnseq.kernels import additive_recurrence, additive_scores
-from attnseq.kernels.additive_recurrence import AdditiveGRURecurrence
+from attnseq.kernels.additive_recurrence import AdditiveGRURecurrence, AdditiveLSTMRecurrence
 from attnseq.kernels.cells import gru_cell, layer_parameters, lstm_cell
 
 
@@ -107,17 +108,18 @@ def bahdanau(decoder, tgt_in: Tensor, state, memory) -> tuple[Tensor, Tensor]:
     start = split_state(state.rnn)
     attention.check_shapes(start.h, memory.keys, memory.valid_mask)
     inputs = step_inputs(decoder.embedding, decoder.dropout, decoder.rnn, attention, tgt_in, [])
-    if (
-        start.c is None
-        and attention.fused_recurrence == "additive"
-        and additive_recurrence.supports(inputs.input_gates)
-    ):
+    if attention.fused_recurrence == "additive" and additive_recurrence.supports(inputs.input_gates):
         doubled_keys = 2 * memory.projected_keys  # (B, H, T_enc, a): K2 = 2K
         v = attention.v_a.view(attention.heads, -1)  # (H, a)
-        states, contexts, weights = AdditiveGRURecurrence.apply(
-            inputs.input_gates, start.h, memory.keys, doubled_keys, memory.valid_mask,
+        rest = (
+            memory.keys, doubled_keys, memory.valid_mask,
             inputs.state_weight, inputs.state_bias, inputs.extra_input_weight, v,
-        )  # (B, T_dec, d_s), (B, T_dec, d_k), (B, H, T_dec, T_enc)
+        )
+        if start.c is None:
+            recurrence = AdditiveGRURecurrence.apply(inputs.input_gates, start.h, *rest)
+        else:
+            recurrence = AdditiveLSTMRecurrence.apply(inputs.input_gates, start.h, start.c, *rest)
+        states, contexts, weights = recurrence  # (B, T_dec, d_s), (B, T_dec, d_k), (B, H, T_dec, T_enc)
         return decoder.read_out(states, contexts, inputs.embedded), weights
     state_weight_t = inputs.state_weight.T  # (d_s, G·d [+ rows of W_q])
     gates = inputs.extra_input_weight.shape[0]  # G·d

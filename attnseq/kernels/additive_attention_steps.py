@@ -1,0 +1,178 @@
+"""The additive attention of a fused decoder recurrence, one step at a time, forward and backward:
+the half of ``kernels.additive_recurrence`` that does not depend on the RNN cell.
+
+Per step t and head (a = d_attn / H; V the keys split by head, which are also the values;
+K2 = 2K, the projected keys doubled once per batch)::
+
+    σ_t  = σ(K2 + 2 q_t)                        q_t = W_q s_{t-1}                              sigma
+    e_t  = 2 σ_t v − Σ v                        = vᵀ tanh(q_t + K), since tanh(u) = 2σ(2u) − 1  scores
+    α_t  = masked softmax(e_t)                  padding gets exactly 0                         weights
+    c_t  = α_t V                                                                               contexts
+
+The cell reads c_t through its input gates, x_t = input_gates_t + W_ic c_t. Backward, step by
+step in reverse, from the cell's δx_t (with δ· the loss's gradient)::
+
+    δc_t = δx_t W_ic  (+ the output's δc_t)
+    δα_t = δc_t Vᵀ    (+ the output's δα_t)
+    δe_t = α_t ⊙ (δα_t − Σ_i α_{t,i} δα_{t,i})       through the softmax
+    σ'_t = σ_t ⊙ (1 − σ_t)                           sigma_slope
+    ρ_t  = Σ_i δe_{t,i} σ'_{t,i}                     (B, H, a): slope_sum
+    δq_t = 4 v ⊙ ρ_t                                 (u = K2 + 2q: δu = (δe ⊗ 2v) ⊙ σ', δq = 2 Σ_i δu_i)
+
+and, after the loop, for all steps at once (v factors out of every sum over steps)::
+
+    δkeys = Σ_t α_tᵀ δc_t                (through the values)
+    δK2   = 2v ⊙ Σ_t δe_t ⊗ σ'_t
+    δv    = Σ_{t,i} δe_{t,i} (2σ_{t,i} − 1)
+
+σ_t of every step is either kept by the forward (``sigmas``) or recomputed by the backward from the
+stored q_t into one buffer; the recurrence chooses (``KEEP_SIGMA_BYTES``). The σ form of tanh is
+used because ATen's CPU ``tanh`` is slower than its ``sigmoid``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+class AdditiveAttentionSteps:
+    """The forward of one fused recurrence's attention: ``step`` per decoder step, writing σ_t
+    (when kept), α_t and c_t into buffers for every step."""
+
+    def __init__(self, keys: Tensor, doubled_keys: Tensor, valid: Tensor, v: Tensor, steps: int, keep_sigmas: bool):
+        """keys ``(B, T_enc, d_k)``, the values too; doubled_keys ``(B, H, T_enc, a)``: K2;
+        valid ``(B, T_enc)`` bool; v ``(H, a)``; ``keep_sigmas``: keep σ_t of every step."""
+        batch, heads, t_enc, a = doubled_keys.shape
+        d_h = keys.shape[-1] // heads
+        self.shape = batch, heads, t_enc, a
+        self.doubled_keys = doubled_keys
+        self.values = keys.view(batch, t_enc, heads, d_h).transpose(1, 2)  # (B, H, T_enc, d_h): V
+        self.invalid = ~valid[:, None, :]  # (B, 1, T_enc)
+        self.two_v = (2 * v).view(heads, a, 1)  # (H, a, 1)
+        self.v_sum = v.sum(-1).view(1, heads, 1)  # (1, H, 1): Σ v
+        self.fill = torch.finfo(keys.dtype).min
+        self.contexts = keys.new_empty(steps, batch, heads, d_h)  # c_t
+        self.weights = keys.new_empty(steps, batch, heads, t_enc)  # α_t
+        self.sigmas = doubled_keys.new_empty(steps, *doubled_keys.shape) if keep_sigmas else None  # σ_t
+        self.sigma_buffer = None if keep_sigmas else torch.empty_like(doubled_keys)  # one for every step
+
+    def step(self, t: int, query: Tensor) -> Tensor:
+        """Step t from q_t ``(B, H·a)`` → c_t ``(B, d_k)``."""
+        batch, heads, t_enc, a = self.shape
+        sigma = torch.add(
+            self.doubled_keys,
+            query.view(batch, heads, 1, a),
+            alpha=2,
+            out=self.sigma_buffer if self.sigmas is None else self.sigmas[t],
+        ).sigmoid_()  # (B, H, T_enc, a): σ_t
+        if heads == 1:
+            scores = (sigma.view(-1, a) @ self.two_v.view(a)).view(batch, 1, t_enc)  # (B, 1, T_enc)
+        else:
+            scores = (sigma @ self.two_v).squeeze(-1)  # (B, H, T_enc)
+        scores = scores.sub_(self.v_sum).masked_fill_(self.invalid, self.fill)  # e_t = 2 σ_t v − Σ v
+        alpha = torch.softmax(scores, dim=-1).masked_fill_(self.invalid, 0.0)  # (B, H, T_enc)
+        self.weights[t] = alpha
+        context = torch.matmul(alpha.unsqueeze(2), self.values, out=self.contexts[t].unsqueeze(2))  # (B, H, 1, d_h)
+        return context.view(batch, -1)  # (B, d_k)
+
+    def outputs(self) -> tuple[Tensor, Tensor]:
+        """Every step's contexts ``(B, T_dec, d_k)`` and weights ``(B, H, T_dec, T_enc)``."""
+        steps, batch = self.contexts.shape[:2]
+        return (
+            self.contexts.view(steps, batch, -1).transpose(0, 1),  # (B, T_dec, d_k)
+            self.weights.permute(1, 2, 0, 3),  # (B, H, T_dec, T_enc)
+        )
+
+
+class AdditiveAttentionStepGradients:
+    """The backward of ``AdditiveAttentionSteps``: ``step`` per decoder step in reverse, from the
+    cell's δx_t to δq_t; ``gradients`` after the loop."""
+
+    def __init__(
+        self,
+        keys: Tensor,
+        doubled_keys: Tensor,
+        v: Tensor,
+        weights: Tensor,
+        sigmas: Tensor | None,
+        queries: Tensor,
+        grad_contexts: Tensor | None,
+        grad_weights: Tensor | None,
+    ):
+        """The forward's keys, doubled_keys, v and buffers (weights ``(T, B, H, T_enc)``, sigmas
+        ``(T, B, H, T_enc, a)`` or None, the queries q_t ``(T, B, H·a)``, read to recompute σ_t), and
+        the outputs' gradients as the recurrence got them: contexts ``(B, T_dec, d_k)``, weights
+        ``(B, H, T_dec, T_enc)``, either None."""
+        batch, heads, t_enc, a = doubled_keys.shape
+        steps = weights.shape[0]
+        d_h = keys.shape[-1] // heads
+        self.shape = batch, heads, t_enc, a
+        self.doubled_keys, self.weights, self.sigmas, self.queries = doubled_keys, weights, sigmas, queries
+        self.values_t = keys.view(batch, t_enc, heads, d_h).permute(0, 2, 3, 1)  # (B, H, d_h, T_enc): Vᵀ
+        self.two_v = (2 * v).view(1, heads, 1, a)  # (1, H, 1, a)
+        self.four_v = (4 * v).view(1, heads, a)  # (1, H, a)
+        self.grad_contexts = (
+            grad_contexts.transpose(0, 1).reshape(steps, batch, heads, 1, d_h) if grad_contexts is not None else None
+        )  # (T, B, H, 1, d_h)
+        self.grad_weights = grad_weights.permute(2, 0, 1, 3) if grad_weights is not None else None  # (T, B, H, T_enc)
+        self.d_contexts = keys.new_empty(steps, batch, heads, d_h)  # δc_t
+        self.sigma_slope = torch.empty_like(doubled_keys)  # (B, H, T_enc, a): σ'_t, one buffer for every step
+        self.sigma_buffer = torch.empty_like(doubled_keys) if sigmas is None else None
+        self.d_score_slope_sum = torch.zeros_like(doubled_keys)  # Σ_t δe_t ⊗ σ'_t
+        self.d_score_sigma_sum = v.new_zeros(heads, a)  # Σ δe σ, accumulated while σ_t is in cache
+        self.d_score_sum = v.new_zeros(heads)  # Σ δe
+
+    def step(self, t: int, d_x_gates: Tensor, w_ic: Tensor, d_query: Tensor) -> None:
+        """Step t: the cell's δx_t ``(B, G·d)`` and W_ic ``(G·d, d_k)`` → δq_t, written into
+        ``d_query`` ``(B, H·a)``."""
+        batch, heads, t_enc, a = self.shape
+        d_context = torch.mm(d_x_gates, w_ic, out=self.d_contexts[t].view(batch, -1)).view(
+            batch, heads, 1, -1
+        )  # (B, H, 1, d_h)
+        if self.grad_contexts is not None:
+            d_context += self.grad_contexts[t]
+        d_alpha = (d_context @ self.values_t).squeeze(2)  # (B, H, T_enc): δα_t
+        if self.grad_weights is not None:
+            d_alpha += self.grad_weights[t]
+        alpha = self.weights[t]
+        d_score = alpha * (d_alpha - (alpha * d_alpha).sum(-1, keepdim=True))  # (B, H, T_enc): δe_t
+        if self.sigmas is not None:
+            sigma = self.sigmas[t]  # (B, H, T_enc, a)
+        else:  # recomputed from the stored q_t, into one buffer
+            sigma = torch.add(
+                self.doubled_keys, self.queries[t].view(batch, heads, 1, a), alpha=2, out=self.sigma_buffer
+            ).sigmoid_()  # (B, H, T_enc, a)
+        sigma_slope = torch.addcmul(sigma, sigma, sigma, value=-1, out=self.sigma_slope)  # σ' = σ − σ²
+        self.d_score_slope_sum.addcmul_(sigma_slope, d_score.unsqueeze(-1))
+        slope_sum = (d_score.unsqueeze(2) @ sigma_slope).squeeze(2)  # (B, H, a): ρ_t
+        torch.mul(slope_sum, self.four_v, out=d_query.view(batch, heads, a))  # δq_t = 4 v ⊙ ρ_t
+        if heads == 1:
+            self.d_score_sigma_sum[0].addmv_(sigma.view(-1, a).T, d_score.view(-1))  # (a,)
+        else:
+            self.d_score_sigma_sum += torch.einsum("bhia,bhi->ha", sigma, d_score)  # (H, a)
+        self.d_score_sum += d_score.sum((0, 2))  # (H,)
+
+    def gradients(self) -> tuple[Tensor, Tensor, Tensor]:
+        """After every step: δkeys ``(B, T_enc, d_k)`` (through the values), δK2 ``(B, H, T_enc, a)``
+        and δv ``(H, a)``."""
+        batch, heads, t_enc, a = self.shape
+        d_values = self.weights.permute(1, 2, 3, 0) @ self.d_contexts.permute(1, 2, 0, 3)  # (B, H, T_enc, d_h)
+        d_keys = d_values.transpose(1, 2).reshape(batch, t_enc, -1)  # (B, T_enc, d_k): Σ_t α_tᵀ δc_t
+        d_v = 2 * self.d_score_sigma_sum - self.d_score_sum.unsqueeze(-1)  # (H, a): Σ δe (2σ − 1)
+        d_doubled_keys = self.d_score_slope_sum.mul_(self.two_v)  # (B, H, T_enc, a): δK2
+        return d_keys, d_doubled_keys, d_v
+
+
+def weight_gradients(
+    d_projected: Tensor, previous: Tensor, d_x_gates: Tensor, contexts: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """δW_state = Σ_t [δg_t; δq_t]ᵀ s_{t-1}, δb_state = Σ_t [δg_t; δq_t] and δW_ic = Σ_t δx_tᵀ c_t,
+    from ``(T, B, ·)`` tensors: d_projected ``(T, B, G·d + H·a)``, previous states s_0..s_{T-1}
+    ``(T, B, d)``, d_x_gates ``(T, B, G·d)`` (a view will do) and contexts ``(T, B, H, d_h)``."""
+    steps, batch, rows = d_projected.shape
+    flat = d_projected.view(steps * batch, rows)  # (T·B, G·d + H·a)
+    d_w_state = flat.T @ previous.reshape(steps * batch, -1)  # (G·d + H·a, d)
+    d_b_state = flat.sum(0)  # (G·d + H·a,)
+    d_w_ic = d_x_gates.reshape(steps * batch, -1).T @ contexts.view(steps * batch, -1)  # (G·d, d_k)
+    return d_w_state, d_b_state, d_w_ic
