@@ -8,8 +8,8 @@ scorer's query map W_q, Luong's W_c half), the scores, the context, and the cell
 
 A Bahdanau decoder whose scorer declares ``fused_recurrence = "additive"`` goes further, through
 ``AdditiveGRURecurrence`` or ``AdditiveLSTMRecurrence``: one autograd node with a hand-written
-backward pass. Luong
-without input feeding scores all steps at once; with such a scorer, through ``additive_all_steps``.
+backward pass. Luong without input feeding scores all steps at once; with such a scorer, through
+``additive_all_steps``.
 
 The decoder (``attnseq.model.decoders``) decides when these apply: one layer, an ``Attention``
 called through its parts with no hooks, full teacher forcing, ``FastPaths.fused_decoder``.
