@@ -76,8 +76,8 @@ class Variant:
 
 STEP_BY_STEP = FastPaths(fused_decoder=False)  # the decoder loop that decoding runs
 AUTOGRAD_GRU = FastPaths(gru_sequence=False)  # torch.gru under autograd instead of the hand-written backward
-AUTOGRAD_LSTM = FastPaths(lstm_sequence=False)  # nn.LSTM under autograd instead of the hand-written backward
-ADDITIVE_KERNEL = FastPaths(additive_all_steps=True)  # the chunked all-steps additive score (off by default)
+HAND_WRITTEN_LSTM = FastPaths(lstm_sequence=True)  # the whole-sequence LSTM kernel, off by default
+AUTOGRAD_ADDITIVE = FastPaths(additive_all_steps=False)  # the all-steps additive score under autograd, not the kernel
 
 VARIANTS = [
     Variant(KEY_ADDITIVE, "step-by-step decoder loop", "minimal", fast_paths=STEP_BY_STEP),
@@ -86,12 +86,14 @@ VARIANTS = [
     Variant(KEY_DOT, "nn.GRU's autograd backward", "minimal", fast_paths=AUTOGRAD_GRU),
     Variant(KEY_DOT, "Adam fused=True", "minimal", overrides=("+optimizer.fused=true",)),
     Variant(Case("gru", NO_ATTENTION), "nn.GRU's autograd backward", "minimal", fast_paths=AUTOGRAD_GRU),
-    Variant(Case("lstm", "dot", "luong-nofeed"), "nn.LSTM's autograd backward", "minimal", fast_paths=AUTOGRAD_LSTM),
-    Variant(Case("lstm", "additive", "luong"), "nn.LSTM's autograd backward", "minimal", fast_paths=AUTOGRAD_LSTM),
-    Variant(Case("bigru", "additive", "luong-nofeed"), "all-steps additive kernel", "minimal",
-            fast_paths=ADDITIVE_KERNEL),
-    Variant(Case("bigru", "concat", "luong-nofeed"), "all-steps additive kernel", "minimal",
-            fast_paths=ADDITIVE_KERNEL),
+    Variant(Case("lstm", "dot", "luong-nofeed"), "hand-written LSTM backward", "minimal", fast_paths=HAND_WRITTEN_LSTM),
+    Variant(Case("lstm", "additive", "luong"), "hand-written LSTM backward", "minimal", fast_paths=HAND_WRITTEN_LSTM),
+    Variant(Case("gru", "additive", "luong-nofeed"), "all-steps score under autograd", "minimal",
+            fast_paths=AUTOGRAD_ADDITIVE),
+    Variant(Case("bigru", "additive", "luong-nofeed"), "all-steps score under autograd", "minimal",
+            fast_paths=AUTOGRAD_ADDITIVE),
+    Variant(Case("bigru", "concat", "luong-nofeed"), "all-steps score under autograd", "minimal",
+            fast_paths=AUTOGRAD_ADDITIVE),
     Variant(KEY_ADDITIVE, "progress bar off", "real", overrides=("trainer.enable_progress_bar=false",)),
     Variant(KEY_ADDITIVE, "1 DataLoader worker", "real", overrides=("dataset.num_workers=1",)),
 ]

@@ -380,7 +380,8 @@ def test_the_unpacked_lstm_encoder_equals_a_packed_run_values_and_gradients(bidi
     from attnseq.model.encoder import RNNEncoder
 
     torch.manual_seed(4)
-    fast = RNNEncoder(V_SRC, 8, 12, cell="lstm", bidirectional=bidirectional).double()
+    fast = RNNEncoder(V_SRC, 8, 12, cell="lstm", bidirectional=bidirectional,
+                      fast_paths=FastPaths(lstm_sequence=True)).double()
     packed = RNNEncoder(V_SRC, 8, 12, cell="lstm", bidirectional=bidirectional,
                         fast_paths=FastPaths(lstm_sequence=False))
     packed = packed.double()
@@ -408,7 +409,7 @@ def test_the_unpacked_lstm_encoder_equals_a_packed_run_values_and_gradients(bidi
 @pytest.mark.parametrize("enc", list(ENCODERS))
 @pytest.mark.parametrize("heads", [1, 2])
 def test_the_all_steps_additive_kernel_equals_stepping_values_and_gradients(enc, scorer, heads):
-    """``FastPaths(additive_all_steps=True)`` (off by default): Luong without input feeding scores
+    """``FastPaths(additive_all_steps=True)`` (the default): Luong without input feeding scores
     all steps through ``kernels.additive_scores``; float64 against ``step`` by step."""
     from attnseq.kernels import FastPaths
 
@@ -432,7 +433,7 @@ def test_new_kernels_in_float32_match_autograd_at_realistic_sizes(monkeypatch, e
     config = ModelConfig(
         V_SRC, V_TGT, embedding_dim=32, hidden_size=48, scorer=scorer, **ENCODERS[enc], **DECODERS["luong-nofeed"]
     )
-    fast = build_seq2seq(config, FastPaths(additive_all_steps=True)).train()
+    fast = build_seq2seq(config, FastPaths(lstm_sequence=True, additive_all_steps=True)).train()
     slow = build_seq2seq(config, FastPaths(lstm_sequence=False, additive_all_steps=False)).train()
     slow.load_state_dict(fast.state_dict())
     src, lengths, tgt_in = make_batch(lengths=(21, 17, 4, 21, 9, 1, 13, 20), tgt_len=19)

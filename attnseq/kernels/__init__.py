@@ -13,23 +13,24 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class FastPaths:
-    """Which fast paths a model built by ``build_seq2seq`` may take; all but ``additive_all_steps``
-    on by default.
+    """Which fast paths a model built by ``build_seq2seq`` may take; all but ``lstm_sequence`` on by
+    default (the defaults are the faster choice in benchmarks/results.md's "What was tried").
 
-    Turning one off changes the speed only, never a value or a gradient (tested).
+    Switching one changes the speed only, never a value or a gradient (tested).
     """
 
     # teacher forcing through the fused recurrence; False = step by step (what decoding runs)
     fused_decoder: bool = True
     gru_sequence: bool = True  # whole-sequence GRU with the hand-written backward; False = torch.gru under autograd
-    # whole-sequence LSTM with the hand-written backward (encoder, all-steps decoders); False = nn.LSTM under autograd
-    lstm_sequence: bool = True
-    # Luong without input feeding: the additive/concat score of all steps through kernels.additive_scores.
-    # Off by default: it measured slower than autograd's score in training (kept as a benchmark variant).
-    additive_all_steps: bool = False
+    # whole-sequence LSTM with the hand-written backward (encoder, all-steps decoders); False = nn.LSTM under autograd.
+    # Off by default: unlike the GRU's, it was no faster than nn.LSTM (slower in Luong decoders without input feeding)
+    lstm_sequence: bool = False
+    # Luong without input feeding: the additive/concat score of all steps through kernels.additive_scores;
+    # False = the scorer's own all-steps score under autograd
+    additive_all_steps: bool = True
 
 
 ALL_FAST_PATHS = FastPaths()
-"""The default of every ``fast_paths`` argument: every fast path allowed."""
+"""The default of every ``fast_paths`` argument: every fast path that pays on by default."""
 
 __all__ = ["ALL_FAST_PATHS", "FastPaths"]

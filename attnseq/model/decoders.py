@@ -17,8 +17,7 @@ decoder's ``teacher_forced`` fast path, which computes the same values and gradi
   ``Attention`` called through its parts without hooks);
 - Luong without input feeding, and the plain decoder: the RNN over the whole target in one call
   (the recurrence does not read the attention), then attention over all steps in one call (an
-  additive/concat score through ``kernels.additive_scores`` where ``FastPaths.additive_all_steps``
-  switches it on).
+  additive/concat score through ``kernels.additive_scores``, ``FastPaths.additive_all_steps``).
 
 ``FastPaths`` (given at construction) turns the fast paths off. The conventions: docs/attention.md.
 """

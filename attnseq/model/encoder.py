@@ -42,9 +42,9 @@ class RNNEncoder(nn.Module):
     token; that is exactly what packing computes, at about half the cost of a packed sequence's
     backward pass on CPU (whose per-step slices each zero-fill a buffer as large as the whole
     sequence). A one-layer LSTM does the same through ``kernels.lstm_sequence`` (which also
-    returns every cell, so the final cell is read the same way) where that kernel pays: when
-    training on CPU (``FastPaths.lstm_sequence``). Otherwise LSTMs, and stacked layers, run
-    packed — unless the batch holds no padding at all (frequent with length bucketing), when one
+    returns every cell, so the final cell is read the same way) where that kernel is switched on
+    (``FastPaths.lstm_sequence``, off by default) and pays: when training on CPU. Otherwise LSTMs,
+    and stacked layers, run packed — unless the batch holds no padding at all (frequent with length bucketing), when one
     plain call computes the same. States at padded positions are zero either way.
     """
 
