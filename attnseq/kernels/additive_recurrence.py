@@ -41,6 +41,8 @@ from torch.autograd.function import once_differentiable
 from attnseq.kernels.additive_attention_steps import (
     AdditiveAttentionStepGradients,
     AdditiveAttentionSteps,
+    keys_as_values,
+    keys_gradient,
     weight_gradients,
 )
 from attnseq.kernels.cells import GRUActivations, LSTMActivations, gru_cell, gru_partials, lstm_cell, lstm_partials
@@ -78,7 +80,9 @@ class AdditiveGRURecurrence(torch.autograd.Function):
         d = gates // 3
         w_state_t, w_ic_t = w_state.T, w_ic.T  # (d, 3d + H·a), (d_k, 3d)
         ctx.set_materialize_grads(False)
-        attention = AdditiveAttentionSteps(keys, doubled_keys, valid, v, steps, keeps_sigmas(steps, doubled_keys))
+        attention = AdditiveAttentionSteps(
+            keys_as_values(keys, v.shape[0]), doubled_keys, valid, v, steps, keeps_sigmas(steps, doubled_keys)
+        )
         states = input_gates.new_empty(steps, batch, d)  # s_1..s_T, time-major while stepping
         projected = input_gates.new_empty(steps, batch, w_state.shape[0])  # [g_t; q_t]
         reset_update = input_gates.new_empty(steps, batch, 2 * d)  # r, z
@@ -110,7 +114,8 @@ class AdditiveGRURecurrence(torch.autograd.Function):
         previous = torch.cat([s0.unsqueeze(0), states[:-1]])  # (T, B, d): s_0..s_{T-1}
         partials = gru_partials(reset_update, candidate, projected[..., 2 * d : gates], previous)
         attention = AdditiveAttentionStepGradients(
-            keys, doubled_keys, v, weights, sigmas, projected[..., gates:], grad_contexts, grad_weights
+            keys_as_values(keys, v.shape[0]), doubled_keys, v, weights, sigmas, projected[..., gates:],
+            grad_contexts, grad_weights,
         )
 
         d_projected = states.new_empty(steps, batch, w_state.shape[0])  # [δg_t; δq_t]
@@ -126,7 +131,8 @@ class AdditiveGRURecurrence(torch.autograd.Function):
             attention.step(t, dx, w_ic, dp[:, gates:])  # δq_t
             dh = torch.addmm(dh * partials.carry[t], dp, w_state)  # (B, d): δs_{t-1}
         d_w_state, d_b_state, d_w_ic = weight_gradients(d_projected, previous, d_x_gates, contexts)
-        d_keys, d_doubled_keys, d_v = attention.gradients()
+        d_values, d_doubled_keys, d_v = attention.gradients()
+        d_keys = keys_gradient(d_values)  # (B, T_enc, d_k)
         d_input_gates = d_x_gates.transpose(0, 1)  # (B, T, 3d)
         return d_input_gates, dh, d_keys, d_doubled_keys, None, d_w_state, d_b_state, d_w_ic, d_v
 
@@ -146,7 +152,9 @@ class AdditiveLSTMRecurrence(torch.autograd.Function):
         d = gates // 4
         w_state_t, w_ic_t = w_state.T, w_ic.T  # (d, 4d + H·a), (d_k, 4d)
         ctx.set_materialize_grads(False)
-        attention = AdditiveAttentionSteps(keys, doubled_keys, valid, v, steps, keeps_sigmas(steps, doubled_keys))
+        attention = AdditiveAttentionSteps(
+            keys_as_values(keys, v.shape[0]), doubled_keys, valid, v, steps, keeps_sigmas(steps, doubled_keys)
+        )
         states = input_gates.new_empty(steps + 1, batch, d)  # h_0..h_T, time-major while stepping
         cells = input_gates.new_empty(steps + 1, batch, d)  # c_0..c_T
         activated = input_gates.new_empty(steps, batch, gates)  # σ(i), σ(f), tanh(g), σ(o)
@@ -176,7 +184,8 @@ class AdditiveLSTMRecurrence(torch.autograd.Function):
         grad_states = grad_states.transpose(0, 1) if grad_states is not None else None  # (T, B, d)
         partials = lstm_partials(activated, cell_tanh, cells[:-1])
         attention = AdditiveAttentionStepGradients(
-            keys, doubled_keys, v, weights, sigmas, projected[..., gates:], grad_contexts, grad_weights
+            keys_as_values(keys, v.shape[0]), doubled_keys, v, weights, sigmas, projected[..., gates:],
+            grad_contexts, grad_weights,
         )
 
         d_projected = states.new_empty(steps, batch, w_state.shape[0])  # [δa_t; δq_t]
@@ -194,6 +203,7 @@ class AdditiveLSTMRecurrence(torch.autograd.Function):
             dh = dp @ w_state  # (B, d): δh_{t-1}
         d_x_gates = d_projected[..., :gates]  # (T, B, 4d): δa_t, the input side's and the hidden side's
         d_w_state, d_b_state, d_w_ic = weight_gradients(d_projected, states[:-1], d_x_gates, contexts)
-        d_keys, d_doubled_keys, d_v = attention.gradients()
+        d_values, d_doubled_keys, d_v = attention.gradients()
+        d_keys = keys_gradient(d_values)  # (B, T_enc, d_k)
         d_input_gates = d_x_gates.transpose(0, 1)  # (B, T, 4d)
         return d_input_gates, dh, dc, d_keys, d_doubled_keys, None, d_w_state, d_b_state, d_w_ic, d_v

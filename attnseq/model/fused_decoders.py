@@ -8,7 +8,8 @@ scorer's query map W_q, Luong's W_c half), the scores, the context, and the cell
 
 A Bahdanau decoder whose scorer declares ``fused_recurrence = "additive"`` goes further, through
 ``AdditiveGRURecurrence`` or ``AdditiveLSTMRecurrence``: one autograd node with a hand-written
-backward pass. Luong without input feeding scores all steps at once; with such a scorer, through
+backward pass; so does a Luong decoder with input feeding, through ``AdditiveLuongRecurrence``.
+Luong without input feeding scores all steps at once; with such a scorer, through
 ``additive_all_steps``.
 
 The decoder (``attnseq.model.decoders``) decides when these apply: one layer, an ``Attention``
@@ -27,6 +28,7 @@ from attnseq.attention import Attention, masked_softmax
 from attnseq.kernels import additive_recurrence, additive_scores
 from attnseq.kernels.additive_recurrence import AdditiveGRURecurrence, AdditiveLSTMRecurrence
 from attnseq.kernels.cells import gru_cell, layer_parameters, lstm_cell
+from attnseq.kernels.luong_recurrence import AdditiveLuongRecurrence
 
 
 class StepInputs(NamedTuple):
@@ -151,19 +153,26 @@ def bahdanau(decoder, tgt_in: Tensor, state, memory) -> tuple[Tensor, Tensor]:
 def luong_input_feeding(decoder, tgt_in: Tensor, state, memory) -> tuple[Tensor, Tensor]:
     """``LuongDecoder``'s teacher forcing with input feeding: per step the feed's share of the
     input gates, the cell, one matmul of s_t (next hidden gates, W_cs s_t, W_q s_t) and W_cc c_t
-    straight from the weights (``values_through``); W_s over all steps after the loop."""
+    straight from the weights (``values_through``); W_s over all steps after the loop. A scorer
+    that declares ``fused_recurrence = "additive"`` runs all of it in ``AdditiveLuongRecurrence``."""
     attention: Attention = decoder.attention
     hidden = decoder.hidden_size
     current = split_state(state.rnn)
     attention.check_shapes(current.h, memory.keys, memory.valid_mask)
     weight_cc, weight_cs = decoder.W_c.weight[:, : attention.key_dim], decoder.W_c.weight[:, attention.key_dim :]
     inputs = step_inputs(decoder.embedding, decoder.dropout, decoder.rnn, attention, tgt_in, [weight_cs])
+    through = attention.values_through(memory.keys, weight_cc)  # (B, H, T_enc, d_s): values × W_cc
+    feed = state.feed  # (B, d_s): h̃_0
+    if attention.fused_recurrence == "additive" and additive_recurrence.supports(inputs.input_gates):
+        attentional, weights = AdditiveLuongRecurrence.apply(
+            inputs.input_gates, current.h, current.c, feed, through, 2 * memory.projected_keys, memory.valid_mask,
+            inputs.state_weight, inputs.state_bias, inputs.extra_input_weight, attention.v_a.view(attention.heads, -1),
+        )  # (B, T_dec, d_s), (B, H, T_dec, T_enc)
+        return decoder.W_s(decoder.dropout(attentional)), weights  # (B, T_dec, V), (B, H, T_dec, T_enc)
     state_weight_t = inputs.state_weight.T  # (d_s, G·d + d_s [+ rows of W_q])
     gates = inputs.extra_input_weight.shape[0]  # G·d
-    through = attention.values_through(memory.keys, weight_cc)  # (B, H, T_enc, d_s): values × W_cc
     heads = through.shape[1]
     valid = memory.valid_mask[:, None, None, :]  # (B, 1, 1, T_enc)
-    feed = state.feed  # (B, d_s): h̃_0
     hidden_gates = torch.addmm(inputs.state_bias[:gates], current.h, state_weight_t[:, :gates])  # (B, G·d): W_hh s_0
     step_attentional: list[Tensor] = []
     step_weights: list[Tensor] = []

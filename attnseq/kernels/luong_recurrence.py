@@ -1,0 +1,161 @@
+"""The Luong decoder's input-feeding recurrence with an additive score, as one autograd function.
+
+It serves a scorer that declares ``fused_recurrence = "additive"`` (e = vᵀ tanh(q + K) per head,
+q = W_q s, K = ``project_keys(keys)``). Teacher forcing runs, for t = 1..T_dec (one layer; s_0
+from the encoder, h̃_0 = 0 from ``LuongDecoder.init_state``)::
+
+    x_t = input_gates_t + W_f h̃_{t-1}          input_gates_t = W_ie E y_{t-1} + b_ih         x_gates
+    s_t = cell(x_t, g_t, s_{t-1})              GRU: ``gru_cell``; LSTM: ``lstm_cell(x_t + g_t, c_{t-1})``
+    [g_{t+1}; W_cs s_t; q_t] = W_state s_t + b_state                  (g_1 from s_0 alike)  projected
+    c_t = Σ_h α_t,h V_h                        ``kernels.additive_attention_steps``, heads summed
+    h̃_t = tanh(c_t + W_cs s_t)                                                              feeds
+
+with the values V_h = the head's keys × its block of W_cc (``Attention.values_through``, computed
+once per batch under autograd), so that c_t is W_cc [c_t,1; …; c_t,H] — exactly
+``LuongDecoder.step`` over the target (tested, values and gradients). The backward runs the
+recurrence in reverse, with δ· the loss's gradient; per step t = T..1::
+
+    δh̃_t  = the output's δh̃_t + δx_{t+1} W_f
+    δc_t  = δh̃_t ⊙ (1 − h̃_t²) = δ(W_cs s_t)  → the attention's δq_t (``AdditiveAttentionStepGradients``)
+    δs_t  = (the cell's carry from t+1) + [δg_{t+1}; δ(W_cs s_t); δq_t] W_state
+    the cell at t: δs_t → δg_t = δx_t's hidden side, δx_t, and the carry to s_{t-1}
+                   (as in ``kernels.additive_recurrence``: GRU through ``gru_partials``, LSTM
+                   through ``lstm_partials`` with its cell state)
+
+and after the loop δs_0 and δh̃_0, and every parameter's gradient for all steps at once
+(δW_state = Σ_t δp_tᵀ s_t over t = 0..T, δb_state, δW_f = Σ_t δx_tᵀ h̃_{t-1}, the attention's δV,
+δK2, δv). σ_t of every step is kept or recomputed as ``additive_recurrence.keeps_sigmas`` says.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from attnseq.kernels import additive_recurrence
+from attnseq.kernels.additive_attention_steps import (
+    AdditiveAttentionStepGradients,
+    AdditiveAttentionSteps,
+    weight_gradients,
+)
+from attnseq.kernels.cells import GRUActivations, LSTMActivations, gru_cell, gru_partials, lstm_cell, lstm_partials
+
+
+class AdditiveLuongRecurrence(torch.autograd.Function):
+    """``(input_gates, s_0, c_0, h̃_0, values, doubled_keys, valid, W_state, b_state, W_f, v)`` →
+    ``(feeds h̃_1..h̃_T (B, T_dec, d), weights (B, H, T_dec, T_enc))``.
+
+    - input_gates ``(B, T_dec, G·d)``: ``W_ie E y_{t-1} + b_ih`` for every step, G = 3 (GRU) or 4 (LSTM);
+    - s_0 ``(B, d)``; c_0 ``(B, d)`` for an LSTM, None for a GRU; h̃_0 ``(B, d)``;
+    - values ``(B, H, T_enc, d)``: V_h, each head's keys through its block of W_cc;
+    - doubled_keys ``(B, H, T_enc, a)``: K2 = 2K; valid ``(B, T_enc)`` bool;
+    - W_state ``(G·d + d + H·a, d)`` = [W_hh; W_cs; W_q], b_state = [b_hh; 0; 0];
+    - W_f ``(G·d, d)``: the feed's input columns of the RNN; v ``(H, a)``.
+    """
+
+    @staticmethod
+    def forward(ctx, input_gates, s0, c0, feed0, values, doubled_keys, valid, w_state, b_state, w_f, v):
+        batch, steps, gates = input_gates.shape
+        d = s0.shape[-1]
+        lstm = c0 is not None
+        w_state_t, w_f_t = w_state.T, w_f.T  # (d, G·d + d + H·a), (d, G·d)
+        ctx.set_materialize_grads(False)
+        attention = AdditiveAttentionSteps(
+            values, doubled_keys, valid, v, steps, additive_recurrence.keeps_sigmas(steps, doubled_keys), True
+        )
+        states = input_gates.new_empty(steps + 1, batch, d)  # s_0..s_T, time-major while stepping
+        feeds = input_gates.new_empty(steps + 1, batch, d)  # h̃_0..h̃_T
+        projected = input_gates.new_empty(steps + 1, batch, w_state.shape[0])  # [g_{t+1}; W_cs s_t; q_t]
+        if lstm:
+            cells = input_gates.new_empty(steps + 1, batch, d)  # c_0..c_T
+            activated = input_gates.new_empty(steps, batch, gates)  # σ(i), σ(f), tanh(g), σ(o)
+            cell_tanh = input_gates.new_empty(steps, batch, d)  # tanh(c_1)..tanh(c_T)
+            cells[0] = c0
+        else:
+            reset_update = input_gates.new_empty(steps, batch, 2 * d)  # r, z
+            candidate = input_gates.new_empty(steps, batch, d)  # n
+        states[0], feeds[0] = s0, feed0
+        torch.addmm(b_state, s0, w_state_t, out=projected[0])  # (B, rows): g_1 (the rest unread)
+        for t in range(1, steps + 1):
+            x_gates = torch.addmm(input_gates[:, t - 1], feeds[t - 1], w_f_t)  # (B, G·d): x_t
+            hidden_gates = projected[t - 1, :, :gates]  # (B, G·d): g_t
+            if lstm:
+                pre = torch.add(x_gates, hidden_gates, out=activated[t - 1])  # (B, 4d): x_t + g_t
+                lstm_cell(
+                    pre, cells[t - 1], LSTMActivations(activated[t - 1], cells[t], cell_tanh[t - 1], states[t])
+                )
+            else:
+                gru_cell(
+                    x_gates, hidden_gates, states[t - 1],
+                    GRUActivations(reset_update[t - 1], candidate[t - 1], states[t]),
+                )
+            step_projected = torch.addmm(b_state, states[t], w_state_t, out=projected[t])  # (B, rows)
+            context = attention.step(t - 1, step_projected[:, gates + d :])  # (B, d): c_t
+            torch.add(context, step_projected[:, gates : gates + d], out=feeds[t]).tanh_()  # (B, d): h̃_t
+        # The intermediates (made here, neither inputs nor outputs) rule out double backward, which
+        # ``once_differentiable`` states; saved this way, autograd's saved-tensor hooks see them.
+        cell_buffers = (cells, activated, cell_tanh) if lstm else (reset_update, candidate)
+        ctx.save_for_backward(
+            values, doubled_keys, w_state, w_f, v, states, feeds, projected, attention.weights, attention.sigmas,
+            *cell_buffers,
+        )
+        ctx.lstm = lstm
+        return feeds[1:].transpose(0, 1), attention.outputs()[1]  # (B, T_dec, d), (B, H, T_dec, T_enc)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_feeds, grad_weights):
+        values, doubled_keys, w_state, w_f, v, states, feeds, projected, weights, sigmas, *cell_buffers = (
+            ctx.saved_tensors
+        )
+        steps, batch, d = states.shape[0] - 1, states.shape[1], states.shape[2]
+        gates = w_f.shape[0]
+        grad_feeds = grad_feeds.transpose(0, 1) if grad_feeds is not None else None  # (T, B, d)
+        if ctx.lstm:
+            cells, activated, cell_tanh = cell_buffers
+            partials = lstm_partials(activated, cell_tanh, cells[:-1])
+        else:
+            reset_update, candidate = cell_buffers
+            partials = gru_partials(reset_update, candidate, projected[:-1, :, 2 * d : gates], states[:-1])
+        attention = AdditiveAttentionStepGradients(
+            values, doubled_keys, v, weights, sigmas, projected[1:, :, gates + d :], None, grad_weights, True
+        )
+
+        d_projected = states.new_zeros(steps + 1, batch, w_state.shape[0])  # [δg_{t+1}; δ(W_cs s_t); δq_t]
+        # δx_t; an LSTM's is its δg_t, read in place
+        d_x_gates = d_projected[:-1, :, :gates] if ctx.lstm else states.new_empty(steps, batch, gates)
+        d_feed = feeds.new_zeros(batch, d)  # δh̃_t from x_{t+1}
+        carry = states.new_zeros(batch, d)  # the cell's δs_t from step t+1: GRU δs ⊙ z; LSTM none
+        d_cell = states.new_zeros(batch, d)  # LSTM: δc_t, carried
+        for t in range(steps, 0, -1):
+            if grad_feeds is not None:
+                d_feed = d_feed + grad_feeds[t - 1]
+            dp = d_projected[t]
+            d_context = attention.d_contexts[t - 1].view(batch, d)  # (B, d): δc_t
+            torch.mul(d_feed, 1 - feeds[t] * feeds[t], out=d_context)  # δc_t = δh̃_t ⊙ (1 − h̃_t²)
+            dp[:, gates : gates + d] = d_context  # δ(W_cs s_t)
+            attention.context_step(t - 1, dp[:, gates + d :])  # δq_t
+            d_state = torch.addmm(carry, dp, w_state)  # (B, d): δs_t
+            dp_cell = d_projected[t - 1]  # δg_t goes into s_{t-1}'s projection
+            if ctx.lstm:
+                d_cell = torch.addcmul(d_cell, d_state, partials.state_to_cell[t - 1])  # (B, d): δc_t
+                torch.mul(
+                    d_cell.unsqueeze(1), partials.cell_gates[t - 1], out=dp_cell[:, : 3 * d].view(batch, 3, d)
+                )  # δi, δf, δg
+                torch.mul(d_state, partials.output_gate[t - 1], out=dp_cell[:, 3 * d : gates])  # δo
+                d_cell = d_cell * partials.carry[t - 1]  # (B, d): δc_{t-1}
+            else:
+                dx = d_x_gates[t - 1]
+                torch.mul(
+                    d_state.unsqueeze(1), partials.hidden_gates[t - 1], out=dp_cell[:, :gates].view(batch, 3, d)
+                )  # δg_t
+                dx[:, : 2 * d] = dp_cell[:, : 2 * d]
+                torch.mul(d_state, partials.input_candidate[t - 1], out=dx[:, 2 * d :])  # δx_t
+                carry = d_state * partials.carry[t - 1]  # (B, d)
+            d_feed = d_x_gates[t - 1] @ w_f  # (B, d): δh̃_{t-1}
+        d_s0 = torch.addmm(carry, d_projected[0, :, :gates], w_state[:gates])  # (B, d): δs_0
+        d_w_state, d_b_state, d_w_f = weight_gradients(d_projected, states, d_x_gates, feeds[:-1])
+        d_values, d_doubled_keys, d_v = attention.gradients()
+        d_input_gates = d_x_gates.transpose(0, 1)  # (B, T, G·d)
+        d_c0 = d_cell if ctx.lstm else None
+        return d_input_gates, d_s0, d_c0, d_feed, d_values, d_doubled_keys, None, d_w_state, d_b_state, d_w_f, d_v

@@ -1,0 +1,169 @@
+"""The additive Luong input-feeding recurrence (``kernels.luong_recurrence``) for GRU and LSTM
+decoders: against a loop written with autograd here (ATen's own cells, tanh scores, W_cc applied to
+each head's context), gradcheck, and inside the model against ``LuongDecoder.step`` by step."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from model_checks import assert_same_outputs_and_gradients, forward_and_gradients
+
+from attnseq.attention import SCORERS, lengths_to_valid_mask
+from attnseq.kernels import additive_recurrence
+from attnseq.kernels.luong_recurrence import AdditiveLuongRecurrence
+from attnseq.model import ModelConfig, build_seq2seq
+
+GATES = {"gru": 3, "lstm": 4}
+ADDITIVE_SCORERS = [name for name, cls in SCORERS.items() if cls.fused_recurrence == "additive"]
+
+
+def recurrence_inputs(cell, batch=3, steps=4, t_enc=5, d=6, heads=2, a=3, seed=0):
+    """Random float64 inputs of the recurrence, every sequence but the first with padded keys; the
+    values as the model makes them, each head's key slice through its block of W_cc."""
+    gen = torch.Generator().manual_seed(seed)
+    gates = GATES[cell] * d
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen, dtype=torch.float64)
+
+    valid = lengths_to_valid_mask(torch.tensor([t_enc] + [max(1, t_enc - 2 - i) for i in range(batch - 1)]))
+    inputs = {
+        "input_gates": rand(batch, steps, gates),
+        "s0": rand(batch, d),
+        "c0": rand(batch, d),
+        "feed0": rand(batch, d),
+        "values": rand(batch, heads, t_enc, d),
+        "doubled_keys": rand(batch, heads, t_enc, a),
+        "w_state": rand(gates + d + heads * a, d) / 2,
+        "b_state": rand(gates + d + heads * a),  # the model's W_cs and query rows are 0; any value is the same maths
+        "w_f": rand(gates, d) / 2,
+        "v": rand(heads, a),
+    }
+    if cell == "gru":
+        del inputs["c0"]
+    return inputs, valid
+
+
+def apply_kernel(cell, inputs, valid):
+    args = dict(inputs)
+    c0 = args.pop("c0", None)
+    return AdditiveLuongRecurrence.apply(
+        args["input_gates"], args["s0"], c0, args["feed0"], args["values"], args["doubled_keys"], valid,
+        args["w_state"], args["b_state"], args["w_f"], args["v"],
+    )
+
+
+def textbook_loop(cell, inputs, valid):
+    """The same recurrence with autograd: the feed concatenated to the input, ATen's ``gru_cell`` /
+    ``lstm_cell`` on [identity, W_f] and W_state's gate rows, tanh scores, a masked softmax, each
+    head's weighted values summed, and h̃_t = tanh(that + W_cs s_t)."""
+    input_gates, h, feed = inputs["input_gates"], inputs["s0"], inputs["feed0"]
+    c = inputs.get("c0")
+    values, w_state, b_state, w_f, v = (inputs[k] for k in ("values", "w_state", "b_state", "w_f", "v"))
+    batch, steps, gates = input_gates.shape
+    heads, t_enc, a = inputs["doubled_keys"].shape[1:]
+    d = h.shape[-1]
+    projected_keys = inputs["doubled_keys"] / 2  # (B, H, T_enc, a): K
+    weight_ih = torch.cat([torch.eye(gates, dtype=torch.float64), w_f], dim=1)  # (G·d, G·d + d)
+    zeros = torch.zeros(gates, dtype=torch.float64)
+    w_hh, b_hh = w_state[:gates], b_state[:gates]
+    w_cs, b_cs = w_state[gates : gates + d], b_state[gates : gates + d]
+    w_q, b_q = w_state[gates + d :], b_state[gates + d :]
+    feeds, weights = [], []
+    for t in range(steps):
+        x = torch.cat([input_gates[:, t], feed], dim=1)  # (B, G·d + d)
+        if c is None:
+            h = torch.gru_cell(x, h, weight_ih, w_hh, zeros, b_hh)
+        else:
+            h, c = torch.lstm_cell(x, (h, c), weight_ih, w_hh, zeros, b_hh)
+        query = (h @ w_q.T + b_q).view(batch, heads, 1, a)  # (B, H, 1, a)
+        scores = (torch.tanh(query + projected_keys) * v.view(1, heads, 1, a)).sum(-1)  # (B, H, T_enc)
+        scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
+        alpha = torch.softmax(scores, dim=-1)  # (B, H, T_enc)
+        context = (alpha.unsqueeze(2) @ values).squeeze(2).sum(1)  # (B, d): Σ_h α_h V_h
+        feed = torch.tanh(context + h @ w_cs.T + b_cs)  # (B, d)
+        feeds.append(feed)
+        weights.append(alpha)
+    return torch.stack(feeds, 1), torch.stack(weights, 2)
+
+
+def loss_of(outputs, used):
+    """A loss giving each used output's every element a gradient of its own."""
+    total = 0
+    for index in used:
+        out = outputs[index]
+        total = total + (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sin().sum()
+    return total
+
+
+@pytest.mark.parametrize("keep_sigmas", [True, False])
+@pytest.mark.parametrize("used", [(0, 1), (0,), (1,)], ids=["all", "feeds", "weights"])
+@pytest.mark.parametrize("heads", [1, 2])
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_the_recurrence_equals_a_textbook_loop_values_and_gradients(monkeypatch, cell, heads, used, keep_sigmas):
+    """Both outputs and every input's gradient, whichever outputs the loss reads (the other's
+    gradient arrives as None), with σ_t kept or recomputed."""
+    if not keep_sigmas:
+        monkeypatch.setattr(additive_recurrence, "KEEP_SIGMA_BYTES", 0)
+    inputs, valid = recurrence_inputs(cell, heads=heads)
+    results = []
+    for run in (apply_kernel, textbook_loop):
+        leaves = {name: tensor.clone().requires_grad_() for name, tensor in inputs.items()}
+        outputs = run(cell, leaves, valid)
+        loss_of(outputs, used).backward()
+        results.append((outputs, {name: leaf.grad for name, leaf in leaves.items()}))
+    (outputs, grads), (ref_outputs, ref_grads) = results
+    for out, ref in zip(outputs, ref_outputs, strict=True):
+        torch.testing.assert_close(out, ref)
+    assert torch.all(outputs[1].masked_fill(valid[:, None, None, :], 0) == 0)  # padding: weight exactly 0
+    for name, grad in grads.items():
+        assert grad is not None, name
+        torch.testing.assert_close(grad, ref_grads[name], msg=name)
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_the_recurrence_passes_gradcheck(cell):
+    inputs, valid = recurrence_inputs(cell, batch=2, steps=3, t_enc=3, d=2, heads=2, a=2, seed=3)
+    leaves = [tensor.clone().requires_grad_() for tensor in inputs.values()]
+    names = list(inputs)
+
+    def run(*tensors):
+        return apply_kernel(cell, dict(zip(names, tensors, strict=True)), valid)
+
+    assert torch.autograd.gradcheck(run, leaves)
+
+
+def make_model(cell, scorer, heads, bidirectional, seed=0):
+    torch.manual_seed(seed)
+    config = ModelConfig(
+        11, 13, embedding_dim=8, hidden_size=12, cell=cell, scorer=scorer, heads=heads, decoder="luong",
+        input_feeding=True, bidirectional=bidirectional,
+    )
+    return build_seq2seq(config).double().train()
+
+
+def make_batch():
+    gen = torch.Generator().manual_seed(1)
+    lengths = torch.tensor([6, 3, 1, 4])
+    src = torch.randint(4, 11, (4, 6), generator=gen).masked_fill(~lengths_to_valid_mask(lengths), 0)
+    tgt_in = torch.randint(3, 13, (4, 5), generator=gen)
+    tgt_in[:, 0] = 1  # BOS
+    return src, lengths, tgt_in
+
+
+@pytest.mark.parametrize("keep_sigmas", [True, False])
+@pytest.mark.parametrize("bidirectional", [False, True], ids=["uni", "bi"])
+@pytest.mark.parametrize("heads", [1, 2])
+@pytest.mark.parametrize("scorer", ADDITIVE_SCORERS)
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_a_luong_decoder_with_input_feeding_takes_the_recurrence_and_equals_stepping(
+    monkeypatch, cell, scorer, heads, bidirectional, keep_sigmas
+):
+    """Inside the model (keys padded): logits, weights and every parameter's gradient against
+    ``decoder.step`` over the target, float64, through the additive Luong recurrence."""
+    if not keep_sigmas:
+        monkeypatch.setattr(additive_recurrence, "KEEP_SIGMA_BYTES", 0)
+    model = make_model(cell, scorer, heads, bidirectional)
+    fast, reference = forward_and_gradients(model, *make_batch())
+    assert "AdditiveLuongRecurrence" in str(fast[1].grad_fn)
+    assert_same_outputs_and_gradients(fast, reference)
