@@ -58,6 +58,7 @@ class AdditiveLuongRecurrence(torch.autograd.Function):
         batch, steps, gates = input_gates.shape
         d = s0.shape[-1]
         lstm = c0 is not None
+        w_f = w_f.contiguous()  # a column block of the RNN's input weight, read every step
         w_state_t, w_f_t = w_state.T, w_f.T  # (d, G·d + d + H·a), (d, G·d)
         ctx.set_materialize_grads(False)
         attention = AdditiveAttentionSteps(
@@ -121,7 +122,9 @@ class AdditiveLuongRecurrence(torch.autograd.Function):
             values, doubled_keys, v, weights, sigmas, projected[1:, :, gates + d :], None, grad_weights, True
         )
 
-        d_projected = states.new_zeros(steps + 1, batch, w_state.shape[0])  # [δg_{t+1}; δ(W_cs s_t); δq_t]
+        d_projected = states.new_empty(steps + 1, batch, w_state.shape[0])  # [δg_{t+1}; δ(W_cs s_t); δq_t]
+        d_projected[steps, :, :gates] = 0  # no g_{T+1}
+        d_projected[0, :, gates:] = 0  # s_0 reaches neither h̃ nor a score
         # δx_t; an LSTM's is its δg_t, read in place
         d_x_gates = d_projected[:-1, :, :gates] if ctx.lstm else states.new_empty(steps, batch, gates)
         d_feed = feeds.new_zeros(batch, d)  # δh̃_t from x_{t+1}
