@@ -31,7 +31,7 @@ buffer). Keeping them is the faster choice only while freed memory is reused rat
 in afresh on every step: training processes arrange that
 (``attnseq.training.process.keep_freed_memory``) for blocks below glibc's largest mmap threshold,
 32 MiB; a larger block is mapped afresh, and faulted in, for every batch, so the σ_t are kept only
-below that size. The measurements are in benchmarks/results.md.
+below that size.
 """
 
 from __future__ import annotations
