@@ -240,9 +240,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int)
     parser.add_argument("--train-size", type=int)
     parser.add_argument("--epochs", type=int)
+    parser.add_argument("--threads", type=int, help="torch threads of each training (default 2)")
     args = parser.parse_args(argv)
     settings = Settings(**QUICK.__dict__) if args.quick else Settings()
-    for key in ("repeats", "train_size", "epochs"):
+    for key in ("repeats", "train_size", "epochs", "threads"):
         if getattr(args, key) is not None:
             setattr(settings, key, getattr(args, key))
     results = measure(settings, log=lambda line: print(line, file=sys.stderr, flush=True))

@@ -27,11 +27,9 @@ attention's δkeys, δK2, δv).
 
 The forward keeps σ_t of every step, up to ``KEEP_SIGMA_BYTES`` in all; the backward reads them
 back instead of recomputing them (past that size it recomputes each from the stored q_t, into one
-buffer). Keeping them is the faster choice only while freed memory is reused rather than faulted
-in afresh on every step: training processes arrange that
-(``attnseq.training.process.keep_freed_memory``) for blocks below glibc's largest mmap threshold,
-32 MiB; a larger block is mapped afresh, and faulted in, for every batch, so the σ_t are kept only
-below that size.
+buffer). Keeping them is the faster choice in training, where freed memory is kept for reuse
+(``attnseq.training.process.keep_freed_memory``); benchmarks/results.md's Bahdanau and Luong rows
+are measured that way.
 """
 
 from __future__ import annotations
@@ -49,10 +47,9 @@ from attnseq.kernels.additive_attention_steps import (
 )
 from attnseq.kernels.cells import GRUActivations, LSTMActivations, gru_cell, gru_partials, lstm_cell, lstm_partials
 
-KEEP_SIGMA_BYTES = 30 * 2**20
-"""Up to this size the σ_t of every step are kept for the backward pass; past it, recomputed. Below
-32 MiB, glibc's largest mmap threshold, with room for the allocator's own bytes: a block that size
-or larger is mapped afresh for every batch, and faulting its pages in costs more than recomputing."""
+KEEP_SIGMA_BYTES = 256 * 2**20
+"""Up to this size the σ_t of every step are kept for the backward pass; past it, recomputed. A
+30 MiB limit, recomputing on every long batch, trained slower (README, "Performance")."""
 
 
 def supports(input_gates: Tensor) -> bool:
