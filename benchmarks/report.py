@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import re
 import statistics
 import subprocess
 from dataclasses import dataclass, field
@@ -116,11 +117,23 @@ class Previous:
 
     commit: str
     ratios: dict[str, str]  # row label → its "real path ×base" cell, as written
+    processor: str = ""  # the processor its machine line names; "" if it names none
+
+
+def processor_of(machine: str) -> str:
+    """The processor in a machine line ("2 cores (AMD EPYC), device cpu, ..." → "AMD EPYC"), or ""."""
+    match = re.match(r"\d+ cores \((.*?)\)(?:, GPU [^,]*)?, device ", machine)
+    return match.group(1) if match else ""
+
+
+def header_field(markdown: str, name: str) -> str:
+    prefix = f"- {name}:"
+    return next((line[len(prefix) :].strip() for line in markdown.splitlines() if line.startswith(prefix)), "")
 
 
 def previous_ratios(markdown: str) -> Previous | None:
     """Read back an earlier ``render``'s training table; None if it holds none."""
-    commit = next((line.split(":", 1)[1].strip() for line in markdown.splitlines() if line.startswith("- commit:")), "")
+    commit = header_field(markdown, "commit")
     table = markdown.split("## Training throughput", 1)
     if len(table) < 2:
         return None
@@ -129,7 +142,23 @@ def previous_ratios(markdown: str) -> Previous | None:
         parts = [part.strip() for part in line.strip().strip("|").split("|")]
         if len(parts) >= 3 and parts[2].endswith("×"):
             ratios[parts[0]] = parts[2]
-    return Previous(commit.split()[0][:7] if commit else "unknown", ratios) if ratios else None
+    if not ratios:
+        return None
+    processor = processor_of(header_field(markdown, "machine"))
+    return Previous(commit.split()[0][:7] if commit else "unknown", ratios, processor)
+
+
+def previous_note(previous: Previous, machine: str) -> str:
+    """The footnote under the ``×base at <commit>`` column; it warns when the processors differ."""
+    note = f"`×base at {previous.commit}`: the real path's ratio in the report this one replaced"
+    processor = processor_of(machine)
+    if previous.processor and processor and previous.processor != processor:
+        return (
+            f"{note}, measured on another processor ({previous.processor}; this run: {processor}). The textbook "
+            "baseline's speed differs between processors, so a ratio that moved between the two reports may "
+            "have moved with the machine, not the code."
+        )
+    return note + "."
 
 
 def render(results: Results, command: str, previous: Previous | None = None) -> str:
@@ -209,7 +238,7 @@ def training_table(results: Results, previous: Previous | None = None) -> list[s
         "`luong-nofeed`: without it (the RNN runs over all steps in one call, attention in one call).",
     ]
     if previous is not None:
-        lines.append(f"`×base at {previous.commit}`: the real path's ratio in the report this one replaced.")
+        lines.append(previous_note(previous, results.machine))
     return lines
 
 

@@ -160,6 +160,25 @@ def test_the_next_report_keeps_the_previous_ratios_beside_its_own(bench, quick):
     assert report_module.previous_ratios("# nothing here\n") is None
 
 
+def test_the_previous_ratios_footnote_names_another_processor(bench, quick):
+    _, results, report = quick
+    report_module = sys.modules["report"]
+    previous = report_module.previous_ratios(report)
+    processor = report_module.processor_of(results.machine)
+    assert processor and previous.processor == processor  # read back from the machine line
+    same = report_module.previous_note(previous, results.machine)
+    assert same == f"`×base at {previous.commit}`: the real path's ratio in the report this one replaced."
+    elsewhere = report.replace(f"cores ({processor})", "cores (AMD EPYC 7B13)")
+    earlier = report_module.previous_ratios(elsewhere)
+    assert earlier.processor == "AMD EPYC 7B13"
+    note = report_module.previous_note(earlier, results.machine)
+    assert f"another processor (AMD EPYC 7B13; this run: {processor})" in note
+    assert note in bench.render(results, "again", earlier)
+    assert report_module.processor_of("2 cores, device cpu") == ""
+    line = "2 cores (Intel(R) Xeon(R) Processor), GPU NVIDIA H200, device cuda, torch 2.13.0"
+    assert report_module.processor_of(line) == "Intel(R) Xeon(R) Processor"
+
+
 def test_what_users_wait_on_goes_between_the_tables_and_the_targets(bench, quick):
     felt = sys.modules["felt"]
     _, results, _ = quick
