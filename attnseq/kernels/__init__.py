@@ -14,7 +14,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class FastPaths:
     """Which fast paths a model built by ``build_seq2seq`` may take; all but ``lstm_sequence`` on by
-    default (the defaults are the faster choice in benchmarks/results.md's "What was tried").
+    default (the defaults are the faster choice in benchmarks/results.md's "What was tried"; ``lstm_sequence``
+    wins there on one processor, not on another).
 
     Switching one changes the speed only, never a value or a gradient (tested).
     """
@@ -23,7 +24,7 @@ class FastPaths:
     fused_decoder: bool = True
     gru_sequence: bool = True  # whole-sequence GRU with the hand-written backward; False = torch.gru under autograd
     # whole-sequence LSTM with the hand-written backward (encoder, all-steps decoders); False = nn.LSTM under autograd.
-    # Off by default: unlike the GRU's, it was no faster than nn.LSTM (slower in Luong decoders without input feeding)
+    # Off by default: unlike the GRU's, it is faster on some processors and slower on others (docs/attention.md)
     lstm_sequence: bool = False
     # Luong without input feeding: the additive/concat score of all steps through kernels.additive_scores;
     # False = the scorer's own all-steps score under autograd
