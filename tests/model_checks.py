@@ -51,3 +51,17 @@ def assert_same_outputs_and_gradients(outputs: Outputs, reference: Outputs) -> N
     assert grads.keys() == ref_grads.keys()
     for name, grad in grads.items():
         torch.testing.assert_close(grad, ref_grads[name], msg=name)
+
+
+def padded_batch(
+    src_vocab: int = 11, tgt_vocab: int = 13, lengths: tuple[int, ...] = (6, 3, 1, 4), tgt_len: int = 5, seed: int = 1
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``src`` (B, T_src) padded with 0 past each length, ``lengths`` (B,), ``tgt_in`` (B, T_dec)
+    starting with BOS (1); ids from 4 (source) and 3 (target) up."""
+    gen = torch.Generator().manual_seed(seed)
+    lengths_t = torch.tensor(lengths)
+    src = torch.randint(4, src_vocab, (len(lengths), max(lengths)), generator=gen)  # (B, T_src)
+    src = src.masked_fill(~(torch.arange(max(lengths)) < lengths_t[:, None]), 0)
+    tgt_in = torch.randint(3, tgt_vocab, (len(lengths), tgt_len), generator=gen)  # (B, T_dec)
+    tgt_in[:, 0] = 1  # BOS
+    return src, lengths_t, tgt_in

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from model_checks import assert_same_outputs_and_gradients, forward_and_gradients
+from model_checks import assert_same_outputs_and_gradients, forward_and_gradients, padded_batch
+from recurrence_checks import assert_kernel_equals_loop, assert_passes_gradcheck
 
 from attnseq.attention import SCORERS, lengths_to_valid_mask
 from attnseq.kernels import additive_recurrence
@@ -79,15 +80,6 @@ def textbook_loop(cell, inputs, valid):
     return torch.stack(states, 1), torch.stack(contexts, 1), torch.stack(weights, 2)
 
 
-def loss_of(outputs, used):
-    """A loss giving each used output's every element a gradient of its own."""
-    total = 0
-    for index in used:
-        out = outputs[index]
-        total = total + (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sin().sum()
-    return total
-
-
 @pytest.mark.parametrize("keep_sigmas", [True, False])
 @pytest.mark.parametrize("used", [(0, 1, 2), (0,), (1,), (2,)], ids=["all", "states", "contexts", "weights"])
 @pytest.mark.parametrize("heads", [1, 2])
@@ -98,45 +90,19 @@ def test_the_recurrence_equals_a_textbook_loop_values_and_gradients(monkeypatch,
     if not keep_sigmas:
         monkeypatch.setattr(additive_recurrence, "KEEP_SIGMA_BYTES", 0)
     inputs, valid = recurrence_inputs(cell, heads=heads)
-    results = []
-    for run in (apply_kernel, textbook_loop):
-        leaves = {name: tensor.clone().requires_grad_() for name, tensor in inputs.items()}
-        outputs = run(cell, leaves, valid)
-        loss_of(outputs, used).backward()
-        results.append((outputs, {name: leaf.grad for name, leaf in leaves.items()}))
-    (outputs, grads), (ref_outputs, ref_grads) = results
-    for out, ref in zip(outputs, ref_outputs, strict=True):
-        torch.testing.assert_close(out, ref)
-    assert torch.all(outputs[2].masked_fill(valid[:, None, None, :], 0) == 0)  # padding: weight exactly 0
-    for name, grad in grads.items():
-        torch.testing.assert_close(grad, ref_grads[name], msg=name)
+    assert_kernel_equals_loop(apply_kernel, textbook_loop, cell, inputs, valid, used, weights_index=2)
 
 
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
 def test_the_recurrence_passes_gradcheck(cell):
     inputs, valid = recurrence_inputs(cell, batch=2, steps=3, t_enc=3, d=2, heads=2, a=2, seed=3)
-    leaves = [tensor.clone().requires_grad_() for tensor in inputs.values()]
-    names = list(inputs)
-
-    def run(*tensors):
-        return apply_kernel(cell, dict(zip(names, tensors, strict=True)), valid)
-
-    assert torch.autograd.gradcheck(run, leaves)
+    assert_passes_gradcheck(apply_kernel, cell, inputs, valid)
 
 
 def make_model(cell, scorer, heads, seed=0):
     torch.manual_seed(seed)
     config = ModelConfig(11, 13, embedding_dim=8, hidden_size=12, cell=cell, scorer=scorer, heads=heads)
     return build_seq2seq(config).double().train()
-
-
-def make_batch():
-    gen = torch.Generator().manual_seed(1)
-    lengths = torch.tensor([6, 3, 1, 4])
-    src = torch.randint(4, 11, (4, 6), generator=gen).masked_fill(~lengths_to_valid_mask(lengths), 0)
-    tgt_in = torch.randint(3, 13, (4, 5), generator=gen)
-    tgt_in[:, 0] = 1  # BOS
-    return src, lengths, tgt_in
 
 
 @pytest.mark.parametrize("keep_sigmas", [True, False])
@@ -151,7 +117,7 @@ def test_a_bahdanau_decoder_takes_its_cells_recurrence_and_equals_stepping(
     if not keep_sigmas:
         monkeypatch.setattr(additive_recurrence, "KEEP_SIGMA_BYTES", 0)
     model = make_model(cell, scorer, heads)
-    fast, reference = forward_and_gradients(model, *make_batch())
+    fast, reference = forward_and_gradients(model, *padded_batch())
     expected = "AdditiveGRURecurrence" if cell == "gru" else "AdditiveLSTMRecurrence"
     assert expected in str(fast[1].grad_fn)
     assert_same_outputs_and_gradients(fast, reference)
