@@ -291,7 +291,10 @@ def make_settings(args: argparse.Namespace) -> Settings:
 
 
 def section_names(text: str) -> list[str]:
-    names = [name for name in text.split(",") if name] if text != "all" else list(SECTIONS)
+    """``--sections``: "all", "none" or names from ``felt.SECTIONS``, comma-separated."""
+    if text in ("all", "none"):
+        return list(SECTIONS) if text == "all" else []
+    names = [name for name in text.split(",") if name]
     unknown = [name for name in names if name not in SECTIONS]
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown section(s) {', '.join(unknown)}: use 'all', 'none' or "
@@ -318,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compile", action="store_true", help="add torch.compile rows (each compile is timed)")
     parser.add_argument(
         "--sections",
-        type=lambda text: [] if text == "none" else section_names(text),
+        type=section_names,
         default=list(SECTIONS),
         help=f"what users wait on, after the training tables: all (default), none, or some of {', '.join(SECTIONS)}"
         " (--quick runs none)",

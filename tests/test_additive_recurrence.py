@@ -10,7 +10,7 @@ from model_checks import assert_same_outputs_and_gradients, forward_and_gradient
 from recurrence_checks import assert_kernel_equals_loop, assert_passes_gradcheck
 
 from attnseq.attention import SCORERS, lengths_to_valid_mask
-from attnseq.kernels import additive_recurrence
+from attnseq.kernels import additive_attention_steps
 from attnseq.kernels.additive_recurrence import AdditiveGRURecurrence, AdditiveLSTMRecurrence
 from attnseq.model import ModelConfig, build_seq2seq
 
@@ -88,7 +88,7 @@ def test_the_recurrence_equals_a_textbook_loop_values_and_gradients(monkeypatch,
     """Every output and every input's gradient, whichever outputs the loss reads (the others'
     gradients arrive as None), with σ_t kept or recomputed."""
     if not keep_sigmas:
-        monkeypatch.setattr(additive_recurrence, "KEEP_SIGMA_BYTES", 0)
+        monkeypatch.setattr(additive_attention_steps, "KEEP_SIGMA_BYTES", 0)
     inputs, valid = recurrence_inputs(cell, heads=heads)
     assert_kernel_equals_loop(apply_kernel, textbook_loop, cell, inputs, valid, used, weights_index=2)
 
@@ -115,7 +115,7 @@ def test_a_bahdanau_decoder_takes_its_cells_recurrence_and_equals_stepping(
     """Inside the model (keys padded): logits, weights and every parameter's gradient against
     ``decoder.step`` over the target, float64, through the recurrence of the decoder's cell."""
     if not keep_sigmas:
-        monkeypatch.setattr(additive_recurrence, "KEEP_SIGMA_BYTES", 0)
+        monkeypatch.setattr(additive_attention_steps, "KEEP_SIGMA_BYTES", 0)
     model = make_model(cell, scorer, heads)
     fast, reference = forward_and_gradients(model, *padded_batch())
     expected = "AdditiveGRURecurrence" if cell == "gru" else "AdditiveLSTMRecurrence"

@@ -207,6 +207,7 @@ def test_sections_are_named_from_the_registry(bench):
     felt = sys.modules["felt"]
     assert bench.section_names("all") == list(felt.SECTIONS)
     assert bench.section_names("startup,evaluation") == ["startup", "evaluation"]
+    assert bench.section_names("none") == []
     with pytest.raises(argparse.ArgumentTypeError, match="unknown section.*use 'all', 'none'"):
         bench.section_names("startup,warp-drive")
     with pytest.raises(SystemExit) as exit_info:

@@ -10,7 +10,7 @@ from model_checks import assert_same_outputs_and_gradients, forward_and_gradient
 from recurrence_checks import assert_kernel_equals_loop, assert_passes_gradcheck
 
 from attnseq.attention import SCORERS, lengths_to_valid_mask
-from attnseq.kernels import additive_recurrence
+from attnseq.kernels import additive_attention_steps
 from attnseq.kernels.luong_recurrence import AdditiveLuongRecurrence
 from attnseq.model import ModelConfig, build_seq2seq
 
@@ -96,7 +96,7 @@ def test_the_recurrence_equals_a_textbook_loop_values_and_gradients(monkeypatch,
     """Both outputs and every input's gradient, whichever outputs the loss reads (the other's
     gradient arrives as None), with σ_t kept or recomputed."""
     if not keep_sigmas:
-        monkeypatch.setattr(additive_recurrence, "KEEP_SIGMA_BYTES", 0)
+        monkeypatch.setattr(additive_attention_steps, "KEEP_SIGMA_BYTES", 0)
     inputs, valid = recurrence_inputs(cell, heads=heads)
     assert_kernel_equals_loop(apply_kernel, textbook_loop, cell, inputs, valid, used, weights_index=1)
 
@@ -127,7 +127,7 @@ def test_a_luong_decoder_with_input_feeding_takes_the_recurrence_and_equals_step
     """Inside the model (keys padded): logits, weights and every parameter's gradient against
     ``decoder.step`` over the target, float64, through the additive Luong recurrence."""
     if not keep_sigmas:
-        monkeypatch.setattr(additive_recurrence, "KEEP_SIGMA_BYTES", 0)
+        monkeypatch.setattr(additive_attention_steps, "KEEP_SIGMA_BYTES", 0)
     model = make_model(cell, scorer, heads, bidirectional)
     fast, reference = forward_and_gradients(model, *padded_batch())
     assert "AdditiveLuongRecurrence" in str(fast[1].grad_fn)

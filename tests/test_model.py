@@ -365,9 +365,9 @@ def test_encoder_states_equal_a_packed_run(enc, lengths):
 @pytest.mark.parametrize("heads", [1, 2])
 def test_the_additive_recurrence_recomputing_sigma_equals_stepping(monkeypatch, scorer, heads):
     """Past ``KEEP_SIGMA_BYTES`` the fused backward recomputes σ_t instead of reading it back."""
-    from attnseq.kernels import additive_recurrence
+    from attnseq.kernels import additive_attention_steps
 
-    monkeypatch.setattr(additive_recurrence, "KEEP_SIGMA_BYTES", 0)
+    monkeypatch.setattr(additive_attention_steps, "KEEP_SIGMA_BYTES", 0)
     assert_teacher_forcing_equals_stepping(make_model("gru", scorer, "bahdanau", heads, layers=1).train())
 
 

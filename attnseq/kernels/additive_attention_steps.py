@@ -32,7 +32,7 @@ and, after the loop, for all steps at once (v factors out of every sum over step
     δv    = Σ_{t,i} δe_{t,i} (2σ_{t,i} − 1)
 
 σ_t of every step is either kept by the forward (``sigmas``) or recomputed by the backward from the
-stored q_t into one buffer; the recurrence chooses (``KEEP_SIGMA_BYTES``). The σ form of tanh is
+stored q_t into one buffer: kept up to ``KEEP_SIGMA_BYTES`` in all. The σ form of tanh is
 used because ATen's CPU ``tanh`` is slower than its ``sigmoid``.
 """
 
@@ -40,6 +40,17 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+KEEP_SIGMA_BYTES = 256 * 2**20
+"""Up to this size the σ_t of every step are kept for the backward pass; past it, recomputed. Keeping
+them is the faster choice in training, where freed memory is kept for reuse
+(``attnseq.training.process.keep_freed_memory``); a 30 MiB limit, recomputing on every long batch,
+trained slower (README, "Performance")."""
+
+
+def keeps_sigmas(steps: int, doubled_keys: Tensor) -> bool:
+    """Whether σ_t of ``steps`` steps, each the size of ``doubled_keys``, fit ``KEEP_SIGMA_BYTES``."""
+    return steps * doubled_keys.numel() * doubled_keys.element_size() <= KEEP_SIGMA_BYTES
 
 
 class AdditiveAttentionSteps:
@@ -53,12 +64,11 @@ class AdditiveAttentionSteps:
         valid: Tensor,
         v: Tensor,
         steps: int,
-        keep_sigmas: bool,
         heads_summed: bool = False,
     ):
         """values ``(B, H, T_enc, d_v)``: V; doubled_keys ``(B, H, T_enc, a)``: K2; valid ``(B, T_enc)``
-        bool; v ``(H, a)``; ``keep_sigmas``: keep σ_t of every step; ``heads_summed``: c_t = Σ_h α_t,h V_h
-        ``(B, d_v)`` rather than the heads concatenated ``(B, H·d_v)``."""
+        bool; v ``(H, a)``; ``heads_summed``: c_t = Σ_h α_t,h V_h ``(B, d_v)`` rather than the heads
+        concatenated ``(B, H·d_v)``. σ_t of every step is kept where ``keeps_sigmas`` says so."""
         batch, heads, t_enc, a = doubled_keys.shape
         self.shape = batch, heads, t_enc, a
         self.doubled_keys = doubled_keys
@@ -70,8 +80,9 @@ class AdditiveAttentionSteps:
         self.fill = torch.finfo(values.dtype).min
         self.contexts = values.new_empty(steps, batch, groups, d_v)  # c_t
         self.weights = values.new_empty(steps, batch, heads, t_enc)  # α_t
-        self.sigmas = doubled_keys.new_empty(steps, *doubled_keys.shape) if keep_sigmas else None  # σ_t
-        self.sigma_buffer = None if keep_sigmas else torch.empty_like(doubled_keys)  # one for every step
+        keep = keeps_sigmas(steps, doubled_keys)
+        self.sigmas = doubled_keys.new_empty(steps, *doubled_keys.shape) if keep else None  # σ_t
+        self.sigma_buffer = None if keep else torch.empty_like(doubled_keys)  # one for every step
 
     def step(self, t: int, query: Tensor) -> Tensor:
         """Step t from q_t ``(B, H·a)`` → c_t ``(B, M·d_v)``."""

@@ -25,11 +25,9 @@ After the loop, every parameter's gradient for all steps at once, as a few large
 (δW_state = Σ_t [δg_t; δq_t]ᵀ s_{t-1}, δb_state = Σ_t [δg_t; δq_t], δW_ic = Σ_t δx_tᵀ c_t, and the
 attention's δkeys, δK2, δv).
 
-The forward keeps σ_t of every step, up to ``KEEP_SIGMA_BYTES`` in all; the backward reads them
-back instead of recomputing them (past that size it recomputes each from the stored q_t, into one
-buffer). Keeping them is the faster choice in training, where freed memory is kept for reuse
-(``attnseq.training.process.keep_freed_memory``); benchmarks/results.md's Bahdanau and Luong rows
-are measured that way.
+The forward keeps σ_t of every step, up to ``additive_attention_steps.KEEP_SIGMA_BYTES`` in all;
+the backward reads them back instead of recomputing them (past that size it recomputes each from
+the stored q_t, into one buffer).
 """
 
 from __future__ import annotations
@@ -47,10 +45,6 @@ from attnseq.kernels.additive_attention_steps import (
 )
 from attnseq.kernels.cells import GRUActivations, LSTMActivations, gru_cell, gru_partials, lstm_cell, lstm_partials
 
-KEEP_SIGMA_BYTES = 256 * 2**20
-"""Up to this size the σ_t of every step are kept for the backward pass; past it, recomputed. A
-30 MiB limit, recomputing on every long batch, trained slower (README, "Performance")."""
-
 
 def supports(input_gates: Tensor) -> bool:
     """Full-precision inputs outside autocast: the function keeps its buffers in the input dtype and
@@ -58,11 +52,6 @@ def supports(input_gates: Tensor) -> bool:
     return input_gates.dtype in (torch.float32, torch.float64) and not torch.is_autocast_enabled(
         input_gates.device.type
     )
-
-
-def keeps_sigmas(steps: int, doubled_keys: Tensor) -> bool:
-    """Whether σ_t of ``steps`` steps, each the size of ``doubled_keys``, fit ``KEEP_SIGMA_BYTES``."""
-    return steps * doubled_keys.numel() * doubled_keys.element_size() <= KEEP_SIGMA_BYTES
 
 
 class AdditiveGRURecurrence(torch.autograd.Function):
@@ -82,7 +71,7 @@ class AdditiveGRURecurrence(torch.autograd.Function):
         w_state_t, w_ic_t = w_state.T, w_ic.T  # (d, 3d + H·a), (d_k, 3d)
         ctx.set_materialize_grads(False)
         attention = AdditiveAttentionSteps(
-            keys_as_values(keys, v.shape[0]), doubled_keys, valid, v, steps, keeps_sigmas(steps, doubled_keys)
+            keys_as_values(keys, v.shape[0]), doubled_keys, valid, v, steps
         )
         states = input_gates.new_empty(steps, batch, d)  # s_1..s_T, time-major while stepping
         projected = input_gates.new_empty(steps, batch, w_state.shape[0])  # [g_t; q_t]
@@ -154,7 +143,7 @@ class AdditiveLSTMRecurrence(torch.autograd.Function):
         w_state_t, w_ic_t = w_state.T, w_ic.T  # (d, 4d + H·a), (d_k, 4d)
         ctx.set_materialize_grads(False)
         attention = AdditiveAttentionSteps(
-            keys_as_values(keys, v.shape[0]), doubled_keys, valid, v, steps, keeps_sigmas(steps, doubled_keys)
+            keys_as_values(keys, v.shape[0]), doubled_keys, valid, v, steps
         )
         states = input_gates.new_empty(steps + 1, batch, d)  # h_0..h_T, time-major while stepping
         cells = input_gates.new_empty(steps + 1, batch, d)  # c_0..c_T

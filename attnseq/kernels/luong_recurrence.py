@@ -24,7 +24,7 @@ recurrence in reverse, with δ· the loss's gradient; per step t = T..1::
 
 and after the loop δs_0 and δh̃_0, and every parameter's gradient for all steps at once
 (δW_state = Σ_t δp_tᵀ s_t over t = 0..T, δb_state, δW_f = Σ_t δx_tᵀ h̃_{t-1}, the attention's δV,
-δK2, δv). σ_t of every step is kept or recomputed as ``additive_recurrence.keeps_sigmas`` says.
+δK2, δv). σ_t of every step is kept or recomputed as ``additive_attention_steps.keeps_sigmas`` says.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from attnseq.kernels import additive_recurrence
 from attnseq.kernels.additive_attention_steps import (
     AdditiveAttentionStepGradients,
     AdditiveAttentionSteps,
@@ -62,7 +61,7 @@ class AdditiveLuongRecurrence(torch.autograd.Function):
         w_state_t, w_f_t = w_state.T, w_f.T  # (d, G·d + d + H·a), (d, G·d)
         ctx.set_materialize_grads(False)
         attention = AdditiveAttentionSteps(
-            values, doubled_keys, valid, v, steps, additive_recurrence.keeps_sigmas(steps, doubled_keys), True
+            values, doubled_keys, valid, v, steps, heads_summed=True
         )
         states = input_gates.new_empty(steps + 1, batch, d)  # s_0..s_T, time-major while stepping
         feeds = input_gates.new_empty(steps + 1, batch, d)  # h̃_0..h̃_T
@@ -119,7 +118,8 @@ class AdditiveLuongRecurrence(torch.autograd.Function):
             reset_update, candidate = cell_buffers
             partials = gru_partials(reset_update, candidate, projected[:-1, :, 2 * d : gates], states[:-1])
         attention = AdditiveAttentionStepGradients(
-            values, doubled_keys, v, weights, sigmas, projected[1:, :, gates + d :], None, grad_weights, True
+            values, doubled_keys, v, weights, sigmas, projected[1:, :, gates + d :], None, grad_weights,
+            heads_summed=True,
         )
 
         d_projected = states.new_empty(steps + 1, batch, w_state.shape[0])  # [δg_{t+1}; δ(W_cs s_t); δq_t]
