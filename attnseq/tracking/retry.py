@@ -12,7 +12,9 @@ within the budget. A store that comes back within the sleeps is picked up by the
 the budget is the knob for riding out an outage. The default, 30 s, gives 4 retries (sleeps of
 14 s in all) of attempts that wait up to 3 s each for an answer; ``mlflow.retry_budget_s=120``
 gives 6 retries sleeping 62 s in all, enough for a server restarted within a minute, with
-attempts of up to 8 s (large uploads through a slow server may need more).
+attempts of up to 8 s (large uploads through a slow server may need more). An answer cut off
+mid-body (the server stopped while answering), which urllib3 does not retry, is retried by
+``retry_cut_off`` within the same budget.
 
 The environment variables are set for this process and its children, overriding values set
 before; MLflow reads them at every request.
@@ -21,11 +23,16 @@ before; MLflow reads them at every request.
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from attnseq.errors import ProblemAndFix
 from attnseq.tracking.redaction import redact
+
+T = TypeVar("T")
 
 DEFAULT_BUDGET_S = 30.0
 MIN_ATTEMPT_TIMEOUT_S = 3
@@ -125,6 +132,40 @@ def store_unreachable(error: BaseException) -> bool:
         if any(word in str(step) for word in _UNREACHABLE_WORDS):
             return True
     return False
+
+
+_CUT_OFF = (
+    "requests.exceptions.ChunkedEncodingError",
+    "http.client.IncompleteRead",
+    "urllib3.exceptions.IncompleteRead",
+)
+
+
+def answer_cut_off(error: BaseException) -> bool:
+    """Whether the store took the request and went away while its answer was being read (a server
+    stopped mid-response). urllib3 retries a request whose connection fails or gets no answer, but
+    not an answer cut off in its body, so the caller retries those itself (``retry_cut_off``)."""
+    for step in _chain(error):
+        names = {f"{cls.__module__}.{cls.__qualname__}" for cls in type(step).__mro__}
+        if names & set(_CUT_OFF) or "IncompleteRead" in str(step):
+            return True
+    return False
+
+
+def retry_cut_off(call: Callable[[], T]) -> T:
+    """``call()``, made again after an answer cut off (``answer_cut_off``), with sleeps of 1, 2, 4, … s,
+    while the retry budget lasts. Only for calls that may be made twice: MLflow's ``log_batch`` keeps
+    one copy of a metric, param or tag sent twice, and an upload replaces the same file."""
+    started = time.monotonic()
+    sleep_s = 1.0
+    while True:
+        try:
+            return call()
+        except Exception as error:
+            if not answer_cut_off(error) or time.monotonic() - started + sleep_s > retry_budget():
+                raise
+        time.sleep(sleep_s)
+        sleep_s *= 2
 
 
 def unavailable(uri: str, action: str, error: BaseException, run_id: str | None) -> TrackingUnavailable:

@@ -13,7 +13,8 @@ that a process shutting down does not wait out the budget again for every record
 To a tracking server (``http(s)://``), where every call is an HTTP round trip, params, tags and
 metrics go through MLflow's asynchronous logging (``logs_asynchronously``): the call queues them and
 returns, MLflow's worker threads send them, with the same retries. Nothing queued is lost or fails
-silently: each call first raises the error of any earlier record that failed (``TrackingUnavailable``
+silently: a batch whose answer was cut off (a server stopped mid-response) is sent again, and
+each call first raises the error of any earlier record that failed (``TrackingUnavailable``
 when the store stopped answering), and ``flush`` waits for every queued record and raises the first
 failure; ``finish`` flushes before it marks the run, so a FINISHED, FAILED or KILLED run holds every
 record logged before. A process killed with SIGKILL loses what was still queued.
@@ -35,7 +36,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 
 from attnseq.tracking.provenance import git_tags
 from attnseq.tracking.redaction import redact, redact_document
-from attnseq.tracking.retry import TrackingUnavailable, store_unreachable, unavailable
+from attnseq.tracking.retry import TrackingUnavailable, answer_cut_off, retry_cut_off, store_unreachable, unavailable
 
 PARAM_LENGTH = 6000
 TAG_LENGTH = 5000
@@ -51,7 +52,8 @@ class TrackedRun:
         self.name = name
         self.lost: TrackingUnavailable | None = None  # set when the store stopped answering
         self.asynchronous = logs_asynchronously(client.tracking_uri)
-        self.queued: list[tuple[str, Any]] = []  # (action, MLflow's RunOperations) not yet known to have succeeded
+        # (action, the batch, MLflow's RunOperations) not yet known to have succeeded
+        self.queued: list[tuple[str, dict[str, list], Any]] = []
 
     @classmethod
     def create(
@@ -88,7 +90,7 @@ class TrackedRun:
         if self.lost is not None:
             raise self.lost
         try:
-            return method(*args, **kwargs)
+            return retry_cut_off(lambda: method(*args, **kwargs))
         except Exception as error:
             if not store_unreachable(error):
                 raise
@@ -111,11 +113,11 @@ class TrackedRun:
 
     def _log_batch(self, action: str, **batch: list) -> None:
         if not self.asynchronous:
-            self._call(action, self.client.log_batch, self.run_id, **batch)
+            self._call(action, self.client.log_batch, self.run_id, synchronous=True, **batch)
             return
         self._raise_failed(wait=False)
         operations = self._call(action, self.client.log_batch, self.run_id, synchronous=False, **batch)
-        self.queued.append((action, operations))
+        self.queued.append((action, batch, operations))
 
     def flush(self) -> None:
         """Wait until every queued record is in the store; raise the first that failed."""
@@ -123,19 +125,24 @@ class TrackedRun:
 
     def _raise_failed(self, wait: bool) -> None:
         """Forget the queued records that are stored; raise the first failure among those done (all,
-        with ``wait``: then every queued record is waited for before anything is raised)."""
+        with ``wait``: then every queued record is waited for before anything is raised). A batch
+        whose answer was cut off (the server stopped mid-response) is sent again, waited for."""
         failure: tuple[str, BaseException] | None = None
         still_queued = []
-        for action, operations in self.queued:
+        resend = []
+        for action, batch, operations in self.queued:
             futures = list(_futures(operations))
             if not wait and not all(future.done() for future in futures):
-                still_queued.append((action, operations))
+                still_queued.append((action, batch, operations))
                 continue
-            for future in futures:
-                error = future.exception()
-                if error is not None and failure is None:
-                    failure = (action, error)
+            errors = [error for future in futures if (error := future.exception()) is not None]
+            if errors and all(answer_cut_off(error) for error in errors):
+                resend.append((action, batch))
+            elif errors and failure is None:
+                failure = (action, errors[0])
         self.queued = still_queued
+        for action, batch in resend:
+            self._call(action, self.client.log_batch, self.run_id, synchronous=True, **batch)
         if failure is not None:
             action, error = failure
             self._call(action, _raise, error)
