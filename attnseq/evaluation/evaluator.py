@@ -1,26 +1,30 @@
-"""Evaluate one trained model on a chosen length range: length-bucketed accuracy and exact
-match (greedy or beam), overall, per bucket and inside the training lengths; the attention
-diagnostics against the gold alignment likewise; for text tasks sacreBLEU and chrF on detokenised
-text, overall and per bucket (``attnseq.metrics.translation``); the counterfactual check."""
+"""Evaluate one trained model on a chosen length range, greedy or beam, with the metrics suite
+validation uses (``attnseq.metrics.MetricSuite``, stage ``eval``): accuracy and exact match overall,
+per bucket and inside the training lengths; the attention diagnostics likewise; for text tasks
+sacreBLEU and chrF against the examples' own text, overall and per bucket; the counterfactual check."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 from torch import Tensor
 
 from attnseq.data import Batch, Example, Seq2SeqDataModule, collate, encode_examples
+from attnseq.data.capabilities import has_gold_alignment, is_text
 from attnseq.data.tokenizers import TEXT_TASKS, output_text
 from attnseq.evaluation.counterfactual import MODES, CounterfactualTotals, counterfactual_decoder
 from attnseq.evaluation.trained_runs import TrainedRun
-from attnseq.metrics import DIAGNOSTICS, AttentionDiagnostics, LengthBucketedAccuracy, bucket_name
-from attnseq.metrics.length_buckets import LengthBuckets, bucket_digits
-from attnseq.metrics.translation import SCORES, signature_params, translation_scores
-from attnseq.model import Decoded, greedy_decode
+from attnseq.metrics import BatchOutputs, MetricSuite, SuiteSpec
+from attnseq.metrics.translation import signature_params
+from attnseq.model import Decoded, decode_length_limit, greedy_decode
 from attnseq.model.beam import beam_search
 from attnseq.model.decoding import Encoded
+
+__all__ = ["TEXT_TASKS", "EvalResult", "EvalSettings", "decode", "decoded_row", "evaluate_run", "evaluation_examples",
+           "length_limit", "metric_suite", "sentence_samples"]
 
 
 @dataclass(frozen=True)
@@ -57,11 +61,27 @@ def evaluation_examples(trained: TrainedRun, settings: EvalSettings) -> list[Exa
 
 
 def length_limit(trained: TrainedRun, batch: Batch) -> int:
-    """The most tokens decoding may emit for ``batch``: the run's ratio × its longest source + extra."""
+    """The most tokens decoding may emit for ``batch``: ``decode_length_limit`` with the run's own
+    ``decode.max_length_ratio`` and ``decode.max_length_extra``, as its validation decoded."""
     decode_config = trained.config["decode"]
-    return int(int(batch.src_lengths.max()) * decode_config["max_length_ratio"]) + int(
-        decode_config["max_length_extra"]
-    )
+    return decode_length_limit(batch.src_lengths, decode_config["max_length_ratio"], decode_config["max_length_extra"])
+
+
+def metric_suite(trained: TrainedRun, settings: EvalSettings) -> MetricSuite:
+    """The suite of ``eval/`` metrics for ``trained`` at ``settings``."""
+    task = trained.config["dataset"]["task"]
+    text = is_text(task)
+    return MetricSuite(SuiteSpec(
+        "eval",
+        max_length=settings.lengths[1],
+        bucket_width=settings.bucket_width,
+        train_lengths=tuple(trained.train_lengths),
+        attention=trained.model.attention is not None,
+        gold_alignment=has_gold_alignment(task),
+        text=text,
+        counterfactual=settings.counterfactual,
+        to_text=partial(output_text, vocab=trained.tgt_vocab, tokenizer=trained.tgt_tokenizer) if text else None,
+    ))
 
 
 def decode(trained: TrainedRun, batch: Batch, beam_size: int, encoded: Encoded | None = None) -> Decoded:
@@ -80,24 +100,14 @@ def evaluate_run(trained: TrainedRun, settings: EvalSettings, examples: list[Exa
     Each batch is encoded once: decoding, the teacher-forced pass and the counterfactual replays
     all read that one encoding (the replays through copies of the decoder alone)."""
     examples = examples if examples is not None else evaluation_examples(trained, settings)
-    model, width = trained.model.eval(), settings.bucket_width
-    max_length = settings.lengths[1]
-    accuracy = LengthBucketedAccuracy(max_length, width)
-    diagnostics = AttentionDiagnostics(max_length, width)
-    train_lo, train_hi = trained.train_lengths
-    # the same, restricted to the lengths the model was trained on: one bucket each
-    accuracy_inside = LengthBucketedAccuracy(train_hi, train_hi)
-    diagnostics_inside = AttentionDiagnostics(train_hi, train_hi)
-    is_text = trained.config["dataset"]["task"] in TEXT_TASKS
-    hypotheses: list[str] = []  # text tasks: each example's output, detokenised, in ``ordered`` order
-    with_attention = model.attention is not None
+    model = trained.model.eval()
+    suite = metric_suite(trained, settings)
     generator = torch.Generator().manual_seed(settings.seed)
     replays = (
         {mode: counterfactual_decoder(model.decoder, mode, generator) for mode in MODES}
-        if settings.counterfactual and with_attention
+        if "counterfactual" in suite.members
         else {}
     )
-    totals = {mode: CounterfactualTotals.empty(max_length, width) for mode in replays}
 
     order = sorted(range(len(examples)), key=lambda i: len(examples[i].src))  # length-grouped: little padding
     ordered = [examples[i] for i in order]
@@ -109,58 +119,22 @@ def evaluate_run(trained: TrainedRun, settings: EvalSettings, examples: list[Exa
         decoded = decode(trained, batch, settings.beam_size, encoded)
         for i, row, n in zip(order[start:], decoded.tokens.tolist(), decoded.lengths.tolist()):
             predictions[i] = row[:n]
-        accuracy.update(decoded.tokens, batch.tgt_out, batch.tgt_lengths, batch.src_lengths)
-        seen = (batch.src_lengths >= train_lo) & (batch.src_lengths <= train_hi)  # (B,)
-        accuracy_inside.update(
-            decoded.tokens[seen], batch.tgt_out[seen], batch.tgt_lengths[seen], batch.src_lengths[seen]
-        )
         logits, attention = model.decoder(batch.tgt_in, state, memory)  # teacher forced
-        if attention is not None:
-            diagnostics.update(attention, batch.alignment, batch.tgt_lengths, batch.src_lengths)
-            diagnostics_inside.update(
-                attention[seen], batch.alignment[seen], batch.tgt_lengths[seen], batch.src_lengths[seen]
-            )
-        for mode, replay in replays.items():
-            changed, _ = replay(batch.tgt_in, state, memory)
-            totals[mode].update(logits, changed, batch.tgt_lengths, batch.src_lengths, width)
-        if is_text:
-            vocab, tokenizer = trained.tgt_vocab, trained.tgt_tokenizer
-            hypotheses += [output_text(ids, vocab, tokenizer) for ids in decoded.tokens.tolist()]
+        replayed = {mode: replay(batch.tgt_in, state, memory)[0] for mode, replay in replays.items()}
+        references = (
+            [trained.tgt_tokenizer.detokenize(example.tgt) for example in ordered[start : start + len(batch)]]
+            if suite.spec.text
+            else None
+        )
+        suite.update(BatchOutputs.of(batch, decoded.tokens, attention=attention, logits=logits, replayed=replayed,
+                                     references=references))
         if progress is not None:
             progress(len(batch))
 
-    metrics = {f"eval/{k}": float(v) for k, v in accuracy.compute().items()}
-    inside = accuracy_inside.compute() if int(accuracy_inside.sequences.sum()) else {}
-    metrics.update({f"eval/{k}_train_lengths": float(inside[k]) for k in ("acc", "exact_match") if k in inside})
-    rows = accuracy.bucket_table()
-    if with_attention:
-        metrics.update({f"eval/{k}": float(v) for k, v in diagnostics.compute().items()})
-        if int(diagnostics_inside.steps.sum()):
-            metrics.update({f"eval/{k}_train_lengths": float(v) for k, v in diagnostics_inside.compute().items()})
-        for row, diagnosed in zip(rows, diagnostics.bucket_table()):
-            row.update({name: diagnosed[name] for name in DIAGNOSTICS})
-            metrics.update({f"eval/{name}_len/{row['bucket']}": diagnosed[name] for name in DIAGNOSTICS
-                            if diagnosed[name] is not None})
-    scored = {}
-    if is_text and ordered:
-        references = [trained.tgt_tokenizer.detokenize(example.tgt) for example in ordered]
-        lengths = [len(example.src) for example in ordered]
-        scores = translation_scores(hypotheses, references, lengths, LengthBuckets(max_length, width))
-        metrics.update({f"eval/{name}": value for name, value in scores.overall.items()})
-        for row, scored_row in zip(rows, scores.buckets, strict=True):
-            row.update({name: scored_row[name] for name in SCORES})
-            metrics.update({f"eval/{name}_len/{row['bucket']}": scored_row[name] for name in SCORES
-                            if scored_row[name] is not None})
-        scored = signature_params()
-    digits = bucket_digits(max_length)
-    for mode, total in totals.items():
-        for key, value in total.summary().items():
-            metrics[f"eval/cf_{mode}_{key}"] = value
-        for row, cf in zip(rows, total.rows()):
-            row[f"cf_{mode}_flip_rate"], row[f"cf_{mode}_tv"] = cf["flip_rate"], cf["tv"]
-            if cf["flip_rate"] is not None:
-                name = bucket_name(cf["lo"], cf["hi"], digits)
-                metrics[f"eval/cf_{mode}_flip_len/{name}"] = cf["flip_rate"]
+    metrics = {name: float(value) for name, value in suite.compute().items()}
+    rows = suite.bucket_rows()
+    totals = suite.members["counterfactual"].totals if "counterfactual" in suite.members else {}
+    scored = signature_params() if suite.spec.text and ordered else {}
     return EvalResult(
         metrics, rows, totals, long_samples=_longest(trained, ordered, settings), signatures=scored,
         predictions=predictions, sentence_samples=sentence_samples(trained, settings.sentences, settings.beam_size),

@@ -15,6 +15,13 @@ Encoded = tuple[Memory, DecoderState]
 """``model.encode(src, src_lengths)``'s result, for callers that decode one batch several ways."""
 
 
+def decode_length_limit(src_lengths: Tensor, ratio: float, extra: int) -> int:
+    """How many tokens decoding (greedy or beam) may emit for a batch: ``ratio × longest source +
+    extra`` (the run's ``decode.max_length_ratio`` and ``decode.max_length_extra``), in training's
+    validation, its heatmaps and evaluation alike."""
+    return int(int(src_lengths.max()) * ratio) + int(extra)
+
+
 class Decoded(NamedTuple):
     tokens: Tensor  # (B, T_out): the output up to and including EOS, then PAD
     lengths: Tensor  # (B,): tokens up to and including EOS (T_out where no EOS came)

@@ -4,43 +4,36 @@ Metrics are updated on tensors (no host syncs in the steps) and logged once per 
 ``train/loss`` and ``train/padding_fraction`` (means over the epoch's sequences, accumulated in
 ``MeanMetric``s: a ``self.log`` call costs Python time a small model's step cannot spare),
 ``train/loss_step`` only on the steps the logger writes (every ``trainer.log_every_n_steps``),
-``val/loss``, ``val/acc``, ``val/exact_match``, ``val/acc_best``, every length bucket
-(``val/acc_len/01-05``, ``val/exact_len/01-05``, …), the same restricted to the training lengths
-(``val/acc_train_lengths``, ``val/exact_match_train_lengths``) and, for models with attention,
-the attention diagnostics of ``attnseq.metrics.alignment`` (``val/align_acc``, ``val/align_acc_near``,
-``val/align_offset``, ``val/attn_mass_gold``, ``val/attn_entropy``, ``val/attn_margin``, …; those
-needing a gold alignment only on tasks that have one), each also inside the training lengths
-(``val/align_acc_train_lengths``, …), alignment accuracy per bucket (``val/align_acc_len/01-05``)
-and, for tasks whose outputs are sentences (``TEXT_TASKS``), sacreBLEU and chrF on detokenised text
-(``val/sacrebleu``, ``val/chrf``: ``attnseq.metrics.translation``). Their references are the targets
-as the target vocabulary spells them, so a token outside it reads ``<unk>`` there; evaluation
-(``eval/sacrebleu``) scores against the examples' own text. ``test/…`` likewise.
+``val/acc_best``, and everything ``attnseq.metrics.MetricSuite`` reports for the run (``val/loss``,
+``val/acc``, the length buckets, the training-lengths subset, the attention diagnostics, sacreBLEU
+and chrF for text tasks: ``attnseq.metrics.names`` lists them), the suite evaluation uses too.
+Text references are the targets as the target vocabulary spells them, so a token outside it reads
+``<unk>`` there; evaluation (``eval/sacrebleu``) scores against the examples' own text.
+``test/…`` likewise.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from functools import partial
 
 import lightning as L
 import torch
 from torch import Tensor
 from torch.nn import functional as F
-from torchmetrics import MaxMetric, MeanMetric, MetricCollection
+from torchmetrics import MaxMetric, MeanMetric, Metric
 
 from attnseq.data.batch import Batch
-from attnseq.data.tokenizers import TEXT_TASKS, output_text
+from attnseq.data.capabilities import has_gold_alignment, is_text
+from attnseq.data.tokenizers import output_text
 from attnseq.data.vocab import PAD
-from attnseq.metrics import AttentionDiagnostics, LengthBucketedAccuracy
-from attnseq.metrics.translation import corpus_scores
-from attnseq.model import Seq2Seq, greedy_decode
+from attnseq.metrics import BatchOutputs, MetricSuite, SuiteSpec
+from attnseq.model import Seq2Seq, decode_length_limit, greedy_decode
 
 OptimizerFactory = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
 SchedulerFactory = Callable[[torch.optim.Optimizer], object]
 
-
-def decode_length_limit(src_lengths: Tensor, ratio: float, extra: int) -> int:
-    """How many tokens greedy decoding may emit for a batch: ``ratio × longest source + extra``."""
-    return int(int(src_lengths.max()) * ratio) + extra
+__all__ = ["Seq2SeqLitModule", "decode_length_limit"]  # the decode-length rule lives in attnseq.model
 
 
 class Seq2SeqLitModule(L.LightningModule):
@@ -67,28 +60,44 @@ class Seq2SeqLitModule(L.LightningModule):
         self.teacher_forcing = teacher_forcing
         self.decode_ratio = decode_ratio
         self.decode_extra = decode_extra
-        _, hi = self.train_lengths
-        self.val_metrics = MetricCollection(
-            {
-                "buckets": LengthBucketedAccuracy(max_eval_length, bucket_width),
-                "train_lengths": LengthBucketedAccuracy(hi, hi),  # one bucket: every seen length
-                "attention": AttentionDiagnostics(max_eval_length, bucket_width),
-                "attention_train_lengths": AttentionDiagnostics(hi, hi),
-            },
-            compute_groups=False,
-        )
-        self.test_metrics = self.val_metrics.clone()
+        self.max_eval_length = max_eval_length
+        self.bucket_width = bucket_width
+        self.val_metrics = self.metric_suite("val")
+        self.test_metrics = self.metric_suite("test")
         # nan_strategy="disable": no NaN test (a host sync) per step; FiniteLossGuard stops a NaN loss
         self.train_loss = MeanMetric(nan_strategy="disable")
         self.train_padding = MeanMetric(nan_strategy="disable")
         self.val_acc_best = MaxMetric()
-        for metric in (self.val_metrics, self.test_metrics, self.train_loss, self.train_padding, self.val_acc_best):
+        for metric in (self.train_loss, self.train_padding, self.val_acc_best):
             metric.persistent(True)  # in the checkpoint: a resumed run keeps its best and its running means
         self.last_bucket_tables: dict[str, list[dict]] = {}
         """The latest epoch's per-bucket rows, by stage: read by the tracking callbacks."""
-        self.epoch_outputs: dict[str, list[tuple[Tensor, Tensor, Tensor]]] = {}
-        """This epoch's (decoded ids, target ids, target lengths) of each batch, by stage, for text tasks:
-        sacreBLEU and chrF pool the whole epoch's sentences. Emptied by each epoch's end."""
+
+    def metric_suite(self, stage: str, data: object = None) -> MetricSuite:
+        """The metrics ``stage`` reports, for this model and the task of ``data`` (a data module;
+        none: a task without text or gold alignment), persistent in the checkpoint."""
+        task = getattr(data, "task", None)
+        text = task is not None and is_text(task)
+        spec = SuiteSpec(
+            stage,
+            max_length=self.max_eval_length,
+            bucket_width=self.bucket_width,
+            train_lengths=self.train_lengths,
+            attention=self.model.attention is not None,
+            gold_alignment=task is not None and has_gold_alignment(task),
+            text=text,
+            to_text=partial(output_text, vocab=data.tgt_vocab, tokenizer=data.tgt_tokenizer) if text else None,
+        )
+        suite = MetricSuite(spec)
+        for metric in suite.modules():
+            if isinstance(metric, Metric):
+                metric.persistent(True)
+        return suite
+
+    def setup(self, stage: str) -> None:
+        """The suites again, now that the data (its task, its target vocabulary) is attached."""
+        self.val_metrics = self.metric_suite("val", self.trainer.datamodule)
+        self.test_metrics = self.metric_suite("test", self.trainer.datamodule)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         """A checkpoint whose metric states differ from this version's (written before they were
@@ -144,79 +153,34 @@ class Seq2SeqLitModule(L.LightningModule):
         }
 
     # -- evaluation ----------------------------------------------------------------------
-    def _evaluate(self, batch: Batch, metrics: MetricCollection, stage: str) -> None:
-        logits, attention = self.model(batch.src, batch.src_lengths, batch.tgt_in)  # teacher forced
-        self.log(
-            f"{stage}/loss", self.loss(logits, batch.tgt_out), on_epoch=True, batch_size=len(batch), sync_dist=True
-        )
+    def _evaluate(self, batch: Batch, metrics: MetricSuite) -> None:
+        """Encode once; decode greedily and run the teacher-forced pass from that encoding (as the
+        evaluator does); feed both to the suite."""
+        memory, state = encoded = self.model.encode(batch.src, batch.src_lengths)
         limit = decode_length_limit(batch.src_lengths, self.decode_ratio, self.decode_extra)
-        decoded = greedy_decode(self.model, batch.src, batch.src_lengths, max_length=limit)
-        metrics["buckets"].update(decoded.tokens, batch.tgt_out, batch.tgt_lengths, batch.src_lengths)
-        lo, hi = self.train_lengths
-        seen = (batch.src_lengths >= lo) & (batch.src_lengths <= hi)  # (B,)
-        metrics["train_lengths"].update(
-            decoded.tokens[seen], batch.tgt_out[seen], batch.tgt_lengths[seen], batch.src_lengths[seen]
-        )
-        if attention is not None:
-            metrics["attention"].update(attention, batch.alignment, batch.tgt_lengths, batch.src_lengths)
-            metrics["attention_train_lengths"].update(
-                attention[seen], batch.alignment[seen], batch.tgt_lengths[seen], batch.src_lengths[seen]
-            )
-        if self._outputs_are_sentences():
-            self.epoch_outputs.setdefault(stage, []).append((decoded.tokens, batch.tgt_out, batch.tgt_lengths))
+        decoded = greedy_decode(self.model, batch.src, batch.src_lengths, max_length=limit, encoded=encoded)
+        logits, attention = self.model.decoder(batch.tgt_in, state, memory)  # teacher forced
+        loss = self.loss(logits, batch.tgt_out)
+        metrics.update(BatchOutputs.of(batch, decoded.tokens, attention=attention, logits=logits, loss=loss))
 
-    def _outputs_are_sentences(self) -> bool:
-        data = self.trainer.datamodule
-        return data is not None and getattr(data, "task", None) in TEXT_TASKS
-
-    def _translation_scores(self, stage: str) -> dict[str, Tensor]:
-        """sacreBLEU and chrF of the epoch's outputs (every process's, under data parallelism)."""
-        outputs = self.epoch_outputs.pop(stage, [])
-        if not outputs:
-            return {}
-        data = self.trainer.datamodule
-        hypotheses, references = [], []
-        for decoded, target, target_lengths in outputs:
-            for out_ids, gold_ids, length in zip(decoded.tolist(), target.tolist(), target_lengths.tolist()):
-                hypotheses.append(output_text(out_ids, data.tgt_vocab, data.tgt_tokenizer))
-                references.append(output_text(gold_ids[:length], data.tgt_vocab, data.tgt_tokenizer))
-        if self.trainer.world_size > 1:
-            gathered: list = [None] * self.trainer.world_size
-            torch.distributed.all_gather_object(gathered, (hypotheses, references))
-            hypotheses = [text for part, _ in gathered for text in part]
-            references = [text for _, part in gathered for text in part]
-        return {f"{stage}/{name}": torch.tensor(score) for name, score in corpus_scores(hypotheses, references).items()}
-
-    def _log_epoch(self, metrics: MetricCollection, stage: str) -> dict[str, Tensor]:
-        values = {f"{stage}/{name}": value for name, value in metrics["buckets"].compute().items()}
-        seen = metrics["train_lengths"].compute()
-        if seen:
-            values[f"{stage}/acc_train_lengths"] = seen["acc"]
-            values[f"{stage}/exact_match_train_lengths"] = seen["exact_match"]
-        if self.model.attention is not None:
-            values.update({f"{stage}/{name}": value for name, value in metrics["attention"].compute().items()})
-            inside = metrics["attention_train_lengths"].compute()
-            values.update({f"{stage}/{name}_train_lengths": value for name, value in inside.items()})
-            for row in metrics["attention"].bucket_table():
-                if row["align_acc"] is not None:
-                    values[f"{stage}/align_acc_len/{row['bucket']}"] = torch.tensor(row["align_acc"])
-        values.update(self._translation_scores(stage))
-        self.last_bucket_tables[stage] = metrics["buckets"].bucket_table()
-        self.log_dict(values, sync_dist=False)
+    def _log_epoch(self, metrics: MetricSuite) -> dict[str, Tensor]:
+        values = metrics.compute()
+        self.last_bucket_tables[metrics.spec.stage] = metrics.bucket_rows()
+        self.log_dict(values, sync_dist=False)  # the suite's metrics synchronise themselves
         metrics.reset()
         return values
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
-        self._evaluate(batch, self.val_metrics, "val")
+        self._evaluate(batch, self.val_metrics)
 
     def on_validation_epoch_end(self) -> None:
-        values = self._log_epoch(self.val_metrics, "val")
+        values = self._log_epoch(self.val_metrics)
         if "val/acc" in values and not self.trainer.sanity_checking:
             self.val_acc_best(values["val/acc"])
             self.log("val/acc_best", self.val_acc_best.compute())
 
     def test_step(self, batch: Batch, batch_idx: int) -> None:
-        self._evaluate(batch, self.test_metrics, "test")
+        self._evaluate(batch, self.test_metrics)
 
     def on_test_epoch_end(self) -> None:
-        self._log_epoch(self.test_metrics, "test")
+        self._log_epoch(self.test_metrics)

@@ -46,10 +46,11 @@ from attnseq.config import (
     whole,
 )
 from attnseq.config.schema import is_whole
-from attnseq.data.tokenizers import TEXT_TASKS, TOKENIZERS
+from attnseq.data.tokenizers import TOKENIZERS
 from attnseq.errors import ConfigError
-from attnseq.metrics import DIAGNOSTICS, SHAPE_DIAGNOSTICS, bucket_bounds, bucket_digits, bucket_name
+from attnseq.metrics import lower_is_better
 from attnseq.model.config import CELLS, DECODERS
+from attnseq.training.metric_names import logged_metrics
 
 SYMBOL_TASKS = ("copy", "reverse", "sort")
 ALL_TASKS = (*SYMBOL_TASKS, "translate", "tsv")
@@ -299,33 +300,6 @@ def check_schedule(optimizer: torch.optim.Optimizer, make_scheduler: Callable | 
 
 
 # -- metrics ---------------------------------------------------------------------------------------
-
-
-def logged_metrics(cfg: DictConfig, stage: str = "val") -> list[str]:
-    """The epoch metrics ``Seq2SeqLitModule`` logs for this config in ``stage`` (val or test), and
-    the training ones (see its module docstring)."""
-    names = [f"{stage}/loss", f"{stage}/acc", f"{stage}/exact_match"]
-    if stage == "val":
-        names.append("val/acc_best")
-    names += [f"{stage}/acc_train_lengths", f"{stage}/exact_match_train_lengths"]
-    if cfg.dataset.task in TEXT_TASKS:
-        names += [f"{stage}/sacrebleu", f"{stage}/chrf"]
-    with_attention = cfg.scorer.name != NO_ATTENTION
-    gold = with_attention and cfg.dataset.task != "tsv"  # only the synthetic tasks have a gold alignment
-    if with_attention:
-        diagnostics = [d for d in DIAGNOSTICS if gold or d in SHAPE_DIAGNOSTICS]
-        names += [f"{stage}/{d}{inside}" for d in diagnostics for inside in ("", "_train_lengths")]
-    longest = int(cfg.dataset.eval_lengths[1])
-    for lo, hi in bucket_bounds(longest, int(cfg.dataset.bucket_width)):
-        name = bucket_name(lo, hi, bucket_digits(longest))
-        names += [f"{stage}/acc_len/{name}", f"{stage}/exact_len/{name}"]
-        if gold:
-            names.append(f"{stage}/align_acc_len/{name}")
-    return names + ["train/loss", "train/padding_fraction"]
-
-
-def lower_is_better(metric: str) -> bool:
-    return metric.removesuffix("_train_lengths").endswith(("loss", "attn_entropy", "aer", "padding_fraction"))
 
 
 def check_metrics(cfg: DictConfig) -> None:
