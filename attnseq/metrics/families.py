@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torchmetrics import MeanMetric
+from torchmetrics import Metric
 
 from attnseq.metrics.alignment import DIAGNOSTICS, SHAPE_DIAGNOSTICS, AttentionDiagnostics
 from attnseq.metrics.counterfactual import MODES, CounterfactualTotals
@@ -21,8 +21,32 @@ def _inside(outputs: BatchOutputs, *tensors: Tensor) -> list[Tensor]:
     return [tensor[outputs.inside] for tensor in tensors]
 
 
+class BatchWeightedMean(Metric):
+    """The mean of per-batch values, each weighed by its batch size, summed as Lightning sums an
+    ``on_epoch`` ``self.log`` (float32 total, integer count): the same number, with no NaN test
+    (a host sync) per step. torchmetrics' ``MeanMetric(nan_strategy="disable")`` drops the weights."""
+
+    full_state_update = False
+    is_differentiable = False
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.add_state("total", default=torch.tensor(0.0, dtype=torch.get_default_dtype()), dist_reduce_fx="sum")
+        self.add_state("count", default=torch.tensor(0), dist_reduce_fx="sum")
+
+    def update(self, value: Tensor, size: int) -> None:
+        if value.dtype not in (torch.float32, torch.float64):
+            value = value.to(torch.get_default_dtype())
+        self.total = self.total + value * size
+        self.count = self.count + size
+
+    def compute(self) -> Tensor:
+        return self.total / self.count
+
+
 class Loss(SuiteMetric):
-    """Teacher-forced cross-entropy, the mean over the stage's sequences of each batch's mean."""
+    """Teacher-forced cross-entropy: each batch's mean over its real tokens, averaged over the
+    stage's batches weighed by their sizes (as ``self.log(..., on_epoch=True)`` averaged it)."""
 
     name = "loss"
     stages = FIT_STAGES
@@ -30,10 +54,10 @@ class Loss(SuiteMetric):
 
     def __init__(self, spec: SuiteSpec) -> None:
         super().__init__(spec)
-        self.mean = MeanMetric(nan_strategy="disable")  # no NaN test (a host sync) per step
+        self.mean = BatchWeightedMean()
 
     def update(self, outputs: BatchOutputs) -> None:
-        self.mean.update(outputs.loss, weight=outputs.target.shape[0])
+        self.mean.update(outputs.loss.detach(), outputs.target.shape[0])
 
     def compute(self) -> dict[str, Tensor]:
         return {"loss": self.mean.compute()}
