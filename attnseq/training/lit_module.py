@@ -1,8 +1,9 @@
 """The LightningModule around ``Seq2Seq``: loss, optimisation, and the validation metrics.
 
 Metrics are updated on tensors (no host syncs in the steps) and logged once per epoch:
-``train/loss`` and ``train/padding_fraction`` (means over the epoch's sequences, accumulated in
-``MeanMetric``s: a ``self.log`` call costs Python time a small model's step cannot spare),
+``train/loss`` and ``train/padding_fraction`` (means of the epoch's batch values, accumulated in
+``MeanMetric``s: a ``self.log`` call costs Python time a small model's step cannot spare; with
+``nan_strategy="disable"`` torchmetrics ignores the batch-size weights, so each batch counts once),
 ``train/loss_step`` only on the steps the logger writes (every ``trainer.log_every_n_steps``),
 ``val/acc_best``, and everything ``attnseq.metrics.MetricSuite`` reports for the run (``val/loss``,
 ``val/acc``, the length buckets, the training-lengths subset, the attention diagnostics, sacreBLEU
