@@ -21,7 +21,7 @@ project the whole keys instead: tests/test_multihead.py)."""
 
 def sized(scorer: str, attn_dim: int) -> dict:
     """The options that set the attention size, for a scorer that takes one."""
-    return {"attn_dim": attn_dim} if "attn_dim" in SCORERS[scorer].options else {}
+    return {"attn_dim": attn_dim} if "attn_dim" in SCORERS[scorer].Settings.model_fields else {}
 
 
 def reference_scores(scorer: str, params: dict, heads: int, q: np.ndarray, keys: np.ndarray) -> np.ndarray:

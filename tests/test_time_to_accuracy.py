@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from attnseq.data.vocab import BOS, EOS, PAD
 from attnseq.errors import ConfigError
 from attnseq.training.stopping import stop_at
-from attnseq.training.validation import check_config
+from attnseq.config import validate_train as check_config
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
