@@ -10,7 +10,6 @@ import re
 import sys
 import textwrap
 import uuid
-from pathlib import Path
 
 import pytest
 from cli_helpers import REPO, all_runs, clean_env, explain, outputs_under, run_cli, tiny  # noqa: E402

@@ -155,7 +155,8 @@ def one(item: dict, key: str, field: FieldInfo | None, value: Any, owner: Any, u
     if kind == "missing":
         example = shown(example_of(field, None))
         if key in unset:
-            return ConfigError(f"{key} is not set (???), and this config needs it.", f"set it, e.g. {key}={example}.")
+            return ConfigError(f"{key} is not set (???), and this config needs it.",
+                               f"add it on the command line, e.g. {key}={example}.")
         return ConfigError(f"{key} is missing from the config (was it deleted with ~{key}?).",
                            f"keep it, e.g. {key}={example}.")
     if kind == "extra_forbidden":
