@@ -33,9 +33,11 @@ def did_you_mean(word: str, candidates: Iterable[str], prefix: str = "") -> str:
 class Registry(dict):
     """Classes by name for one axis; ``key`` is the config key that picks one (``scorer.name``)."""
 
-    def __init__(self, axis: str, key: str, default: str | None = None) -> None:
+    def __init__(self, axis: str, key: str, default: str | None = None, names_options: bool = True) -> None:
         super().__init__()
         self.axis, self.key, self.default = axis, key, default
+        self.names_options = names_options
+        """Whether each name is also its option's yaml name (``scorer=dot``); an encoder kind is not."""
 
     @property
     def tag(self) -> str:

@@ -261,7 +261,7 @@ def test_additive_attn_dim_must_split_across_heads():
 def test_unknown_scorer_lists_the_valid_ones():
     with pytest.raises(ConfigError) as err:
         build_attention("dott", 8, 8)
-    assert "'dott'" in str(err.value) and all(repr(name) in str(err.value) for name in SCORERS)
+    assert "dott" in str(err.value) and all(name in err.value.fix for name in SCORERS)
     assert "plugins=" in str(err.value)
 
 

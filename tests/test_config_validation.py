@@ -19,10 +19,10 @@ from attnseq.cli import as_config_error, known_keys
 from attnseq.config import validate as stage_one
 from attnseq.config import validate_evaluate, validate_train
 from attnseq.config.memory import MemoryBudget, check_memory, memory_needs
-from attnseq.config.problems import describe
 from attnseq.data.errors import DataError
 from attnseq.errors import ConfigError
 from attnseq.evaluation import evaluate
+from attnseq.problems import describe
 from attnseq.training import build_datamodule, build_module, validate
 from attnseq.training.validation import bound, logged_metrics
 

@@ -165,7 +165,7 @@ def test_reading_before_setup_says_call_setup():
         ({"seed": "0"}, "seed"),
         ({"task": "tsv", "path": "x.tsv", "tokenizer": "sentencepiece"}, "word, char, bpe, unigram"),
         ({"vocab_size": 0}, "vocab_size"),
-        ({"path": "x.tsv"}, "dataset.path is not a setting of dataset.task=copy"),
+        ({"path": "x.tsv"}, "dataset.path is not a setting of dataset=copy"),
         ({"task": "tsv"}, "dataset.path"),
     ],
 )

@@ -238,7 +238,7 @@ def test_dot_with_a_bidirectional_encoder_is_rejected():
         (dict(decoder="bahdanu"), ["decoder.convention=bahdanu", "luong"]),
         (dict(cell="rnn"), ["encoder.cell=rnn", "gru"]),
         (dict(heads=4, scorer_options={"attn_dim": 6}), ["scorer.attn_dim=6", "model.heads=4"]),
-        (dict(scorer="dot", scorer_options={"attn_dim": 6}), ["scorer.attn_dim", "scorer.name=dot"]),
+        (dict(scorer="dot", scorer_options={"attn_dim": 6}), ["scorer.attn_dim", "scorer=dot"]),
         (dict(decoder="bahdanau", input_feeding=True), ["decoder.input_feeding=true", "decoder=luong"]),
         (dict(heads=0), ["model.heads=0"]),
     ],

@@ -87,13 +87,13 @@ class Attention(nn.Module):
     @classmethod
     def settings(cls, options: dict[str, Any]) -> dict[str, Any]:
         """``options`` validated by the scorer's ``Settings`` and completed with their defaults."""
-        from attnseq.config.problems import validated
+        from attnseq.problems import validated
 
         return validated(cls.Settings, {"name": cls.name, **options}, prefix="scorer").model_dump(exclude={"name"})
 
     def check_settings(self, **settings: Any) -> None:
         """Raise ``ConfigError`` when this scorer's settings cannot work with its sizes."""
-        from attnseq.config.problems import validated
+        from attnseq.problems import validated
 
         checked = validated(self.Settings, {"name": self.name, **settings}, prefix="scorer")
         problems = checked.problems(self.query_dim, self.key_dim, self.heads)

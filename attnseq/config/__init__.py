@@ -1,6 +1,6 @@
 """The typed config: ``validate_train``/``validate_evaluate`` turn a composed config into a
 ``TrainConfig``/``EvalConfig`` or one ``ConfigError`` naming every problem. Torch-free; names are
-imported on first use (the choices' settings models import ``attnseq.config.problems``)."""
+imported on first use (the choices' settings models import ``attnseq.problems``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import importlib
 from typing import Any
 
 _HOMES = {
-    "EvalConfig": "models", "TrainConfig": "models", "shown": "problems", "validate_evaluate": "validate",
+    "EvalConfig": "models", "TrainConfig": "models", "shown": "attnseq.problems", "validate_evaluate": "validate",
     "validate_train": "validate", "closest": "attnseq.registry", "did_you_mean": "attnseq.registry",
 }
 __all__ = sorted(_HOMES)

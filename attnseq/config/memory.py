@@ -8,8 +8,8 @@ import os
 from typing import Any, NamedTuple
 
 from attnseq.attention.settings import NO_ATTENTION
-from attnseq.config.problems import shown
 from attnseq.errors import ConfigError
+from attnseq.problems import shown
 
 BYTES_PER_DATA_TOKEN = 48
 """A lower bound on the memory one token of synthetic data takes: a list slot (8 bytes) in the

@@ -18,11 +18,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, create_model
 
 from attnseq.attention.settings import ScorerSettings
-from attnseq.config.problems import LengthRange, Text, What
 from attnseq.data.tasks import TASKS, dataset_union
 from attnseq.model.config import ModelGroup
 from attnseq.model.conventions import DECODER_CONVENTIONS
 from attnseq.model.encoders import ENCODER_KINDS
+from attnseq.problems import LengthRange, Text, What
 
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 CountOrFraction = Annotated[NonNegativeInt | Annotated[float, Field(ge=0, le=1)],

@@ -4,15 +4,20 @@ the keys handed on to those libraries, is ``attnseq.training.validation``."""
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from pydantic import ValidationError
 
 from attnseq.config.memory import check_memory, memory_budget
 from attnseq.config.models import EvalConfig, TrainBase, near_misses, train_config_model
-from attnseq.config.problems import plain, raise_all, told
 from attnseq.errors import ConfigError
 from attnseq.model.config import architecture_problems
+from attnseq.problems import raise_all, told
 from attnseq.registry import import_plugins
+
+AT_RUN_TIME = "<set by Hydra at run time>"
+"""What a ``${hydra:...}`` value reads as in a config composed without a Hydra run (a test, a notebook)."""
 
 
 def validate_train(cfg: DictConfig) -> TrainBase:
@@ -49,3 +54,35 @@ def _validated(model: type, data: dict, unset: list[str], problems: list[ConfigE
                 problems.append(error)
     raise_all(problems)
     return typed
+
+
+def plain(node: DictConfig, prefix: str = "") -> tuple[dict[str, Any], list[str], list[ConfigError]]:
+    """A composed config as plain values, with the keys left unset (``???``) and the values that cannot
+    be resolved (each a problem); a ``${hydra:...}`` value without a Hydra run reads ``AT_RUN_TIME``."""
+    values, unset, problems = {}, [], []
+    for key in node:
+        dotted = f"{prefix}{key}"
+        if dotted == "hydra":
+            continue  # Hydra's own settings (a config composed with return_hydra_config)
+        if OmegaConf.is_missing(node, key):
+            unset.append(dotted)
+            continue
+        try:
+            value = node[key]
+        except Exception as error:  # noqa: BLE001 - an interpolation that cannot be resolved
+            raw = OmegaConf.to_container(node, resolve=False)[key]
+            if isinstance(raw, str) and "${hydra:" in raw:
+                values[key] = AT_RUN_TIME
+                continue
+            problems.append(ConfigError(
+                f"{dotted}={raw} cannot be resolved: {str(error).splitlines()[0]}",
+                f"set {dotted} to a plain value, or make what it refers to exist (e.g. the environment variable).",
+            ))
+            continue
+        if isinstance(value, DictConfig):
+            values[key], more_unset, more = plain(value, f"{dotted}.")
+            unset += more_unset
+            problems += more
+        else:
+            values[key] = OmegaConf.to_container(value, resolve=True) if isinstance(value, ListConfig) else value
+    return values, unset, problems

@@ -27,7 +27,6 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from attnseq.config.problems import validated
 from attnseq.data.batch import collate
 from attnseq.data.errors import DataError
 from attnseq.data.example import EncodedExample, Example, encode_examples
@@ -44,6 +43,7 @@ from attnseq.data.tokenizers import (
 )
 from attnseq.data.tsv import TextPair, read_pairs, read_split_folder, split_files
 from attnseq.data.vocab import Vocabulary
+from attnseq.problems import validated
 
 DATA_TASKS = TASKS
 

@@ -29,10 +29,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, create_model
 
-from attnseq.config.problems import LengthRange, validated
 from attnseq.data.example import Example
 from attnseq.data.lengths import is_int, validate_length_range
 from attnseq.data.tokenizers import TOKENIZERS
+from attnseq.problems import LengthRange, validated
 from attnseq.registry import Choice, Registry
 
 DETERMINERS = {"the": "le", "a": "un", "my": "mon", "this": "ce"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
@@ -15,9 +15,6 @@ from attnseq.errors import ConfigError
 from attnseq.model.conventions import DecoderSettings
 from attnseq.model.encoders import RNN, EncoderSettings
 from attnseq.registry import import_plugins
-
-if TYPE_CHECKING:
-    from attnseq.config.models import TrainConfig
 
 
 class ModelGroup(BaseModel):
@@ -89,8 +86,8 @@ class ModelConfig:
     """Modules imported before validation, so that the choices they define are registered."""
 
     @classmethod
-    def from_config(cls, cfg: TrainConfig, src_vocab_size: int, tgt_vocab_size: int) -> ModelConfig:
-        """The model part of a validated training config, sized by the data's vocabularies."""
+    def from_config(cls, cfg: Any, src_vocab_size: int, tgt_vocab_size: int) -> ModelConfig:
+        """The model part of a validated ``attnseq.config.TrainConfig``, sized by the data's vocabularies."""
         return cls(src_vocab_size, tgt_vocab_size, **cfg.model.model_dump(exclude=set(cfg.model.model_extra or ())),
                    cell=cfg.encoder.cell, bidirectional=cfg.encoder.bidirectional, encoder=cfg.encoder.kind,
                    encoder_options=cfg.encoder.options, scorer=cfg.scorer.name,
@@ -132,7 +129,7 @@ class ModelConfig:
 
     def parts(self) -> tuple[ModelGroup, EncoderSettings, ScorerSettings, DecoderSettings]:
         """The typed settings this config stands for (``ConfigError`` naming every bad value)."""
-        from attnseq.config.problems import raise_all, validated
+        from attnseq.problems import raise_all, validated
 
         import_plugins(self.plugins)
         encoder = {**self.encoder_options, "kind": self.encoder, "cell": self.cell, "bidirectional": self.bidirectional}
@@ -154,7 +151,7 @@ class ModelConfig:
 
     def validate(self) -> None:
         """Raise ``ConfigError`` naming every bad value, the shapes involved and the fix."""
-        from attnseq.config.problems import raise_all
+        from attnseq.problems import raise_all
 
         for key in ("src_vocab_size", "tgt_vocab_size"):
             value = getattr(self, key)

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
-from attnseq.config.problems import What
 from attnseq.errors import ConfigError
+from attnseq.problems import What
 from attnseq.registry import Choice, Registry
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 RNN = "rnn"
 """The kind of conf/encoder/gru.yaml, lstm.yaml and bigru.yaml: ``RNNEncoder``."""
 
-ENCODER_KINDS = Registry("encoder kind", "encoder.kind", default=RNN)
+ENCODER_KINDS = Registry("encoder kind", "encoder.kind", default=RNN, names_options=False)
 """Every registered encoder kind by its ``kind``."""
 
 

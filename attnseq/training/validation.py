@@ -20,10 +20,10 @@ from pydantic import ConfigDict, TypeAdapter, ValidationError
 from attnseq.attention import NO_ATTENTION
 from attnseq.config.memory import MemoryBudget, check_memory, on_accelerator
 from attnseq.config.models import TrainBase
-from attnseq.config.problems import describe, raise_all, rejected, shown
 from attnseq.data.tasks import TASKS
 from attnseq.errors import ConfigError
 from attnseq.metrics import DIAGNOSTICS, SHAPE_DIAGNOSTICS, bucket_bounds, bucket_digits, bucket_name
+from attnseq.problems import describe, raise_all, rejected, shown
 from attnseq.registry import closest, did_you_mean
 
 SET_BY_ATTNSEQ = {

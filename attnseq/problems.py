@@ -1,4 +1,5 @@
-"""A pydantic model's errors told as attnseq tells every bad value: one line per problem naming the
+"""A pydantic model's errors told as attnseq tells every bad value (used by every settings model, so it
+sits beside ``attnseq.errors`` at the bottom of the layers): one line per problem naming the
 key and the value, what it must be (read from the field's type and range), and a paste-able fix:
 
     error: model.dropout=abc must be a number in [0, 1).
@@ -14,16 +15,12 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import annotated_types as at
-from omegaconf import DictConfig, ListConfig, OmegaConf
 from pydantic import AfterValidator, BaseModel, Field, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from attnseq.errors import ConfigError
 from attnseq.registry import Registry, did_you_mean
-
-AT_RUN_TIME = "<set by Hydra at run time>"
-"""What a ``${hydra:...}`` value reads as in a config composed without a Hydra run (a test, a notebook)."""
 
 
 @dataclass(frozen=True)
@@ -78,43 +75,13 @@ def shown(value: Any) -> str:
         return str(value).lower()
     if isinstance(value, str):
         return value if value.strip() and value == value.strip() else repr(value)
-    if isinstance(value, (DictConfig, ListConfig)):
+    if type(value).__module__.startswith("omegaconf"):  # a DictConfig or ListConfig
+        from omegaconf import OmegaConf
+
         value = OmegaConf.to_container(value, resolve=True)
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(shown(item) for item in value) + "]"
     return str(value)
-
-
-def plain(node: DictConfig, prefix: str = "") -> tuple[dict[str, Any], list[str], list[ConfigError]]:
-    """A composed config as plain values, with the keys left unset (``???``) and the values that cannot
-    be resolved (each a problem); a ``${hydra:...}`` value without a Hydra run reads ``AT_RUN_TIME``."""
-    values, unset, problems = {}, [], []
-    for key in node:
-        dotted = f"{prefix}{key}"
-        if dotted == "hydra":
-            continue  # Hydra's own settings (a config composed with return_hydra_config)
-        if OmegaConf.is_missing(node, key):
-            unset.append(dotted)
-            continue
-        try:
-            value = node[key]
-        except Exception as error:  # noqa: BLE001 - an interpolation that cannot be resolved
-            raw = OmegaConf.to_container(node, resolve=False)[key]
-            if isinstance(raw, str) and "${hydra:" in raw:
-                values[key] = AT_RUN_TIME
-                continue
-            problems.append(ConfigError(
-                f"{dotted}={raw} cannot be resolved: {str(error).splitlines()[0]}",
-                f"set {dotted} to a plain value, or make what it refers to exist (e.g. the environment variable).",
-            ))
-            continue
-        if isinstance(value, DictConfig):
-            values[key], more_unset, more = plain(value, f"{dotted}.")
-            unset += more_unset
-            problems += more
-        else:
-            values[key] = OmegaConf.to_container(value, resolve=True) if isinstance(value, ListConfig) else value
-    return values, unset, problems
 
 
 def validated(model: Any, data: dict[str, Any], prefix: str = "", unset: Sequence[str] = ()) -> Any:
@@ -161,7 +128,9 @@ def one(item: dict, key: str, field: FieldInfo | None, value: Any, owner: Any, u
                            f"keep it, e.g. {key}={example}.")
     if kind == "extra_forbidden":
         choice = getattr(owner, "choice_name", lambda: None)()
-        whose = f"{owner.registry.key}={choice}" if choice else f"this {group or 'config'}"
+        registry = getattr(owner, "registry", None)
+        option = f"{registry.key.partition('.')[0]}" if registry is not None and registry.names_options else None
+        whose = f"{option or registry.key}={choice}" if choice else f"this {group or 'config'}"
         return ConfigError(
             f"{key} is not a setting of {whose} (it takes {', '.join(f'{group}.{k}'.lstrip('.') for k in known)})."
             + did_you_mean(name, known, f"{group}." if group else ""),
