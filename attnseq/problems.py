@@ -20,7 +20,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from attnseq.errors import ConfigError
-from attnseq.registry import Registry, did_you_mean
+from attnseq.registry import did_you_mean
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def told(error: ValidationError, model: Any, data: Any, prefix: str = "",
     """Each of pydantic's errors as a ``ConfigError`` in the user's keys."""
     problems: dict[str, ConfigError] = {}
     for item in error.errors():
-        field, path, value, registry, owner = walk(model, data, item["loc"])
+        field, path, value, owner = walk(model, data, item["loc"])
         key = ".".join(str(p) for p in ((prefix,) if prefix else ()) + tuple(path))
         if key not in problems:
             known = [f.alias or n for n, f in owner.model_fields.items()] if owner is not None else []
@@ -118,7 +118,10 @@ def one(item: dict, key: str, field: FieldInfo | None, value: Any, owner: Any, u
     members = _members(field.annotation if field is not None else root)
     if kind == "union_tag_invalid" and members:
         registry = next(iter(members.values())).registry
-        return _lookup_error(registry, registry._tag_of(item["input"]))
+        try:
+            registry.lookup(registry._tag_of(item["input"]))
+        except ConfigError as error:
+            return error
     if kind == "missing":
         example = shown(example_of(field, None))
         if key in unset:
@@ -157,23 +160,14 @@ def rejected(key: str, value: Any, what: str, example: Any, note: str = "") -> C
                        f"set {key} to {what}, e.g. {key}={shown(example)}.")
 
 
-def _lookup_error(registry: Registry, tag: Any) -> ConfigError:
-    try:
-        registry.lookup(tag)
-    except ConfigError as error:
-        return error
-    return ConfigError(f"{registry.key}={shown(tag)} is not a registered {registry.axis}.", f"set {registry.key}.")
-
-
-def walk(model: Any, data: Any, loc: Sequence[Any]) -> tuple[FieldInfo | None, list[str], Any, Registry | None, Any]:
+def walk(model: Any, data: Any, loc: Sequence[Any]) -> tuple[FieldInfo | None, list[str], Any, Any]:
     """The field at a pydantic error location, the user's key path to it (union tags left out), the
-    value there, the registry of the union last passed, and the model that holds the field."""
+    value there, and the model that holds the field."""
     field: FieldInfo | None = None
-    annotation, path, value, registry, owner = model, [], data, None, None
+    annotation, path, value, owner = model, [], data, None
     for part in loc:
         members = _members(annotation)
         if members is not None:  # a discriminated union: this part is the tag
-            registry = next(iter(members.values())).registry if members else None
             annotation = members.get(part, annotation)
             if part in members:
                 continue
@@ -188,7 +182,7 @@ def walk(model: Any, data: Any, loc: Sequence[Any]) -> tuple[FieldInfo | None, l
         path.append(str(part))
         value = value.get(part) if isinstance(value, dict) else (
             value[part] if isinstance(value, list) and isinstance(part, int) and part < len(value) else None)
-    return field, path, value, registry, owner
+    return field, path, value, owner
 
 
 def _optional_model(annotation: Any) -> Any:
