@@ -27,8 +27,8 @@ from pydantic import create_model
 from torch import Tensor, nn
 
 from attnseq.attention.masking import masked_softmax
-from attnseq.attention.registry import NO_ATTENTION, SCORERS, scorer_names
-from attnseq.attention.settings import ScorerSettings
+from attnseq.attention.registry import NO_ATTENTION, SCORERS
+from attnseq.attention.settings import ScorerSettings, size_problems
 from attnseq.errors import ConfigError, ShapeError
 
 DEFINED_BY_THE_BASE = ("forward", "score")
@@ -108,21 +108,9 @@ class Attention(nn.Module):
                     f"{self.name} attention: {label}={value!r} must be a positive integer.",
                     f"set {label} to a whole number ≥ 1.",
                 )
-        if key_dim % heads != 0:
-            divisors = [h for h in range(1, key_dim + 1) if key_dim % h == 0][:8]
-            raise ConfigError(
-                f"{self.name} attention: keys (B, T_enc, d_k={key_dim}) cannot be split into "
-                f"heads={heads} equal groups ({key_dim} % {heads} = {key_dim % heads}).",
-                f"use a head count that divides {key_dim}, e.g. one of {divisors}, "
-                "or change the key size.",
-            )
-        if self.same_size and query_dim != key_dim:
-            raise ConfigError(
-                f"{self.name} attention scores query (B, d_q={query_dim}) against keys "
-                f"(B, T_enc, d_k={key_dim}) directly, which needs d_q == d_k.",
-                f"use a scorer that maps one to the other (one of {scorer_names(same_size=False)}), "
-                "or make the sizes equal.",
-            )
+        problems = size_problems(self.Settings, query_dim, key_dim, heads)
+        if problems:
+            raise problems[0]
         self.query_dim = query_dim
         self.key_dim = key_dim
         self.heads = heads

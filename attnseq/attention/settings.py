@@ -29,6 +29,31 @@ class ScorerSettings(Choice):
         return []
 
 
+def size_problems(scorer: type[ScorerSettings], query_dim: int, key_dim: int, heads: int,
+                  keys_come_from: str = "") -> list[ConfigError]:
+    """What no scorer of this kind can work with: a same-size score with d_q != d_k, heads that do not
+    divide d_k (``keys_come_from`` says where d_k comes from)."""
+    found = []
+    where = f"; d_k = {keys_come_from}" if keys_come_from else ""
+    if scorer.same_size and query_dim != key_dim:
+        others = [n for n, c in ScorerSettings.registry.items() if not c.same_size and n != NO_ATTENTION]
+        found.append(ConfigError(
+            f"scorer={scorer.choice_name()} compares the decoder query (B, d_q={query_dim}) with the encoder keys "
+            f"(B, T_enc, d_k={key_dim}{where}) directly, which needs d_q == d_k.",
+            f"use a scorer that maps one size to the other, e.g. {' or '.join(f'scorer={n}' for n in others)}, "
+            "or a unidirectional encoder (encoder=gru or encoder=lstm).",
+        ))
+    if key_dim % heads:
+        divisors = [h for h in range(1, key_dim + 1) if key_dim % h == 0][:8]
+        found.append(ConfigError(
+            f"model.heads={heads} does not divide the key size: keys (B, T_enc, d_k={key_dim}{where}) must split "
+            f"into {heads} equal heads ({key_dim} % {heads} = {key_dim % heads}).",
+            f"set model.heads to one of {divisors}, e.g. model.heads={divisors[-1]}, or change the key size "
+            "(model.hidden_size).",
+        ))
+    return found
+
+
 def multiple_of_heads(key: str, value: int | None, heads: int, key_dim: int, why: str) -> list[ConfigError]:
     if value is None or value % heads == 0:
         return []

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
-from attnseq.attention.settings import NO_ATTENTION, ScorerSettings
+from attnseq.attention.settings import NO_ATTENTION, ScorerSettings, size_problems
 from attnseq.errors import ConfigError
 from attnseq.model.conventions import DecoderSettings
 from attnseq.model.encoders import RNN, EncoderSettings
@@ -35,27 +35,11 @@ def architecture_problems(model: ModelGroup, encoder: EncoderSettings, scorer: S
     found = encoder.problems(model.hidden_size) + decoder.problems()
     if scorer.name == NO_ATTENTION:
         return found
-    d_q, d_k, heads = model.hidden_size, encoder.key_dim(model.hidden_size), model.heads
+    d_k = encoder.key_dim(model.hidden_size)
     keys_come_from = (f"2 × model.hidden_size={model.hidden_size}, since the encoder is bidirectional"
                       if d_k != model.hidden_size else f"model.hidden_size={model.hidden_size}")
-    if scorer.same_size and d_q != d_k:
-        others = [n for n, c in ScorerSettings.registry.items() if not c.same_size and n != NO_ATTENTION]
-        found.append(ConfigError(
-            f"scorer={scorer.name} compares the decoder query (B, d_q={d_q}) with the encoder keys (B, T_enc, "
-            f"d_k={d_k}; d_k = {keys_come_from}) directly, which needs d_q == d_k.",
-            f"use a scorer that maps one size to the other, e.g. {' or '.join(f'scorer={n}' for n in others)}, "
-            "or a unidirectional encoder (encoder=gru or encoder=lstm).",
-        ))
-    if d_k % heads:
-        divisors = [h for h in range(1, d_k + 1) if d_k % h == 0][:8]
-        found.append(ConfigError(
-            f"model.heads={heads} does not divide the key size: keys (B, T_enc, d_k={d_k}; d_k = {keys_come_from}) "
-            f"must split into {heads} equal heads ({d_k} % {heads} = {d_k % heads}).",
-            f"set model.heads to one of {divisors}, e.g. model.heads={divisors[-1]}, or change model.hidden_size.",
-        ))
-    else:
-        found += scorer.problems(d_q, d_k, heads)
-    return found
+    sizes = size_problems(type(scorer), model.hidden_size, d_k, model.heads, keys_come_from)
+    return found + (sizes or scorer.problems(model.hidden_size, d_k, model.heads))
 
 
 @dataclass(frozen=True)
