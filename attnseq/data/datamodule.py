@@ -77,14 +77,14 @@ class Seq2SeqDataModule(L.LightningDataModule):
             raise ValueError(f"seed must be an int, got {seed!r}")
         task_class = TASKS.lookup(dataset.get("task"))
         dataset = {key: list(value) if isinstance(value, tuple) else value for key, value in dataset.items()}
-        self.dataset = validated(dataset_model(task_class), dataset, prefix="dataset")
-        """The typed ``dataset.*`` config: the task's settings and the keys every dataset has."""
-        self.spec: Task = task_class.model_validate(self.dataset.model_dump(exclude=set(DatasetKeys.model_fields)))
-        for key, value in self.dataset:
+        checked = validated(dataset_model(task_class), dataset, prefix="dataset")  # every key, typed
+        self.spec: Task = task_class.model_validate(checked.model_dump(exclude=set(DatasetKeys.model_fields)))
+        """The task with its own settings (a class the registry holds: it pickles)."""
+        for key, value in checked:
             setattr(self, key, tuple(value) if key.endswith("_lengths") else value)
         self.seed = seed
         self.text_tokenizers = text_tokenizers
-        self.path = getattr(self.dataset, "path", None)
+        self.path = getattr(checked, "path", None)
         if not task_class.generated:
             if not Path(self.path).exists():
                 raise DataError(
