@@ -21,17 +21,17 @@ from omegaconf import DictConfig, OmegaConf
 from attnseq.attention import NO_ATTENTION, SCORERS
 from attnseq.errors import ConfigError
 from attnseq.kernels import ALL_FAST_PATHS, FastPaths
+from attnseq.model.conventions import DECODER_CONVENTIONS
 from attnseq.training.build import model_config
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
 
 DECODERS: dict[str, tuple[str, ...]] = {
-    "bahdanau": ("decoder=bahdanau",),  # query s_{t-1}, the context feeds the RNN
-    "luong": ("decoder=luong", "decoder.input_feeding=true"),  # query s_t, with input feeding
-    "luong-nofeed": ("decoder=luong", "decoder.input_feeding=false"),  # without: all steps in one call
+    case: overrides for convention in DECODER_CONVENTIONS.values() for case, overrides in convention.cases().items()
 }
-"""The decoder variants a case names, with the overrides that select them."""
+"""The decoder variants a case names, with the overrides that select them (from the registered
+conventions: ``attnseq.model.conventions``)."""
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,7 @@ def quick_cases() -> list[Case]:
     for scorer in scorers():
         if scorer in {case.scorer for case in cases}:
             continue
-        decoders = list(DECODERS) if scorer != NO_ATTENTION else ["bahdanau"]
+        decoders = list(DECODERS) if scorer != NO_ATTENTION else list(DECODERS)[:1]
         candidates = [Case(encoder, scorer, decoder) for encoder in encoders() for decoder in decoders]
         candidates.sort(key=lambda case: seen[case.encoder] + seen[case.decoder])  # stable: conf order on ties
         case = next(case for case in candidates if is_valid(case))

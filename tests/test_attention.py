@@ -21,7 +21,7 @@ project the whole keys instead: tests/test_multihead.py)."""
 
 def sized(scorer: str, attn_dim: int) -> dict:
     """The options that set the attention size, for a scorer that takes one."""
-    return {"attn_dim": attn_dim} if "attn_dim" in SCORERS[scorer].options else {}
+    return {"attn_dim": attn_dim} if "attn_dim" in SCORERS[scorer].Settings.model_fields else {}
 
 
 def reference_scores(scorer: str, params: dict, heads: int, q: np.ndarray, keys: np.ndarray) -> np.ndarray:
@@ -261,7 +261,7 @@ def test_additive_attn_dim_must_split_across_heads():
 def test_unknown_scorer_lists_the_valid_ones():
     with pytest.raises(ConfigError) as err:
         build_attention("dott", 8, 8)
-    assert "'dott'" in str(err.value) and all(repr(name) in str(err.value) for name in SCORERS)
+    assert "dott" in str(err.value) and all(name in err.value.fix for name in SCORERS)
     assert "plugins=" in str(err.value)
 
 

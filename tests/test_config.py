@@ -165,17 +165,17 @@ def test_hparams_search_optuna_sweeper_instantiates(tmp_path):
 
 def test_every_registered_scorer_has_its_config_file_with_its_settings():
     """The two places a scorer lives agree: each class in the registry has ``conf/scorer/<name>.yaml``
-    (and each file but ``none`` a class), whose keys besides ``name`` are the class's options."""
+    (and each file but ``none`` a class), whose keys besides ``name`` are the fields of its settings."""
     assert set(options("scorer")) == {NO_ATTENTION, *SCORERS}
     for name, cls in SCORERS.items():
         group = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "scorer" / f"{name}.yaml"))
         assert group.pop("name") == name
-        assert group == dict(cls.options), name
+        assert set(group) == set(cls.Settings.model_fields) - {"name"}, name
 
 
 def test_a_scorer_setting_reaches_the_model(tmp_path):
     for name, cls in SCORERS.items():
-        if "attn_dim" in cls.options:
+        if "attn_dim" in cls.Settings.model_fields:
             cfg = compose_train([f"scorer={name}", "scorer.attn_dim=24", *outputs(tmp_path)])
             model = build_seq2seq(model_config(cfg, src_vocab_size=12, tgt_vocab_size=9))
             assert model.attention.attn_dim == 24, name

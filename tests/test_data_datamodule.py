@@ -86,7 +86,8 @@ def test_tsv_vocab_comes_from_training_split_only(corpus):
 def test_tsv_splits_are_disjoint(tmp_path):
     path = tmp_path / "unique.tsv"
     path.write_text("".join(f"w{i} x{i % 3}\tv{i}\n" for i in range(200)), encoding="utf-8")
-    dm = Seq2SeqDataModule("tsv", (1, 5), (1, 5), 1, 150, 25, 25, 8, seed=3, path=str(path))
+    dm = Seq2SeqDataModule(task="tsv", train_lengths=(1, 5), eval_lengths=(1, 5), bucket_width=1, train_size=150,
+                           val_size=25, test_size=25, batch_size=8, seed=3, path=str(path))
     dm.setup()
     names = [{ex.tgt[0] for ex in split} for split in (dm.train_examples, dm.val_examples, dm.test_examples)]
     assert not (names[0] & names[1] or names[0] & names[2] or names[1] & names[2])
@@ -162,10 +163,10 @@ def test_reading_before_setup_says_call_setup():
         ({"num_workers": -1}, "num_workers"),
         ({"num_symbols": 0}, "num_symbols"),
         ({"seed": "0"}, "seed"),
-        ({"tokenizer": "sentencepiece"}, "word, char, bpe, unigram"),
+        ({"task": "tsv", "path": "x.tsv", "tokenizer": "sentencepiece"}, "word, char, bpe, unigram"),
         ({"vocab_size": 0}, "vocab_size"),
-        ({"path": "x.tsv"}, "only read by task 'tsv'"),
-        ({"task": "tsv"}, "needs path"),
+        ({"path": "x.tsv"}, "dataset.path is not a setting of dataset=copy"),
+        ({"task": "tsv"}, "dataset.path"),
     ],
 )
 def test_constructor_rejects_bad_arguments(overrides, match):

@@ -7,7 +7,7 @@ import torch
 
 from attnseq.data.tasks import ADJECTIVES, DICTIONARY, NOUNS, TASKS, VERBS, generate, make_task
 
-ALL_TASKS = list(TASKS)
+ALL_TASKS = TASKS.names(generated=True)
 
 
 @pytest.mark.parametrize("task", ALL_TASKS)

@@ -230,13 +230,13 @@ def test_dot_with_a_bidirectional_encoder_is_rejected():
             dict(heads=3, hidden_size=64, bidirectional=True, scorer="general"),
             ["model.heads=3", "d_k=128", "bidirectional"],
         ),
-        (dict(hidden_size=0), ["model.hidden_size=0", "positive"]),
+        (dict(hidden_size=0), ["model.hidden_size=0", "≥ 1"]),
         (dict(embedding_dim=-4), ["model.embedding_dim=-4"]),
         (dict(layers=0), ["model.layers=0"]),
         (dict(dropout=1.5), ["model.dropout=1.5"]),
-        (dict(scorer="dott"), ["'dott'", "additive"]),
-        (dict(decoder="bahdanu"), ["'bahdanu'", "luong"]),
-        (dict(cell="rnn"), ["'rnn'", "gru"]),
+        (dict(scorer="dott"), ["scorer.name=dott", "additive"]),
+        (dict(decoder="bahdanu"), ["decoder.convention=bahdanu", "luong"]),
+        (dict(cell="rnn"), ["encoder.cell=rnn", "gru"]),
         (dict(heads=4, scorer_options={"attn_dim": 6}), ["scorer.attn_dim=6", "model.heads=4"]),
         (dict(scorer="dot", scorer_options={"attn_dim": 6}), ["scorer.attn_dim", "scorer=dot"]),
         (dict(decoder="bahdanau", input_feeding=True), ["decoder.input_feeding=true", "decoder=luong"]),
@@ -377,7 +377,7 @@ def test_the_unpacked_lstm_encoder_equals_a_packed_run_values_and_gradients(bidi
     """A one-layer LSTM encoder (uni and bi) through ``kernels.lstm_sequence`` against the same
     parameters run packed by ``nn.LSTM`` under autograd: states, final pairs and every gradient."""
     from attnseq.kernels import FastPaths
-    from attnseq.model.encoder import RNNEncoder
+    from attnseq.model.rnn_encoder import RNNEncoder
 
     torch.manual_seed(4)
     fast = RNNEncoder(V_SRC, 8, 12, cell="lstm", bidirectional=bidirectional,

@@ -28,16 +28,20 @@ PLUGIN_SOURCE = '''
 import math
 
 import torch
+from pydantic import PositiveInt
 from torch import nn
 
 from attnseq.attention import Attention
+from attnseq.attention.settings import ScorerSettings
 
 
 class BilinearTanhAttention(Attention):
     """e = vᵀ tanh((W_q s) ⊙ (U h)); head h owns the h-th row block of W_q, U and v."""
 
     name = "{name}"
-    options = {{"attn_dim": None}}
+
+    class Settings(ScorerSettings):
+        attn_dim: PositiveInt | None = None
 
     def __init__(self, query_dim, key_dim, heads=1, attn_dim=None):
         super().__init__(query_dim, key_dim, heads)
@@ -116,7 +120,7 @@ DECODERS = {
 def test_a_new_scorer_registers_and_scores_by_its_own_formula(plugin):
     module, name = plugin
     __import__(module)
-    assert name in SCORERS and SCORERS[name].options == {"attn_dim": None}
+    assert name in SCORERS and SCORERS[name].Settings(name=name).model_dump() == {"name": name, "attn_dim": None}
     assert SCORERS[name].fused_recurrence is None and not SCORERS[name].same_size
     torch.manual_seed(0)
     attention = build_attention(name, 6, 8, heads=2, attn_dim=4).double()
@@ -201,7 +205,8 @@ def test_a_subclass_of_additive_with_another_score_does_not_take_the_additive_ke
             return torch.einsum("bhsta,ha->bhst", hidden, self.v_a.view(self.heads, -1))  # (B, H, T_dec, T_enc)
 
     assert CubedAdditive.fused_recurrence is None and AdditiveAttention.fused_recurrence == "additive"
-    assert CubedAdditive.options == AdditiveAttention.options  # the settings are inherited, the kernel is not
+    # the settings are inherited, the kernel is not
+    assert set(CubedAdditive.Settings.model_fields) == set(AdditiveAttention.Settings.model_fields)
     for heads in (1, 2):
         torch.manual_seed(0)
         model = build_seq2seq(ModelConfig(V, V, embedding_dim=8, hidden_size=12, scorer="cubed_additive", heads=heads))

@@ -14,10 +14,10 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from attnseq.config import validate_train as check_config
 from attnseq.data.vocab import BOS, EOS, PAD
 from attnseq.errors import ConfigError
 from attnseq.training.stopping import stop_at
-from attnseq.training.validation import check_config
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"

@@ -1,46 +1,28 @@
 """Attention mechanisms with one call signature: ``context, weights = attention(query, keys, valid_mask)``.
 
 Scorers register themselves by name (``attnseq.attention.registry``); the maths: docs/attention.md.
+Names are imported on first use, so that the config (``attnseq.attention.settings``) is read
+without torch.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
-from attnseq.attention.base import Attention
-from attnseq.attention.masking import lengths_to_valid_mask, masked_softmax
-from attnseq.attention.multihead import MultiheadAttention
-from attnseq.attention.registry import NO_ATTENTION, SCORERS, import_plugins, scorer_class, scorer_names
-from attnseq.attention.scorers import (
-    AdditiveAttention,
-    ConcatAttention,
-    DotAttention,
-    GeneralAttention,
-    ScaledDotAttention,
-)
+_HOMES = {
+    "Attention": "base", "lengths_to_valid_mask": "masking", "masked_softmax": "masking",
+    "MultiheadAttention": "multihead", "NO_ATTENTION": "settings", "SCORERS": "registry",
+    "import_plugins": "registry", "scorer_class": "registry", "scorer_names": "registry",
+    "AdditiveAttention": "scorers", "ConcatAttention": "scorers", "DotAttention": "scorers",
+    "GeneralAttention": "scorers", "ScaledDotAttention": "scorers", "build_attention": "build",
+}
+__all__ = sorted(_HOMES)
 
 
-def build_attention(scorer: str, query_dim: int, key_dim: int, heads: int = 1, **options: Any) -> Attention:
-    """Build the scorer registered as ``scorer`` with its own ``options`` (e.g. ``attn_dim=64``);
-    an unknown name, an unknown option or sizes that cannot work raise ``ConfigError`` here, at once."""
-    cls = scorer_class(scorer)
-    return cls(query_dim, key_dim, heads=heads, **cls.settings(options))
-
-
-__all__ = [
-    "Attention",
-    "AdditiveAttention",
-    "ConcatAttention",
-    "DotAttention",
-    "GeneralAttention",
-    "MultiheadAttention",
-    "NO_ATTENTION",
-    "SCORERS",
-    "ScaledDotAttention",
-    "build_attention",
-    "import_plugins",
-    "lengths_to_valid_mask",
-    "masked_softmax",
-    "scorer_class",
-    "scorer_names",
-]
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    importlib.import_module("attnseq.attention.scorers")  # the built-in scorers registered before any lookup
+    importlib.import_module("attnseq.attention.multihead")
+    return getattr(importlib.import_module(f"attnseq.attention.{_HOMES[name]}"), name)

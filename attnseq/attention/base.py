@@ -20,14 +20,15 @@ conventions: docs/attention.md.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
+from pydantic import create_model
 from torch import Tensor, nn
 
 from attnseq.attention.masking import masked_softmax
-from attnseq.attention.registry import register, scorer_names
+from attnseq.attention.registry import NO_ATTENTION, SCORERS
+from attnseq.attention.settings import ScorerSettings, size_problems
 from attnseq.errors import ConfigError, ShapeError
 
 DEFINED_BY_THE_BASE = ("forward", "score")
@@ -40,7 +41,9 @@ class Attention(nn.Module):
     """Base class: shape checks, masking, multi-head split and the weighted average of values.
 
     A scorer is a subclass that sets ``name`` (which registers it, ``scorer=<name>``), declares
-    its capabilities as the class attributes below, and implements the parts of its score:
+    its settings as a pydantic ``Settings`` model (a ``ScorerSettings``; the constructor takes its
+    fields as keyword arguments) and its capabilities as the class attributes below, and implements
+    the parts of its score:
     ``project_keys`` (once per batch), ``query_weight`` (optional), ``split_query`` and
     ``score_projected``.
     """
@@ -48,10 +51,10 @@ class Attention(nn.Module):
     name: ClassVar[str] = "attention"
     """The name users pick the scorer with; a class that sets it in its own body is registered."""
     same_size: ClassVar[bool] = False
-    """True when the score compares query and key directly, so d_q must equal d_k."""
-    options: ClassVar[Mapping[str, Any]] = {}
-    """The scorer's own settings (the keys of ``conf/scorer/<name>.yaml`` besides ``name``) with
-    their defaults; the constructor takes them as keyword arguments."""
+    """True when the score compares query and key directly, so d_q must equal d_k (read from
+    ``Settings`` where it declares it: the config check needs it before torch is imported)."""
+    Settings: ClassVar[type[ScorerSettings]] = ScorerSettings
+    """The scorer's own settings (the keys of ``conf/scorer/<name>.yaml`` besides ``name``)."""
     fused_recurrence: ClassVar[str | None] = None
     """The kernel of ``attnseq.kernels`` that computes exactly this score inside a fused decoder
     recurrence (``"additive"``: e = vᵀ tanh(W_q s + K), K = ``project_keys``), or None. Read from
@@ -74,24 +77,28 @@ class Attention(nn.Module):
         if "fused_recurrence" not in vars(cls):
             cls.fused_recurrence = None
         if "name" in vars(cls):
-            register(cls)
+            if cls.name == NO_ATTENTION:
+                raise TypeError(f"{cls.__qualname__}: the scorer name {NO_ATTENTION!r} is the no-attention "
+                                "baseline's.")
+            cls.Settings = _settings_of(cls)
+            cls.same_size = cls.Settings.same_size
+            SCORERS.add(cls.name, cls)
 
     @classmethod
-    def settings(cls, options: Mapping[str, Any]) -> dict[str, Any]:
-        """``options`` completed with the defaults; one this scorer does not take raises ``ConfigError``."""
-        unknown = sorted(set(options) - set(cls.options))
-        if unknown:
-            takes = ", ".join(f"scorer.{key}" for key in cls.options) or "no settings"
-            raise ConfigError(
-                f"scorer.{unknown[0]} is not a setting of scorer={cls.name} (it takes {takes}).",
-                f"drop scorer.{unknown[0]} (on the command line: ~scorer.{unknown[0]}), or pick a scorer "
-                "whose conf/scorer/<name>.yaml lists it.",
-            )
-        return {**cls.options, **options}
+    def settings(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """``options`` validated by the scorer's ``Settings`` and completed with their defaults."""
+        from attnseq.problems import validated
 
-    @classmethod
-    def check_settings(cls, query_dim: int, key_dim: int, heads: int, settings: Mapping[str, Any]) -> None:
-        """Raise ``ConfigError`` when ``settings`` cannot work with these sizes; before any tensor exists."""
+        return validated(cls.Settings, {"name": cls.name, **options}, prefix="scorer").model_dump(exclude={"name"})
+
+    def check_settings(self, **settings: Any) -> None:
+        """Raise ``ConfigError`` when this scorer's settings cannot work with its sizes."""
+        from attnseq.problems import validated
+
+        checked = validated(self.Settings, {"name": self.name, **settings}, prefix="scorer")
+        problems = checked.problems(self.query_dim, self.key_dim, self.heads)
+        if problems:
+            raise problems[0]
 
     def __init__(self, query_dim: int, key_dim: int, heads: int = 1) -> None:
         super().__init__()
@@ -101,21 +108,9 @@ class Attention(nn.Module):
                     f"{self.name} attention: {label}={value!r} must be a positive integer.",
                     f"set {label} to a whole number ≥ 1.",
                 )
-        if key_dim % heads != 0:
-            divisors = [h for h in range(1, key_dim + 1) if key_dim % h == 0][:8]
-            raise ConfigError(
-                f"{self.name} attention: keys (B, T_enc, d_k={key_dim}) cannot be split into "
-                f"heads={heads} equal groups ({key_dim} % {heads} = {key_dim % heads}).",
-                f"use a head count that divides {key_dim}, e.g. one of {divisors}, "
-                "or change the key size.",
-            )
-        if self.same_size and query_dim != key_dim:
-            raise ConfigError(
-                f"{self.name} attention scores query (B, d_q={query_dim}) against keys "
-                f"(B, T_enc, d_k={key_dim}) directly, which needs d_q == d_k.",
-                f"use a scorer that maps one to the other (one of {scorer_names(same_size=False)}), "
-                "or make the sizes equal.",
-            )
+        problems = size_problems(self.Settings, query_dim, key_dim, heads)
+        if problems:
+            raise problems[0]
         self.query_dim = query_dim
         self.key_dim = key_dim
         self.heads = heads
@@ -236,3 +231,18 @@ class Attention(nn.Module):
         return f"query_dim={self.query_dim}, key_dim={self.key_dim}, heads={self.heads}"
 
 
+def _settings_of(cls: type[Attention]) -> type[ScorerSettings]:
+    """The scorer's settings model, registered under its name: its own ``Settings``, the one
+    ``attnseq.attention.settings`` holds for a built-in scorer, or one made for it here."""
+    own = vars(cls).get("Settings")
+    known = ScorerSettings.registry.get(cls.name)
+    if own is None and known is not None:
+        return known
+    if own is not None and own.choice_name() == cls.name:
+        return own
+    base = own or cls.Settings  # a subclass without settings of its own has its parent's
+    made = create_model(f"{cls.__name__}Settings", __base__=base, __module__=cls.__module__,
+                        name=(Literal[cls.name], cls.name))
+    if "same_size" in vars(cls):
+        made.same_size = cls.same_size
+    return made

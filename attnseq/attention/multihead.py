@@ -18,38 +18,22 @@ whatever its key bias). Keys and values are projected once per batch, by ``proje
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from attnseq.attention.base import Attention
-from attnseq.errors import ConfigError
 
 
 class MultiheadAttention(Attention):
     """Learned W_Q, W_K, W_V, W_O and a scaled dot per head; weights per head ``(B, H, T_dec, T_enc)``."""
 
     name = "multihead"
-    options = {"model_dim": None}  # d_m, the size of projected queries, keys and values; None: d_k
     values_are_keys = False
-
-    @classmethod
-    def check_settings(cls, query_dim: int, key_dim: int, heads: int, settings: Mapping[str, Any]) -> None:
-        model_dim = settings["model_dim"]
-        if model_dim is None:
-            return
-        if not isinstance(model_dim, int) or isinstance(model_dim, bool) or model_dim < 1 or model_dim % heads:
-            raise ConfigError(
-                f"scorer.model_dim={model_dim!r} must be a positive multiple of model.heads={heads}: queries, "
-                f"keys and values are projected to model_dim and split into {heads} heads of model_dim / heads.",
-                f"set scorer.model_dim to a multiple of {heads}, or leave it null (uses d_k={key_dim}).",
-            )
 
     def __init__(self, query_dim: int, key_dim: int, heads: int = 1, model_dim: int | None = None) -> None:
         super().__init__(query_dim, key_dim, heads)
-        self.check_settings(query_dim, key_dim, heads, {"model_dim": model_dim})
+        self.check_settings(model_dim=model_dim)
         self.model_dim = key_dim if model_dim is None else model_dim
         self.head_dim = self.model_dim // heads  # split_heads splits projected tensors, d_m wide
         self.W_Q = nn.Linear(query_dim, self.model_dim)

@@ -8,21 +8,18 @@
 | general    | sᵀ W h_i                    | W (d_q, d_k)                                          |
 | concat     | v_aᵀ tanh(W_a [s; h_i])     | W_a (d_attn, d_q + d_k/H), v_a (d_attn,)              |
 
-Each class registers itself by its ``name`` and declares what it needs (``same_size``,
-``options``, ``fused_recurrence``); see ``attnseq.attention.base.Attention``.
+Each class registers itself by its ``name`` and declares what it needs (``fused_recurrence``); its
+settings and ``same_size`` are its model in ``attnseq.attention.settings``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from attnseq.attention.base import Attention
-from attnseq.errors import ConfigError
 from attnseq.kernels.activations import fast_tanh
 
 
@@ -36,7 +33,6 @@ class DotAttention(Attention):
     """Luong dot: e = sᵀh; each head compares its slice of the query with its slice of the keys."""
 
     name = "dot"
-    same_size = True
 
     def project_keys(self, keys: Tensor) -> Tensor:
         return self.split_heads(keys)  # (B, H, T_enc, d_h)
@@ -84,24 +80,11 @@ class AdditiveAttention(Attention):
     U_a and v_a (``attn_dim / heads`` rows each)."""
 
     name = "additive"
-    options = {"attn_dim": None}  # the attention size d_attn; None: the key size d_k
     fused_recurrence = "additive"
-
-    @classmethod
-    def check_settings(cls, query_dim: int, key_dim: int, heads: int, settings: Mapping[str, Any]) -> None:
-        attn_dim = settings["attn_dim"]
-        if attn_dim is None:
-            return
-        if not isinstance(attn_dim, int) or isinstance(attn_dim, bool) or attn_dim < 1 or attn_dim % heads != 0:
-            raise ConfigError(
-                f"scorer.attn_dim={attn_dim!r} must be a positive multiple of model.heads={heads}: each "
-                f"head gets attn_dim / heads rows of W_a (d_attn, d_q={query_dim}).",
-                f"set scorer.attn_dim to a multiple of {heads}, or leave it null (uses d_k={key_dim}).",
-            )
 
     def __init__(self, query_dim: int, key_dim: int, heads: int = 1, attn_dim: int | None = None) -> None:
         super().__init__(query_dim, key_dim, heads)
-        self.check_settings(query_dim, key_dim, heads, {"attn_dim": attn_dim})
+        self.check_settings(attn_dim=attn_dim)
         self.attn_dim = key_dim if attn_dim is None else attn_dim
         self.head_attn_dim = self.attn_dim // heads
         self._init_parameters()

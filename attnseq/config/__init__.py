@@ -1,30 +1,21 @@
-"""Config schemas: the checks every key of a composed config goes through before anything is
-created (``schema``); the tables themselves live with the code that reads the keys."""
+"""The typed config: ``validate_train``/``validate_evaluate`` turn a composed config into a
+``TrainConfig``/``EvalConfig`` or one ``ConfigError`` naming every problem. Torch-free; names are
+imported on first use (the choices' settings models import ``attnseq.problems``)."""
 
-from attnseq.config.schema import (
-    ABSENT,
-    Check,
-    absent_ok,
-    check_arguments,
-    check_groups,
-    check_table,
-    closest,
-    did_you_mean,
-    flag,
-    length_range,
-    number,
-    one_of,
-    optional,
-    rejected,
-    shown,
-    text,
-    texts,
-    value_at,
-    whole,
-)
+from __future__ import annotations
 
-__all__ = [
-    "ABSENT", "Check", "absent_ok", "check_arguments", "check_groups", "check_table", "closest", "did_you_mean",
-    "flag", "length_range", "number", "one_of", "optional", "rejected", "shown", "text", "texts", "value_at",
-    "whole",
-]
+import importlib
+from typing import Any
+
+_HOMES = {
+    "EvalConfig": "models", "TrainConfig": "models", "shown": "attnseq.problems", "validate_evaluate": "validate",
+    "validate_train": "validate", "closest": "attnseq.registry", "did_you_mean": "attnseq.registry",
+}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    home = _HOMES[name]
+    return getattr(importlib.import_module(home if "." in home else f"attnseq.config.{home}"), name)

@@ -30,39 +30,31 @@ from torch.utils.data import DataLoader, DistributedSampler
 from attnseq.data.batch import collate
 from attnseq.data.errors import DataError
 from attnseq.data.example import EncodedExample, Example, encode_examples
-from attnseq.data.lengths import filter_by_source_length, is_int, validate_length_range
+from attnseq.data.lengths import filter_by_source_length, is_int
 from attnseq.data.sampler import LengthBucketBatchSampler
 from attnseq.data.splits import split_examples
-from attnseq.data.tasks import TASKS, generate, make_task
+from attnseq.data.tasks import TASKS, DatasetKeys, Task, dataset_model, generate
 from attnseq.data.tokenizers import (
-    DEFAULT_VOCAB_SIZE,
     SUBWORD_TOKENIZERS,
     RuleTokenizer,
     SubwordTokenizer,
     TextTokenizer,
-    check_tokenizer,
     tokenizer_for,
 )
 from attnseq.data.tsv import TextPair, read_pairs, read_split_folder, split_files
 from attnseq.data.vocab import Vocabulary
+from attnseq.problems import validated
 
-DATA_TASKS = (*TASKS, "tsv")
-SYMBOL_TASKS = ("copy", "reverse", "sort")
-
-
-def _check_int_at_least(name: str, value: object, minimum: int = 1) -> int:
-    if not is_int(value) or value < minimum:
-        raise ValueError(
-            f"{name} must be an int >= {minimum}, got {value!r}; set {name} to a whole number >= {minimum}"
-        )
-    return value
+DATA_TASKS = TASKS
 
 
 class Seq2SeqDataModule(L.LightningDataModule):
     """Train/val/test dataloaders of ``Batch`` for a synthetic task or a TSV corpus.
 
-    Args:
-        task: copy | reverse | sort | translate | tsv.
+    Its arguments are a ``conf/dataset/<task>.yaml`` (the task's settings model checks them:
+    ``attnseq.data.tasks``), plus ``seed`` and ``text_tokenizers``:
+
+        task: a registered task (``attnseq.data.tasks.TASKS``).
         train_lengths: inclusive [lo, hi] source-length range of the training set.
         eval_lengths: inclusive [lo, hi] range of validation and test (may exceed training).
         bucket_width: width of the length buckets the metrics report; stored, not used here.
@@ -78,61 +70,29 @@ class Seq2SeqDataModule(L.LightningDataModule):
         text_tokenizers: (source, target) tokenizers to use instead of training new ones.
     """
 
-    def __init__(
-        self,
-        task: str,
-        train_lengths: Sequence[int],
-        eval_lengths: Sequence[int],
-        bucket_width: int,
-        train_size: int,
-        val_size: int,
-        test_size: int,
-        batch_size: int,
-        seed: int,
-        num_symbols: int = 10,
-        path: str | None = None,
-        tokenizer: str = "word",
-        lowercase: bool = True,
-        vocab_size: int = DEFAULT_VOCAB_SIZE,
-        num_workers: int = 0,
-        length_bucketing: bool = True,
-        text_tokenizers: tuple[TextTokenizer, TextTokenizer] | None = None,
-    ) -> None:
+    def __init__(self, *, seed: int, text_tokenizers: tuple[TextTokenizer, TextTokenizer] | None = None,
+                 **dataset: object) -> None:
         super().__init__()
-        if task not in DATA_TASKS:
-            raise ValueError(f"unknown task {task!r}; valid tasks: {', '.join(DATA_TASKS)}")
-        self.task = task
-        self.train_lengths = validate_length_range(train_lengths, "train_lengths")
-        self.eval_lengths = validate_length_range(eval_lengths, "eval_lengths")
-        self.bucket_width = _check_int_at_least("bucket_width", bucket_width)
-        self.train_size = _check_int_at_least("train_size", train_size)
-        self.val_size = _check_int_at_least("val_size", val_size)
-        self.test_size = _check_int_at_least("test_size", test_size)
-        self.batch_size = _check_int_at_least("batch_size", batch_size)
-        self.num_workers = _check_int_at_least("num_workers", num_workers, minimum=0)
         if not is_int(seed):
             raise ValueError(f"seed must be an int, got {seed!r}")
+        task_class = TASKS.lookup(dataset.get("task"))
+        dataset = {key: list(value) if isinstance(value, tuple) else value for key, value in dataset.items()}
+        checked = validated(dataset_model(task_class), dataset, prefix="dataset")  # every key, typed
+        self.spec: Task = task_class.model_validate(checked.model_dump(exclude=set(DatasetKeys.model_fields)))
+        """The task with its own settings (a class the registry holds: it pickles)."""
+        for key, value in checked:
+            setattr(self, key, tuple(value) if key.endswith("_lengths") else value)
         self.seed = seed
-        self.num_symbols = _check_int_at_least("num_symbols", num_symbols)
-        self.tokenizer = check_tokenizer(tokenizer)
-        self.lowercase = bool(lowercase)
-        self.vocab_size = _check_int_at_least("vocab_size", vocab_size)
         self.text_tokenizers = text_tokenizers
-        self.length_bucketing = bool(length_bucketing)
-        if task == "tsv":
-            if path is None:
-                raise ValueError("task 'tsv' needs path=<file with one 'source<TAB>target' pair per line>")
-            if not Path(path).exists():
+        self.path = getattr(checked, "path", None)
+        if not task_class.generated:
+            if not Path(self.path).exists():
                 raise DataError(
-                    path, "file not found", "check the path; prefer an absolute one (Hydra may change the working dir)"
+                    self.path, "file not found",
+                    "check the path; prefer an absolute one (Hydra may change the working dir)",
                 )
-            if Path(path).is_dir():
-                split_files(path)
-        elif path is not None:
-            raise ValueError(
-                f"path={path!r} is only read by task 'tsv', but task is {task!r}; remove path or set task=tsv"
-            )
-        self.path = None if path is None else str(path)
+            if Path(self.path).is_dir():
+                split_files(self.path)
 
         self._src_vocab: Vocabulary | None = None
         self._tgt_vocab: Vocabulary | None = None
@@ -147,7 +107,7 @@ class Seq2SeqDataModule(L.LightningDataModule):
         """Build vocabularies and all three splits (once; later calls return at once)."""
         if self._examples:
             return
-        if self.task == "tsv":
+        if not self.spec.generated:
             examples, src_vocab, tgt_vocab = self._build_tsv()
         else:
             examples, src_vocab, tgt_vocab = self._build_synthetic()
@@ -157,12 +117,11 @@ class Seq2SeqDataModule(L.LightningDataModule):
         self._examples, self._encoded = examples, encoded
 
     def _build_synthetic(self) -> tuple[dict[str, list[Example]], Vocabulary, Vocabulary]:
-        options = {"num_symbols": self.num_symbols} if self.task in SYMBOL_TASKS else {}
-        spec = make_task(self.task, **options)
+        spec = self.spec
         examples = {
-            "train": generate(self.task, self.train_size, self.train_lengths, 3 * self.seed, **options),
-            "val": generate(self.task, self.val_size, self.eval_lengths, 3 * self.seed + 1, **options),
-            "test": generate(self.task, self.test_size, self.eval_lengths, 3 * self.seed + 2, **options),
+            "train": generate(spec, self.train_size, self.train_lengths, 3 * self.seed),
+            "val": generate(spec, self.val_size, self.eval_lengths, 3 * self.seed + 1),
+            "test": generate(spec, self.test_size, self.eval_lengths, 3 * self.seed + 2),
         }
         return examples, Vocabulary(spec.source_tokens()), Vocabulary(spec.target_tokens())
 
@@ -304,5 +263,6 @@ class Seq2SeqDataModule(L.LightningDataModule):
 
     def make_dataloader(self, examples: Sequence[Example], batch_size: int, shuffle: bool = False) -> DataLoader:
         """A dataloader over extra examples (e.g. another length range), length-grouped."""
-        _check_int_at_least("batch_size", batch_size)
+        if not is_int(batch_size) or batch_size < 1:
+            raise ValueError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
         return self._loader(self.encode_examples(examples), batch_size, shuffle=shuffle, bucketing=True)

@@ -14,17 +14,26 @@ on a dangling "and" (it may end after a verb, read as intransitive: "the cat see
 every length L >= 1 is reachable. Each word is translated through the fixed ``DICTIONARY``
 and every ADJ NOUN pair is swapped ("black cat" -> "chat noir"), so the gold alignment is a
 permutation of source positions that is not monotonic whenever an adjective occurs.
+
+Every task (the TSV corpus too) is a ``Task``: a settings model registered by its ``task`` name with
+its capabilities (``has_gold_alignment``, ``is_text``, ``generated``), so adding one is one class
+and one ``conf/dataset/<name>.yaml``; ``dataset_model`` adds the keys every dataset has.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, create_model
 
 from attnseq.data.example import Example
 from attnseq.data.lengths import is_int, validate_length_range
+from attnseq.data.tokenizers import TOKENIZERS
+from attnseq.problems import LengthRange, validated
+from attnseq.registry import Choice, Registry
 
 DETERMINERS = {"the": "le", "a": "un", "my": "mon", "this": "ce"}
 ADJECTIVES = {
@@ -46,15 +55,36 @@ def symbol_tokens(num_symbols: int) -> list[str]:
     return [f"s{i}" for i in range(num_symbols)]
 
 
-@dataclass(frozen=True)
-class SymbolTask:
+TASKS = Registry("task", "dataset.task")
+"""Every registered task by its ``task`` name."""
+
+
+class Task(Choice):
+    """A task's own settings (``dataset.*`` besides the shared ones) and how it makes examples."""
+
+    registry: ClassVar[Registry] = TASKS
+    task: str
+    has_gold_alignment: ClassVar[bool] = True
+    """Its examples carry the source position each target token copies (alignment metrics)."""
+    is_text: ClassVar[bool] = False
+    """Its outputs are sentences: sacreBLEU and chrF are reported."""
+    generated: ClassVar[bool] = True
+    """Its examples are generated from a seed (``example``); False: read from a corpus (``dataset.path``)."""
+
+    def source_tokens(self) -> list[str]:
+        raise NotImplementedError
+
+    def target_tokens(self) -> list[str]:
+        raise NotImplementedError
+
+    def example(self, rng: random.Random, length: int) -> Example:
+        raise NotImplementedError
+
+
+class SymbolTask(Task):
     """Base of copy/reverse/sort: the target is the source read in ``target_order``."""
 
-    num_symbols: int = 10
-
-    def __post_init__(self) -> None:
-        if not is_int(self.num_symbols) or self.num_symbols < 1:
-            raise ValueError(f"num_symbols must be an int >= 1, got {self.num_symbols!r}; the default is 10")
+    num_symbols: PositiveInt = Field(10, description="the alphabet's size: symbols s0 … s{num_symbols-1}")
 
     def source_tokens(self) -> list[str]:
         return symbol_tokens(self.num_symbols)
@@ -73,27 +103,32 @@ class SymbolTask:
         return Example(src=src, tgt=[src[i] for i in order], alignment=order)
 
 
-@dataclass(frozen=True)
 class CopyTask(SymbolTask):
+    task: Literal["copy"] = "copy"
+
     def target_order(self, symbols: list[int]) -> list[int]:
         return list(range(len(symbols)))
 
 
-@dataclass(frozen=True)
 class ReverseTask(SymbolTask):
+    task: Literal["reverse"] = "reverse"
+
     def target_order(self, symbols: list[int]) -> list[int]:
         return list(range(len(symbols) - 1, -1, -1))
 
 
-@dataclass(frozen=True)
 class SortTask(SymbolTask):
+    task: Literal["sort"] = "sort"
+
     def target_order(self, symbols: list[int]) -> list[int]:
         return sorted(range(len(symbols)), key=lambda i: symbols[i])  # sorted() is stable
 
 
-@dataclass(frozen=True)
-class TranslateTask:
+class TranslateTask(Task):
     """Toy translation with adjective-noun swaps; see the module docstring for the grammar."""
+
+    task: Literal["translate"] = "translate"
+    is_text: ClassVar[bool] = True
 
     def source_tokens(self) -> list[str]:
         return list(DICTIONARY)
@@ -142,31 +177,60 @@ class TranslateTask:
         return Example(src=src, tgt=[DICTIONARY[src[i]] for i in order], alignment=order)
 
 
-Task = CopyTask | ReverseTask | SortTask | TranslateTask
+class TsvTask(Task):
+    """A parallel corpus, one "source<TAB>target" pair per line, or a folder of train/val/test.tsv."""
 
-TASKS: dict[str, type] = {"copy": CopyTask, "reverse": ReverseTask, "sort": SortTask, "translate": TranslateTask}
+    task: Literal["tsv"] = "tsv"
+    has_gold_alignment: ClassVar[bool] = False
+    is_text: ClassVar[bool] = True
+    generated: ClassVar[bool] = False
+    path: str = Field(min_length=1, description="a file, or a folder of train.tsv, val.tsv, test.tsv (absolute)",
+                      examples=["/abs/path/pairs.tsv"])
+    tokenizer: Literal[TOKENIZERS] = Field("word", description="word | char | bpe | unigram")
+    vocab_size: PositiveInt = Field(2000, description="subword pieces per side (bpe, unigram)")
+    lowercase: bool = True
+
+
+class DatasetKeys(BaseModel):
+    """The keys every ``conf/dataset/<task>.yaml`` has besides its task's own."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    train_lengths: LengthRange = Field(description="inclusive [lo, hi] source lengths of the training set",
+                                       examples=[[1, 15]])
+    eval_lengths: LengthRange = Field(description="[lo, hi] of validation and test (may reach past training)",
+                                      examples=[[1, 30]])
+    bucket_width: PositiveInt = Field(description="width of the length buckets the metrics report", examples=[5])
+    train_size: PositiveInt = Field(description="training examples (tsv: a proportion and a cap)", examples=[12800])
+    val_size: PositiveInt = Field(description="validation examples", examples=[1000])
+    test_size: PositiveInt = Field(description="test examples", examples=[1000])
+    batch_size: PositiveInt = Field(description="examples per batch", examples=[64])
+    length_bucketing: bool = Field(True, description="batch training examples of similar length")
+    num_workers: NonNegativeInt = Field(0, description="DataLoader worker processes")
+
+
+@functools.cache
+def dataset_model(task: type[Task]) -> type[BaseModel]:
+    """``dataset.*`` for ``task``: its own settings and the shared keys, in one flat model."""
+    return create_model(f"{task.__name__}Dataset", __base__=(task, DatasetKeys), __module__=task.__module__)
+
+
+def dataset_union() -> Any:
+    """The discriminated union of every registered task's ``dataset_model``."""
+    return TASKS.union(dataset_model)
 
 
 def make_task(name: str, **options: object) -> Task:
     """The task called ``name``, configured with ``options`` (``num_symbols`` for symbol tasks)."""
-    if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; valid tasks: {', '.join(TASKS)}")
-    cls = TASKS[name]
-    valid = [field.name for field in dataclasses.fields(cls)]
-    unknown = sorted(set(options) - set(valid))
-    if unknown:
-        raise ValueError(
-            f"task {name!r} has no option(s) {unknown}; its options are: {', '.join(valid) if valid else 'none'}"
-        )
-    return cls(**options)
+    return validated(TASKS.lookup(name), {"task": name, **options}, prefix="dataset")
 
 
-def generate(task: str, n: int, lengths: Sequence[int], seed: int, **task_options: object) -> list[Example]:
-    """``n`` examples of ``task``, source lengths uniform in the inclusive range ``lengths``.
+def generate(task: str | Task, n: int, lengths: Sequence[int], seed: int, **task_options: object) -> list[Example]:
+    """``n`` examples of ``task`` (a name and its options, or a ``Task``), source lengths uniform in
+    the inclusive range ``lengths``.
 
     Uses only a local ``random.Random(seed)``: the same arguments always give the same list.
     """
-    spec = make_task(task, **task_options)
+    spec = task if isinstance(task, Task) else make_task(task, **task_options)
     lo, hi = validate_length_range(lengths)
     if not is_int(n) or n < 0:
         raise ValueError(f"n (the number of examples) must be an int >= 0, got {n!r}")

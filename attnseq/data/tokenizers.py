@@ -30,9 +30,6 @@ from attnseq.errors import ConfigError
 if TYPE_CHECKING:  # the library is imported where a subword model is made or loaded, not by every data user
     from tokenizers import Tokenizer
 
-TEXT_TASKS = ("translate", "tsv")
-"""Tasks whose outputs are sentences: sacreBLEU and chrF are reported for them."""
-
 RULE_TOKENIZERS = ("word", "char")
 SUBWORD_TOKENIZERS = ("bpe", "unigram")
 TOKENIZERS = (*RULE_TOKENIZERS, *SUBWORD_TOKENIZERS)
@@ -188,7 +185,9 @@ class SubwordTokenizer:
 def tokenizer_for(dataset: Mapping[str, Any], saved_json: str | None = None) -> TextTokenizer:
     """One side's tokenizer as a run's ``dataset`` config describes it: ``SYMBOLS`` for the synthetic
     tasks, ``word``/``char`` by rule, ``bpe``/``unigram`` from the JSON the run saved."""
-    if dataset.get("task") != "tsv":
+    from attnseq.data.tasks import TASKS
+
+    if TASKS.lookup(dataset.get("task")).generated:
         return RuleTokenizer(SYMBOLS)
     kind = check_tokenizer(dataset.get("tokenizer", "word"))
     if kind in RULE_TOKENIZERS:
@@ -231,3 +230,11 @@ def output_text(ids: Sequence[int], vocab: Vocabulary, tokenizer: TextTokenizer)
     ids = [int(i) for i in ids]
     ids = ids[: ids.index(EOS)] if EOS in ids else [i for i in ids if i != PAD]
     return tokenizer.detokenize(vocab.decode(ids))
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TEXT_TASKS":  # the tasks whose outputs are sentences (sacreBLEU, chrF): their registry knows
+        from attnseq.data.tasks import TASKS
+
+        return TASKS.having(is_text=True)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

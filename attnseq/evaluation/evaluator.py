@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from attnseq.data import Batch, Example, Seq2SeqDataModule, collate, encode_examples
-from attnseq.data.capabilities import has_gold_alignment, is_text
+from attnseq.data.tasks import TASKS
 from attnseq.data.tokenizers import TEXT_TASKS, output_text
 from attnseq.evaluation.counterfactual import MODES, CounterfactualTotals, counterfactual_decoder
 from attnseq.evaluation.trained_runs import TrainedRun
@@ -70,14 +70,14 @@ def length_limit(trained: TrainedRun, batch: Batch) -> int:
 def metric_suite(trained: TrainedRun, settings: EvalSettings) -> MetricSuite:
     """The suite of ``eval/`` metrics for ``trained`` at ``settings``."""
     task = trained.config["dataset"]["task"]
-    text = is_text(task)
+    text = TASKS.lookup(task).is_text
     return MetricSuite(SuiteSpec(
         "eval",
         max_length=settings.lengths[1],
         bucket_width=settings.bucket_width,
         train_lengths=tuple(trained.train_lengths),
         attention=trained.model.attention is not None,
-        gold_alignment=has_gold_alignment(task),
+        gold_alignment=TASKS.lookup(task).has_gold_alignment,
         text=text,
         counterfactual=settings.counterfactual,
         to_text=partial(output_text, vocab=trained.tgt_vocab, tokenizer=trained.tgt_tokenizer) if text else None,

@@ -146,7 +146,7 @@ def load_trained_run(client: MlflowClient, run: Run) -> TrainedRun:
         src_vocab = Vocabulary.load(downloaded(paths.SRC_VOCAB))
         tgt_vocab = Vocabulary.load(downloaded(paths.TGT_VOCAB))
         dataset = config["dataset"]
-        learned = dataset["task"] == "tsv" and dataset.get("tokenizer") in SUBWORD_TOKENIZERS
+        learned = dataset.get("tokenizer") in SUBWORD_TOKENIZERS  # only a corpus task has a tokenizer key
         src_tokenizer, tgt_tokenizer = (
             tokenizer_for(dataset, downloaded(artifact).read_text(encoding="utf-8") if learned else None)
             for artifact in (paths.SRC_TOKENIZER, paths.TGT_TOKENIZER)

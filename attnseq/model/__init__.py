@@ -1,31 +1,26 @@
-"""Encoders, decoders and the Seq2Seq model."""
+"""Encoders, decoders and the Seq2Seq model.
 
-from attnseq.model.beam import BeamDecoded, beam_search, sequence_log_prob
-from attnseq.model.config import ModelConfig
-from attnseq.model.decoders import BahdanauDecoder, Decoder, LuongDecoder, PlainDecoder
-from attnseq.model.decoding import Decoded, decode_length_limit, greedy_decode
-from attnseq.model.encoder import RNNEncoder
-from attnseq.model.saved import load_model_file, load_saved_model
-from attnseq.model.seq2seq import Seq2Seq, build_seq2seq
-from attnseq.model.state import DecoderState, Memory
+Names are imported on first use, so that the settings models (``attnseq.model.config``,
+``encoders``, ``conventions``) are read without torch when the config is checked.
+"""
 
-__all__ = [
-    "BahdanauDecoder",
-    "BeamDecoded",
-    "Decoded",
-    "Decoder",
-    "DecoderState",
-    "LuongDecoder",
-    "Memory",
-    "ModelConfig",
-    "PlainDecoder",
-    "RNNEncoder",
-    "Seq2Seq",
-    "beam_search",
-    "build_seq2seq",
-    "decode_length_limit",
-    "greedy_decode",
-    "load_model_file",
-    "load_saved_model",
-    "sequence_log_prob",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_HOMES = {
+    "BeamDecoded": "beam", "beam_search": "beam", "sequence_log_prob": "beam", "ModelConfig": "config",
+    "BahdanauDecoder": "decoders", "Decoder": "decoders", "LuongDecoder": "decoders", "PlainDecoder": "decoders",
+    "Decoded": "decoding", "decode_length_limit": "decoding", "greedy_decode": "decoding",
+    "RNNEncoder": "rnn_encoder", "load_model_file": "saved",
+    "load_saved_model": "saved", "Seq2Seq": "seq2seq", "build_seq2seq": "seq2seq", "DecoderState": "state",
+    "Memory": "state",
+}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"attnseq.model.{_HOMES[name]}"), name)

@@ -1,5 +1,6 @@
 """The model's typed configuration, and the checks that reject a bad combination before any
-tensor exists. Messages speak in the user's config keys (``model.heads``, ``encoder=bigru``)."""
+tensor exists. Messages speak in the user's config keys (``model.heads``, ``encoder=bigru``).
+Torch-free: the config is checked before torch is imported."""
 
 from __future__ import annotations
 
@@ -7,17 +8,43 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from attnseq.attention import NO_ATTENTION, import_plugins, scorer_class, scorer_names
-from attnseq.errors import ConfigError
-from attnseq.model.encoders import RNN, encoder_kind
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
-CELLS = ("gru", "lstm")
-DECODERS = ("bahdanau", "luong")
+from attnseq.attention.settings import NO_ATTENTION, ScorerSettings, size_problems
+from attnseq.errors import ConfigError
+from attnseq.model.conventions import DecoderSettings
+from attnseq.model.encoders import RNN, EncoderSettings
+from attnseq.registry import import_plugins
+
+
+class ModelGroup(BaseModel):
+    """``model.*``: the sizes every encoder, scorer and decoder shares."""
+
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True, allow_inf_nan=False)
+    embedding_dim: PositiveInt = Field(description="token embedding size", examples=[64])
+    hidden_size: PositiveInt = Field(description="RNN state size (and the transformer encoder's width)", examples=[128])
+    layers: PositiveInt = Field(description="decoder depth (and the RNN encoder's)", examples=[1])
+    dropout: float = Field(ge=0, lt=1, description="dropout between layers", examples=[0.1])
+    heads: PositiveInt = Field(description="attention heads; must divide the key size (2 × hidden_size for bigru)",
+                               examples=[1])
+
+
+def architecture_problems(model: ModelGroup, encoder: EncoderSettings, scorer: ScorerSettings,
+                          decoder: DecoderSettings) -> list[ConfigError]:
+    """What cannot work in this combination of sizes, encoder, scorer and decoder (every problem)."""
+    found = encoder.problems(model.hidden_size) + decoder.problems()
+    if scorer.name == NO_ATTENTION:
+        return found
+    d_k = encoder.key_dim(model.hidden_size)
+    keys_come_from = (f"2 × model.hidden_size={model.hidden_size}, since the encoder is bidirectional"
+                      if d_k != model.hidden_size else f"model.hidden_size={model.hidden_size}")
+    sizes = size_problems(type(scorer), model.hidden_size, d_k, model.heads, keys_come_from)
+    return found + (sizes or scorer.problems(model.hidden_size, d_k, model.heads))
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Everything that fixes a Seq2Seq model's architecture and parameter count."""
+    """Everything that fixes a Seq2Seq model's architecture and parameter count (saved with the weights)."""
 
     src_vocab_size: int
     tgt_vocab_size: int
@@ -31,17 +58,25 @@ class ModelConfig:
     encoder: str = RNN
     """The encoder's kind (``attnseq.model.encoders``): ``rnn`` or ``transformer``."""
     encoder_options: Mapping[str, Any] = field(default_factory=dict, hash=False)
-    """The encoder kind's own settings: ``conf/encoder/<option>.yaml`` less its shared keys (e.g. ``heads``)."""
+    """The encoder kind's own settings (e.g. the transformer's ``heads``)."""
     scorer: str = "additive"
     scorer_options: Mapping[str, Any] = field(default_factory=dict, hash=False)
     """The scorer's own settings: ``conf/scorer/<name>.yaml`` less ``name`` (e.g. ``attn_dim``)."""
     heads: int = 1
     decoder: str = "bahdanau"
     input_feeding: bool | None = None
-    """Luong only: feed h̃_{t-1} into the next step (None: on). Setting it True with
-    ``decoder=bahdanau`` is an error; the Bahdanau convention has nothing to feed."""
+    """Luong only: feed h̃_{t-1} into the next step (None: on)."""
     plugins: tuple[str, ...] = ()
-    """Modules imported before validation, so that the scorers they define are registered."""
+    """Modules imported before validation, so that the choices they define are registered."""
+
+    @classmethod
+    def from_config(cls, cfg: Any, src_vocab_size: int, tgt_vocab_size: int) -> ModelConfig:
+        """The model part of a validated ``attnseq.config.TrainConfig``, sized by the data's vocabularies."""
+        return cls(src_vocab_size, tgt_vocab_size, **cfg.model.model_dump(exclude=set(cfg.model.model_extra or ())),
+                   cell=cfg.encoder.cell, bidirectional=cfg.encoder.bidirectional, encoder=cfg.encoder.kind,
+                   encoder_options=cfg.encoder.options, scorer=cfg.scorer.name,
+                   scorer_options=cfg.scorer.model_dump(exclude={"name"}), decoder=cfg.decoder.convention,
+                   input_feeding=getattr(cfg.decoder, "input_feeding", None), plugins=tuple(cfg.plugins))
 
     @classmethod
     def from_saved(cls, saved: Mapping[str, Any]) -> ModelConfig:
@@ -60,7 +95,7 @@ class ModelConfig:
     @property
     def feeds_input(self) -> bool:
         """Whether the decoder is Luong's with input feeding."""
-        return self.decoder == "luong" and self.input_feeding is not False
+        return self.parts()[3].feeds_input
 
     @property
     def query_dim(self) -> int:
@@ -76,62 +111,34 @@ class ModelConfig:
     def uses_attention(self) -> bool:
         return self.scorer != NO_ATTENTION
 
-    def validate(self) -> None:
-        """Raise ``ConfigError`` naming the value, the shapes involved and the fix."""
+    def parts(self) -> tuple[ModelGroup, EncoderSettings, ScorerSettings, DecoderSettings]:
+        """The typed settings this config stands for (``ConfigError`` naming every bad value)."""
+        from attnseq.problems import raise_all, validated
+
         import_plugins(self.plugins)
-        for key in ("src_vocab_size", "tgt_vocab_size", "embedding_dim", "hidden_size", "layers"):
+        encoder = {**self.encoder_options, "kind": self.encoder, "cell": self.cell, "bidirectional": self.bidirectional}
+        decoder = {"convention": self.decoder, **({} if self.input_feeding is None else
+                                                   {"input_feeding": self.input_feeding})}
+        problems, parts = [], []
+        for prefix, model, data in (
+            ("model", ModelGroup, {k: getattr(self, k) for k in ModelGroup.model_fields}),
+            ("encoder", EncoderSettings.registry.union(), encoder),
+            ("scorer", ScorerSettings.registry.union(), {**self.scorer_options, "name": self.scorer}),
+            ("decoder", DecoderSettings.registry.union(), decoder),
+        ):
+            try:
+                parts.append(validated(model, data, prefix))
+            except ConfigError as error:
+                problems += getattr(error, "problems", [error])
+        raise_all(problems)
+        return tuple(parts)
+
+    def validate(self) -> None:
+        """Raise ``ConfigError`` naming every bad value, the shapes involved and the fix."""
+        from attnseq.problems import raise_all
+
+        for key in ("src_vocab_size", "tgt_vocab_size"):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(
-                    f"model.{key}={value!r} must be a positive integer.",
-                    f"set model.{key} to a whole number ≥ 1.",
-                )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(
-                f"model.dropout={self.dropout!r} must lie in [0, 1).", "set model.dropout=0.1, say."
-            )
-        if self.cell not in CELLS:
-            raise ConfigError(f"unknown encoder cell {self.cell!r}.", f"use one of {list(CELLS)}.")
-        if self.decoder not in DECODERS:
-            raise ConfigError(
-                f"unknown decoder convention {self.decoder!r}.", f"use decoder= one of {list(DECODERS)}."
-            )
-        if self.decoder == "bahdanau" and self.input_feeding:
-            raise ConfigError(
-                "decoder.input_feeding=true with decoder=bahdanau: input feeding passes Luong's "
-                "attentional state h̃_{t-1} into the next step, which the Bahdanau convention does not have.",
-                "drop decoder.input_feeding, or use decoder=luong.",
-            )
-        kind = encoder_kind(self.encoder)
-        kind.check(self, kind.settings(self.encoder_options))
-        if not self.uses_attention:
-            return
-        scorer = scorer_class(self.scorer)
-        if not isinstance(self.heads, int) or isinstance(self.heads, bool) or self.heads < 1:
-            raise ConfigError(
-                f"model.heads={self.heads!r} must be a positive integer.", "set model.heads=1."
-            )
-        d_q, d_k, heads = self.query_dim, self.key_dim, self.heads
-        keys_come_from = (
-            f"2 × model.hidden_size={self.hidden_size}, since the encoder is bidirectional"
-            if self.bidirectional
-            else f"model.hidden_size={self.hidden_size}"
-        )
-        if scorer.same_size and d_q != d_k:
-            raise ConfigError(
-                f"scorer={self.scorer} compares the decoder query (B, d_q={d_q}) with the encoder "
-                f"keys (B, T_enc, d_k={d_k}; d_k = {keys_come_from}) directly, which needs "
-                f"d_q == d_k.",
-                f"use a scorer that maps one size to the other, e.g. "
-                f"{' or '.join(f'scorer={name}' for name in scorer_names(same_size=False))}, "
-                "or a unidirectional encoder (encoder=gru or encoder=lstm).",
-            )
-        if d_k % heads != 0:
-            divisors = [h for h in range(1, d_k + 1) if d_k % h == 0][:8]
-            raise ConfigError(
-                f"model.heads={heads} does not divide the key size: keys (B, T_enc, d_k={d_k}; "
-                f"d_k = {keys_come_from}) must split into {heads} equal heads "
-                f"({d_k} % {heads} = {d_k % heads}).",
-                f"set model.heads to one of {divisors}, or change model.hidden_size.",
-            )
-        scorer.check_settings(d_q, d_k, heads, scorer.settings(self.scorer_options))
+                raise ConfigError(f"{key}={value!r} must be a whole number ≥ 1.", f"set {key} to a whole number ≥ 1.")
+        raise_all(architecture_problems(*self.parts()))

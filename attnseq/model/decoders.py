@@ -34,7 +34,7 @@ from attnseq.kernels.cells import layer_parameters
 from attnseq.kernels.gru_sequence import gru_sequence
 from attnseq.kernels.lstm_sequence import lstm_sequence, lstm_sequence_pays
 from attnseq.model import fused_decoders
-from attnseq.model.encoder import build_rnn
+from attnseq.model.rnn_encoder import build_rnn
 from attnseq.model.state import DecoderState, Memory, RNNState, top_layer
 
 StepOutput = tuple[Tensor, Tensor | None, DecoderState]

@@ -1,154 +1,115 @@
 """Every kind of encoder by the name users pick it with (``kind`` in conf/encoder/<option>.yaml;
-``rnn`` where an option does not say), its own settings, their checks, and how it is built.
+``rnn`` where an option does not say): its settings model, their checks, and how it is built.
 
-An ``EncoderKind`` subclass that sets ``name`` registers itself here (as scorers do in
-``attnseq.attention.registry``), so adding an encoder is one module class, one kind and one
-conf/encoder/<option>.yaml whose keys besides ``SHARED_KEYS`` are the kind's ``options``.
+An ``EncoderSettings`` subclass whose ``kind`` is a ``Literal`` of its name registers itself, so
+adding an encoder is one class (its settings, ``key_dim`` and ``build``) and one
+conf/encoder/<option>.yaml. Torch-free at import: the modules are imported by ``build``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from torch import nn
+from pydantic import Field, PositiveInt
 
 from attnseq.errors import ConfigError
-from attnseq.kernels import ALL_FAST_PATHS, FastPaths
-from attnseq.model.encoder import RNNEncoder
-from attnseq.model.transformer_encoder import TransformerEncoder
+from attnseq.registry import Choice, Registry
 
 if TYPE_CHECKING:
+    from torch import nn
+
+    from attnseq.kernels import FastPaths
     from attnseq.model.config import ModelConfig
 
 RNN = "rnn"
 """The kind of conf/encoder/gru.yaml, lstm.yaml and bigru.yaml: ``RNNEncoder``."""
 
-SHARED_KEYS = ("name", "kind", "cell", "bidirectional")
-"""Keys of conf/encoder/<option>.yaml that ``ModelConfig`` reads itself; the others are the kind's settings."""
-
-ENCODER_KINDS: dict[str, type[EncoderKind]] = {}
-"""Every registered encoder kind by its ``name``."""
+ENCODER_KINDS = Registry("encoder kind", "encoder.kind", default=RNN, names_options=False)
+"""Every registered encoder kind by its ``kind``."""
 
 
-class EncoderKind:
-    """How one kind of encoder is checked and built from a ``ModelConfig``."""
+class EncoderSettings(Choice):
+    """What every conf/encoder/<option>.yaml holds; a kind adds its own settings."""
 
-    name: ClassVar[str]
-    options: ClassVar[Mapping[str, Any]] = {}
-    """The kind's own settings (``encoder.<key>``) with their defaults."""
+    registry: ClassVar[Registry] = ENCODER_KINDS
+    name: str = Field(RNN, min_length=1, description="the option's name (conf/encoder/<name>.yaml)", examples=["gru"])
+    kind: str = RNN
+    cell: Literal["gru", "lstm"] = Field("gru", description="the RNN cell (the decoder's too)")
+    bidirectional: bool = Field(False, description="read the source both ways (keys 2 × model.hidden_size wide)")
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if "name" in vars(cls):
-            taken = ENCODER_KINDS.get(cls.name)
-            if taken is not None and taken.__qualname__ != cls.__qualname__:
-                raise TypeError(f"{cls.__qualname__}: the encoder kind {cls.name!r} is taken by {taken.__qualname__}.")
-            ENCODER_KINDS[cls.name] = cls
+    @property
+    def options(self) -> dict[str, Any]:
+        """The kind's own settings: the fields past the shared ones."""
+        return self.model_dump(exclude=set(EncoderSettings.model_fields))
 
-    @classmethod
-    def settings(cls, options: Mapping[str, Any]) -> dict[str, Any]:
-        """``options`` completed with the defaults; one this kind does not take raises ``ConfigError``."""
-        unknown = sorted(set(options) - set(cls.options))
-        if unknown:
-            takes = ", ".join(f"encoder.{key}" for key in cls.options) or "no settings of its own"
-            raise ConfigError(
-                f"encoder.{unknown[0]} is not a setting of an encoder of kind {cls.name} (it takes {takes}).",
-                f"drop encoder.{unknown[0]} (on the command line: ~encoder.{unknown[0]}), or pick an encoder "
-                "whose conf/encoder/<option>.yaml lists it.",
-            )
-        return {**cls.options, **options}
+    def key_dim(self, hidden_size: int) -> int:
+        """d_k: the size of the keys the encoder gives the attention."""
+        return hidden_size * (2 if self.bidirectional else 1)
 
-    @classmethod
-    def check(cls, config: ModelConfig, settings: Mapping[str, Any]) -> None:
-        """Raise ``ConfigError`` when ``settings`` cannot work with the rest of ``config``."""
+    def problems(self, hidden_size: int) -> list[ConfigError]:
+        """What cannot work with the rest of the model config, before any tensor exists."""
+        return []
 
-    @classmethod
-    def build(
-        cls, config: ModelConfig, settings: Mapping[str, Any], fast_paths: FastPaths = ALL_FAST_PATHS
-    ) -> nn.Module:
+    def build(self, config: ModelConfig, fast_paths: FastPaths | None = None) -> nn.Module:
         """The encoder module: ``forward(src, src_lengths)`` → keys ``(B, T_enc, d_k)`` and the decoder's
         initial RNN state; it has ``key_dim``."""
         raise NotImplementedError
 
 
-class RecurrentEncoderKind(EncoderKind):
+class RecurrentEncoder(EncoderSettings):
     """A (bi)GRU/LSTM over the source: ``RNNEncoder``; its cell is the decoder's too."""
 
-    name = RNN
+    kind: Literal["rnn"] = RNN
 
-    @classmethod
-    def build(
-        cls, config: ModelConfig, settings: Mapping[str, Any], fast_paths: FastPaths = ALL_FAST_PATHS
-    ) -> nn.Module:
-        return RNNEncoder(
-            config.src_vocab_size,
-            config.embedding_dim,
-            config.hidden_size,
-            cell=config.cell,
-            bidirectional=config.bidirectional,
-            layers=config.layers,
-            dropout=config.dropout,
-            fast_paths=fast_paths,
-        )
+    def build(self, config: ModelConfig, fast_paths: FastPaths | None = None) -> nn.Module:
+        from attnseq.kernels import ALL_FAST_PATHS
+        from attnseq.model.rnn_encoder import RNNEncoder
+
+        return RNNEncoder(config.src_vocab_size, config.embedding_dim, config.hidden_size, cell=self.cell,
+                          bidirectional=self.bidirectional, layers=config.layers, dropout=config.dropout,
+                          fast_paths=fast_paths or ALL_FAST_PATHS)
 
 
-class TransformerEncoderKind(EncoderKind):
+class TransformerEncoderSettings(EncoderSettings):
     """Self-attention layers over the source: ``TransformerEncoder``. ``encoder.cell`` is the decoder's
     cell (the encoder has none); ``model.layers`` the decoder's depth."""
 
-    name = "transformer"
-    options = {"layers": 2, "heads": 4, "ff_dim": 256}
+    kind: Literal["transformer"] = "transformer"
+    layers: PositiveInt = Field(2, description="self-attention layers")
+    heads: PositiveInt = Field(4, description="self-attention heads (model.heads are the decoder's "
+                               "cross-attention heads); must divide model.hidden_size")
+    ff_dim: PositiveInt = Field(256, description="the feed-forward block's inner size")
 
-    @classmethod
-    def check(cls, config: ModelConfig, settings: Mapping[str, Any]) -> None:
-        for key in ("layers", "heads", "ff_dim"):
-            value = settings[key]
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(
-                    f"encoder.{key}={value!r} must be a whole number ≥ 1.",
-                    f"set encoder.{key}={cls.options[key]}, say.",
-                )
-        hidden, heads = config.hidden_size, settings["heads"]
-        if hidden % heads:
-            divisors = [h for h in range(1, hidden + 1) if hidden % h == 0][:8]
-            raise ConfigError(
-                f"encoder.heads={heads} does not divide model.hidden_size={hidden}: the self-attention splits "
-                f"its queries, keys and values (d={hidden}) into {heads} equal heads ({hidden} % {heads} = "
-                f"{hidden % heads}).",
-                f"set encoder.heads to one of {divisors}, or change model.hidden_size.",
-            )
-        if config.bidirectional:
-            raise ConfigError(
+    def key_dim(self, hidden_size: int) -> int:
+        return hidden_size
+
+    def problems(self, hidden_size: int) -> list[ConfigError]:
+        found = []
+        if hidden_size % self.heads:
+            divisors = [h for h in range(1, hidden_size + 1) if hidden_size % h == 0][:8]
+            found.append(ConfigError(
+                f"encoder.heads={self.heads} does not divide model.hidden_size={hidden_size}: the self-attention "
+                f"splits its queries, keys and values (d={hidden_size}) into {self.heads} equal heads "
+                f"({hidden_size} % {self.heads} = {hidden_size % self.heads}).",
+                f"set encoder.heads to one of {divisors}, e.g. encoder.heads={divisors[-1]}, or change "
+                "model.hidden_size.",
+            ))
+        if self.bidirectional:
+            found.append(ConfigError(
                 "encoder.bidirectional=true with encoder=transformer: self-attention reads the whole source "
                 "in both directions already, and its keys are model.hidden_size wide.",
-                "drop encoder.bidirectional (it is false in conf/encoder/transformer.yaml).",
-            )
+                "drop encoder.bidirectional, e.g. encoder.bidirectional=false (as in conf/encoder/transformer.yaml).",
+            ))
+        return found
 
-    @classmethod
-    def build(
-        cls, config: ModelConfig, settings: Mapping[str, Any], fast_paths: FastPaths = ALL_FAST_PATHS
-    ) -> nn.Module:
-        return TransformerEncoder(
-            config.src_vocab_size,
-            config.embedding_dim,
-            config.hidden_size,
-            layers=settings["layers"],
-            heads=settings["heads"],
-            ff_dim=settings["ff_dim"],
-            dropout=config.dropout,
-            decoder_cell=config.cell,
-            decoder_layers=config.layers,
-        )
+    def build(self, config: ModelConfig, fast_paths: FastPaths | None = None) -> nn.Module:
+        from attnseq.model.transformer_encoder import TransformerEncoder
+
+        return TransformerEncoder(config.src_vocab_size, config.embedding_dim, config.hidden_size,
+                                  layers=self.layers, heads=self.heads, ff_dim=self.ff_dim, dropout=config.dropout,
+                                  decoder_cell=self.cell, decoder_layers=config.layers)
 
 
-def encoder_kind(name: str) -> type[EncoderKind]:
+def encoder_kind(name: str) -> type[EncoderSettings]:
     """The kind registered as ``name``; an unknown one raises ``ConfigError`` listing the known ones."""
-    if name not in ENCODER_KINDS:
-        raise ConfigError(
-            f"unknown encoder kind {name!r} (encoder.kind).",
-            f"use encoder.kind= one of {list(ENCODER_KINDS)}, or pick an option of conf/encoder/ "
-            "(encoder=gru, encoder=transformer, ...); a kind defined outside attnseq is registered by "
-            "importing its module first: plugins=[your.module].",
-        )
-    return ENCODER_KINDS[name]
+    return ENCODER_KINDS.lookup(name)

@@ -7,8 +7,7 @@ from torch import Tensor, nn
 from attnseq.attention import build_attention, lengths_to_valid_mask
 from attnseq.kernels import ALL_FAST_PATHS, FastPaths
 from attnseq.model.config import ModelConfig
-from attnseq.model.decoders import BahdanauDecoder, Decoder, LuongDecoder, PlainDecoder
-from attnseq.model.encoders import encoder_kind
+from attnseq.model.decoders import Decoder, PlainDecoder
 from attnseq.model.state import DecoderState, Memory
 
 
@@ -50,8 +49,8 @@ def build_seq2seq(config: ModelConfig, fast_paths: FastPaths = ALL_FAST_PATHS) -
     """Validate the configuration, then build the model it describes, taking the fast paths
     ``fast_paths`` allows (they change the speed, never the values)."""
     config.validate()
-    kind = encoder_kind(config.encoder)
-    encoder = kind.build(config, kind.settings(config.encoder_options), fast_paths)
+    _, encoder_settings, _, convention = config.parts()
+    encoder = encoder_settings.build(config, fast_paths)
     shared = dict(
         vocab_size=config.tgt_vocab_size,
         embedding_dim=config.embedding_dim,
@@ -66,8 +65,4 @@ def build_seq2seq(config: ModelConfig, fast_paths: FastPaths = ALL_FAST_PATHS) -
     attention = build_attention(
         config.scorer, config.query_dim, encoder.key_dim, heads=config.heads, **config.scorer_options
     )
-    if config.decoder == "bahdanau":
-        decoder: Decoder = BahdanauDecoder(attention, **shared)
-    else:
-        decoder = LuongDecoder(attention, input_feeding=config.feeds_input, **shared)
-    return Seq2Seq(encoder, decoder, config)
+    return Seq2Seq(encoder, convention.build(attention, **shared), config)

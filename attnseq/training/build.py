@@ -1,70 +1,48 @@
-"""From a composed config to the objects it describes: the model's typed config, the data, the
-LightningModule, and the check that rejects a bad combination before anything is created."""
+"""From a validated config to the objects it describes: the data, the model, the LightningModule,
+and ``validate``, which rejects a bad config before anything is created."""
 
 from __future__ import annotations
 
-import torch
-from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+import functools
 
+from omegaconf import DictConfig
+
+from attnseq.config import TrainConfig, validate_train
 from attnseq.data import Seq2SeqDataModule
-from attnseq.errors import AttnSeqError, ConfigError
 from attnseq.kernels import ALL_FAST_PATHS, FastPaths
 from attnseq.model import ModelConfig, build_seq2seq
-from attnseq.model.encoders import RNN, SHARED_KEYS
 from attnseq.tracking.store import check_tracking_uri
 from attnseq.training.lit_module import Seq2SeqLitModule
-from attnseq.training.validation import check_config, check_schedule
+from attnseq.training.validation import arguments, check_handed_on, locate
 
 
-def model_config(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> ModelConfig:
-    """The model's typed config from the composed groups (encoder/, scorer/, decoder/, model)."""
-    encoder = OmegaConf.to_container(cfg.encoder, resolve=True)
-    return ModelConfig(
-        src_vocab_size=src_vocab_size,
-        tgt_vocab_size=tgt_vocab_size,
-        embedding_dim=cfg.model.embedding_dim,
-        hidden_size=cfg.model.hidden_size,
-        layers=cfg.model.layers,
-        dropout=cfg.model.dropout,
-        cell=cfg.encoder.cell,
-        bidirectional=cfg.encoder.bidirectional,
-        encoder=encoder.get("kind", RNN),
-        encoder_options={key: value for key, value in encoder.items() if key not in SHARED_KEYS},
-        scorer=cfg.scorer.name,
-        scorer_options={
-            key: value for key, value in OmegaConf.to_container(cfg.scorer, resolve=True).items() if key != "name"
-        },
-        heads=cfg.model.heads,
-        decoder=cfg.decoder.convention,
-        input_feeding=cfg.decoder.get("input_feeding"),
-        plugins=tuple(cfg.get("plugins") or ()),
-    )
+def typed(cfg: DictConfig | TrainConfig) -> TrainConfig:
+    return validate_train(cfg) if isinstance(cfg, DictConfig) else cfg
 
 
-def build_datamodule(cfg: DictConfig) -> Seq2SeqDataModule:
-    missing = [key for key in cfg.dataset if OmegaConf.is_missing(cfg.dataset, key)]
-    if missing:
-        example = {"path": "dataset.path=/abs/path/pairs.tsv"}.get(missing[0], f"dataset.{missing[0]}=...")
-        raise ConfigError(
-            f"dataset={cfg.dataset.task} needs {', '.join(f'dataset.{k}' for k in missing)}, which is not set.",
-            f"add it on the command line, e.g. {example}",
-        )
-    return Seq2SeqDataModule(**OmegaConf.to_container(cfg.dataset, resolve=True), seed=cfg.seed)
+def model_config(cfg: DictConfig | TrainConfig, src_vocab_size: int, tgt_vocab_size: int) -> ModelConfig:
+    """The model's typed config from the validated groups (encoder/, scorer/, decoder/, model)."""
+    return ModelConfig.from_config(typed(cfg), src_vocab_size, tgt_vocab_size)
+
+
+def build_datamodule(cfg: DictConfig | TrainConfig) -> Seq2SeqDataModule:
+    cfg = typed(cfg)
+    return Seq2SeqDataModule(**cfg.dataset.model_dump(), seed=cfg.seed)
 
 
 def build_module(
-    cfg: DictConfig,
+    cfg: DictConfig | TrainConfig,
     datamodule: Seq2SeqDataModule,
     module_class: type[Seq2SeqLitModule] = Seq2SeqLitModule,
     fast_paths: FastPaths = ALL_FAST_PATHS,
 ) -> Seq2SeqLitModule:
     """The model the config describes, sized by the (set-up) data's vocabularies, in its LightningModule."""
+    cfg = typed(cfg)
     model = build_seq2seq(model_config(cfg, len(datamodule.src_vocab), len(datamodule.tgt_vocab)), fast_paths)
     return module_class(
         model,
-        instantiate(cfg.optimizer),
-        instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
+        partial("optimizer._target_", cfg.optimizer),
+        partial("scheduler._target_", cfg.scheduler) if cfg.scheduler is not None else None,
         train_lengths=tuple(cfg.dataset.train_lengths),
         max_eval_length=datamodule.max_eval_length,
         bucket_width=cfg.dataset.bucket_width,
@@ -74,31 +52,21 @@ def build_module(
     )
 
 
-def validate(cfg: DictConfig) -> None:
-    """Reject a bad config before any data is generated or any run is created: every key against
-    the schema (``attnseq.training.validation``), then what only the objects can tell — the model's
-    sizes together, the data module (a TSV file), the learning rate each epoch — and the store."""
-    check_config(cfg)
-    model_config(cfg, src_vocab_size=1, tgt_vocab_size=1).validate()
-    try:
-        build_datamodule(cfg)
-    except AttnSeqError:
-        raise
-    except ValueError as error:
-        raise ConfigError(
-            f"dataset: {error}",
-            f"set the dataset.* value it names (dataset={cfg.dataset.task} takes the keys of "
-            f"conf/dataset/{cfg.dataset.task}.yaml).",
-        ) from None
-    try:
-        make_scheduler = instantiate(cfg.scheduler) if cfg.get("scheduler") else None
-        optimizer = instantiate(cfg.optimizer)([torch.nn.Parameter(torch.zeros(1))])
-        check_schedule(optimizer, make_scheduler, epochs=cfg.trainer.get("max_epochs") or 1)
-    except AttnSeqError:
-        raise
-    except (ValueError, TypeError) as error:
-        raise ConfigError(
-            f"the optimizer or scheduler config is rejected: {error}",
-            "fix the optimizer.* / scheduler.* value it names, e.g. optimizer.lr=0.001.",
-        ) from None
-    check_tracking_uri(cfg.mlflow.tracking_uri)
+def partial(key: str, group) -> functools.partial:
+    """The optimizer or scheduler class a group names, with its arguments (``_partial_: true``)."""
+    import torch
+
+    home = torch.optim if key.startswith("optimizer") else torch.optim.lr_scheduler
+    return functools.partial(locate(key, group.target, home, object), **arguments(group))
+
+
+def validate(cfg: DictConfig) -> TrainConfig:
+    """The typed config, or a ``ConfigError`` before any data is generated or any run is created:
+    every key attnseq owns (stage one, ``attnseq.config``), then what needs the libraries — the
+    handed-on arguments, metrics, the learning rate each epoch (stage two) — the data module (a
+    TSV file) and the store."""
+    config = validate_train(cfg)
+    check_handed_on(config)
+    build_datamodule(config)
+    check_tracking_uri(config.mlflow.tracking_uri)
+    return config

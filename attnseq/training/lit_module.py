@@ -25,7 +25,7 @@ from torch.nn import functional as F
 from torchmetrics import MaxMetric, MeanMetric, Metric
 
 from attnseq.data.batch import Batch
-from attnseq.data.capabilities import has_gold_alignment, is_text
+from attnseq.data.tasks import TASKS
 from attnseq.data.tokenizers import output_text
 from attnseq.data.vocab import PAD
 from attnseq.metrics import BatchOutputs, MetricSuite, SuiteSpec
@@ -78,14 +78,14 @@ class Seq2SeqLitModule(L.LightningModule):
         """The metrics ``stage`` reports, for this model and the task of ``data`` (a data module;
         none: a task without text or gold alignment), persistent in the checkpoint."""
         task = getattr(data, "task", None)
-        text = task is not None and is_text(task)
+        text = task is not None and TASKS.lookup(task).is_text
         spec = SuiteSpec(
             stage,
             max_length=self.max_eval_length,
             bucket_width=self.bucket_width,
             train_lengths=self.train_lengths,
             attention=self.model.attention is not None,
-            gold_alignment=task is not None and has_gold_alignment(task),
+            gold_alignment=task is not None and TASKS.lookup(task).has_gold_alignment,
             text=text,
             to_text=partial(output_text, vocab=data.tgt_vocab, tokenizer=data.tgt_tokenizer) if text else None,
         )

@@ -4,7 +4,7 @@ config: what ``checkpoint.monitor`` and ``optimized_metric`` may name."""
 from __future__ import annotations
 
 from attnseq.attention import NO_ATTENTION, import_plugins
-from attnseq.data.capabilities import has_gold_alignment, is_text
+from attnseq.data.tasks import TASKS
 from attnseq.metrics.suite import SuiteSpec, names
 
 
@@ -18,8 +18,8 @@ def suite_spec(cfg, stage: str) -> SuiteSpec:
         bucket_width=int(dataset.bucket_width),
         train_lengths=(int(lo), int(hi)),
         attention=cfg.scorer.name != NO_ATTENTION,
-        gold_alignment=has_gold_alignment(dataset.task),
-        text=is_text(dataset.task),
+        gold_alignment=TASKS.lookup(dataset.task).has_gold_alignment,
+        text=TASKS.lookup(dataset.task).is_text,
     )
 
 

@@ -1,0 +1,107 @@
+"""Each scorer's own settings (``conf/scorer/<name>.yaml``), as the typed model the config is
+validated against before torch is imported; a scorer class links to its model as ``Settings``.
+
+The capability the config check needs, ``same_size`` (the score compares query and key directly,
+so d_q must equal d_k), lives here with the settings; ``Attention`` subclasses read it from them.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field, PositiveInt
+
+from attnseq.errors import ConfigError
+from attnseq.registry import Choice, Registry
+
+NO_ATTENTION = "none"
+"""The scorer name of the fixed-vector baseline: no attention at all."""
+
+
+class ScorerSettings(Choice):
+    """A scorer's settings; ``problems`` judges them against the sizes, before any tensor exists."""
+
+    registry: ClassVar[Registry] = Registry("scorer", "scorer.name")
+    same_size: ClassVar[bool] = False
+    name: str
+
+    def problems(self, query_dim: int, key_dim: int, heads: int) -> list[ConfigError]:
+        return []
+
+
+def size_problems(scorer: type[ScorerSettings], query_dim: int, key_dim: int, heads: int,
+                  keys_come_from: str = "") -> list[ConfigError]:
+    """What no scorer of this kind can work with: a same-size score with d_q != d_k, heads that do not
+    divide d_k (``keys_come_from`` says where d_k comes from)."""
+    found = []
+    where = f"; d_k = {keys_come_from}" if keys_come_from else ""
+    if scorer.same_size and query_dim != key_dim:
+        others = [n for n, c in ScorerSettings.registry.items() if not c.same_size and n != NO_ATTENTION]
+        found.append(ConfigError(
+            f"scorer={scorer.choice_name()} compares the decoder query (B, d_q={query_dim}) with the encoder keys "
+            f"(B, T_enc, d_k={key_dim}{where}) directly, which needs d_q == d_k.",
+            f"use a scorer that maps one size to the other, e.g. {' or '.join(f'scorer={n}' for n in others)}, "
+            "or a unidirectional encoder (encoder=gru or encoder=lstm).",
+        ))
+    if key_dim % heads:
+        divisors = [h for h in range(1, key_dim + 1) if key_dim % h == 0][:8]
+        found.append(ConfigError(
+            f"model.heads={heads} does not divide the key size: keys (B, T_enc, d_k={key_dim}{where}) must split "
+            f"into {heads} equal heads ({key_dim} % {heads} = {key_dim % heads}).",
+            f"set model.heads to one of {divisors}, e.g. model.heads={divisors[-1]}, or change the key size "
+            "(model.hidden_size).",
+        ))
+    return found
+
+
+def multiple_of_heads(key: str, value: int | None, heads: int, key_dim: int, why: str) -> list[ConfigError]:
+    if value is None or value % heads == 0:
+        return []
+    return [ConfigError(
+        f"scorer.{key}={value} must be a positive multiple of model.heads={heads}: {why}.",
+        f"set scorer.{key} to a multiple of {heads}, e.g. scorer.{key}={heads * max(1, value // heads)}, "
+        f"or leave it null (uses d_k={key_dim}).",
+    )]
+
+
+class NoAttentionSettings(ScorerSettings):
+    name: Literal["none"] = "none"
+
+
+class DotSettings(ScorerSettings):
+    name: Literal["dot"] = "dot"
+    same_size: ClassVar[bool] = True
+
+
+class ScaledDotSettings(ScorerSettings):
+    name: Literal["scaled_dot"] = "scaled_dot"
+    same_size: ClassVar[bool] = True
+
+
+class GeneralSettings(ScorerSettings):
+    name: Literal["general"] = "general"
+
+
+class AdditiveSettings(ScorerSettings):
+    name: Literal["additive"] = "additive"
+    attn_dim: PositiveInt | None = Field(None, description="the attention size d_attn (a multiple of model.heads); "
+                                         "null = the key size", examples=[64])
+
+    def problems(self, query_dim: int, key_dim: int, heads: int) -> list[ConfigError]:
+        return multiple_of_heads("attn_dim", self.attn_dim, heads, key_dim,
+                                 f"each head gets attn_dim / heads rows of W_a (d_attn, d_q={query_dim})")
+
+
+class ConcatSettings(AdditiveSettings):
+    name: Literal["concat"] = "concat"
+
+
+class MultiheadSettings(ScorerSettings):
+    name: Literal["multihead"] = "multihead"
+    model_dim: PositiveInt | None = Field(None, description="the size queries, keys and values are projected to "
+                                          "(a multiple of model.heads); null = the key size", examples=[64])
+
+    def problems(self, query_dim: int, key_dim: int, heads: int) -> list[ConfigError]:
+        return multiple_of_heads("model_dim", self.model_dim, heads, key_dim,
+                                 f"queries, keys and values are projected to model_dim and split into {heads} "
+                                 "heads of model_dim / heads")

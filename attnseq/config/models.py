@@ -1,0 +1,207 @@
+"""The typed configs of ``conf/train.yaml`` and ``conf/evaluate.yaml``: each key's type, range and
+meaning on one line (the yaml holds the defaults). The encoder, scorer, decoder and dataset groups
+are the registered choices' own settings models, picked by a discriminated union on their name
+(``train_config_model`` builds it after ``plugins`` registered theirs). Torch-free.
+
+Groups attnseq owns accept a key added with ``+`` (``+tracking.api_token=…``: only the run's params
+read it) unless it is a near-miss of one they have (``+model.dropuot=0.1``: ``near_misses``); the
+choices' settings reject any key they do not have. ``trainer.*``, ``optimizer.*`` and
+``scheduler.*`` are handed on as arguments, so their other keys are checked against the callable's
+signature once torch and Lightning are imported (``attnseq.training.validation``).
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, create_model
+
+from attnseq.attention.settings import ScorerSettings
+from attnseq.data.tasks import TASKS, dataset_union
+from attnseq.model.config import ModelGroup
+from attnseq.model.conventions import DECODER_CONVENTIONS
+from attnseq.model.encoders import ENCODER_KINDS
+from attnseq.problems import LengthRange, Text, What
+
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
+CountOrFraction = Annotated[NonNegativeInt | Annotated[float, Field(ge=0, le=1)],
+                            What("a whole number of batches ≥ 0 or a fraction in [0, 1]")]
+
+
+class Group(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True, allow_inf_nan=False, populate_by_name=True)
+
+
+class Optimizer(Group):
+    target: Text = Field(alias="_target_", description="the optimizer class", examples=["torch.optim.Adam"])
+    partial: Annotated[Literal[True], What("true (the model's parameters are passed later)")] = Field(
+        alias="_partial_", examples=[True])
+    lr: PositiveFloat | None = Field(None, description="the learning rate", examples=[0.003])
+
+
+class Scheduler(Group):
+    target: Text = Field(alias="_target_", description="stepped once per epoch; scheduler=null: a constant rate",
+                         examples=["torch.optim.lr_scheduler.ExponentialLR"])
+    partial: Annotated[Literal[True], What("true (the optimizer is passed later)")] = Field(
+        alias="_partial_", examples=[True])
+    gamma: PositiveFloat | None = Field(None, description="the rate's factor per epoch (above 1 it grows)",
+                                        examples=[0.6])
+
+
+class Training(Group):
+    teacher_forcing: float = Field(ge=0, le=1, description="probability of feeding the gold token; < 1 is "
+                                   "scheduled sampling", examples=[1.0])
+    test_after_fit: bool = Field(description="evaluate the best checkpoint on the test split after training",
+                                 examples=[False])
+    stop_at: float | None = Field(None, description="stop at the first validation where checkpoint.monitor "
+                                  "reaches this", examples=[0.95])
+
+
+class Decode(Group):
+    max_length_ratio: PositiveFloat = Field(description="greedy decoding at validation: ratio × longest source "
+                                            "+ extra tokens", examples=[1.5])
+    max_length_extra: NonNegativeInt = Field(description="the extra tokens", examples=[5])
+
+
+class Checkpoint(Group):
+    monitor: Text = Field(description="the metric the best checkpoint is chosen by (one this run logs)",
+                          examples=["val/exact_match"])
+    mode: Literal["max", "min"] = Field(description="max: higher is better")
+
+
+class Tracking(Group):
+    heatmap_samples: NonNegativeInt = Field(description="attention heatmaps logged: short, medium, longer than "
+                                            "training", examples=[3])
+    heatmap_every_n_epochs: PositiveInt = Field(description="how often they are logged", examples=[1])
+
+
+class Heartbeat(Group):
+    every_s: float = Field(ge=0, description="the run's attnseq.heartbeat tag is refreshed at most this often",
+                           examples=[30])
+    stale_after_s: PositiveFloat = Field(description="resume= refuses a RUNNING run whose heartbeat is younger",
+                                         examples=[180])
+
+
+class Mlflow(Group):
+    tracking_uri: Text = Field(description="the MLflow store", examples=["sqlite:///mlflow.db"])
+    retry_budget_s: PositiveFloat = Field(description="how long one call may retry a server that stopped "
+                                          "answering", examples=[30])
+
+
+class TrainMlflow(Mlflow):
+    experiment_name: Text = Field(description="the MLflow experiment", examples=["attnseq"])
+    run_name: Text | None = Field(description="default: built from the choices, or a sweep's varying overrides",
+                                  examples=["my-run"])
+
+
+class Paths(Group):
+    output_dir: Text = Field(description="this run's folder (Hydra's by default)", examples=["outputs/my-run"])
+
+
+class Trainer(Group):
+    """``lightning.Trainer``'s arguments; these also need a sensible range (the others: its signature)."""
+
+    max_epochs: PositiveInt | None = Field(None, description="epochs to train", examples=[5])
+    min_epochs: NonNegativeInt | None = Field(None, examples=[1])
+    max_steps: Annotated[int, Field(ge=-1), What("a whole number ≥ 1, or -1 (no limit)")] = Field(-1, examples=[-1])
+    log_every_n_steps: PositiveInt | None = Field(None, examples=[50])
+    check_val_every_n_epoch: PositiveInt | None = Field(None, examples=[1])
+    accumulate_grad_batches: PositiveInt | None = Field(None, examples=[1])
+    gradient_clip_val: Annotated[float, Field(ge=0)] | None = Field(None, examples=[1.0])
+    num_sanity_val_steps: Annotated[int, Field(ge=-1), What("a whole number ≥ 0, or -1 (all batches)")] | None = \
+        Field(None, examples=[2])
+    fast_dev_run: Annotated[bool | PositiveInt, What("true, false or a whole number of batches ≥ 1")] = \
+        Field(False, examples=[True])
+    overfit_batches: CountOrFraction = Field(0, examples=[4])
+    limit_train_batches: CountOrFraction | None = Field(None, examples=[1.0])
+    limit_val_batches: CountOrFraction | None = Field(None, examples=[1.0])
+    limit_test_batches: CountOrFraction | None = Field(None, examples=[1.0])
+
+
+class TrainBase(Group):
+    """``conf/train.yaml``; the choice groups are added by ``train_config_model``."""
+
+    seed: Seed = Field(description="fixes the data and the initialisation", examples=[0])
+    resume: Text | None = Field(description="a run id: continue that interrupted run from its last checkpoint",
+                                examples=["<run id>"])
+    resume_force: bool = Field(description="resume even a RUNNING run whose heartbeat is fresh", examples=[False])
+    threads: PositiveInt | None = Field(description="torch CPU threads; 1 when jobs run side by side", examples=[1])
+    plugins: list[Text] = Field(description="modules to import first: choices defined outside attnseq",
+                                examples=[["my_scorers"]])
+    optimized_metric: Text = Field(description="what train() returns to a sweeper (a metric this run logs)",
+                                   examples=["val/acc_best"])
+    model: ModelGroup
+    optimizer: Optimizer
+    scheduler: Scheduler | None
+    training: Training
+    decode: Decode
+    checkpoint: Checkpoint
+    tracking: Tracking
+    heartbeat: Heartbeat
+    mlflow: TrainMlflow
+    paths: Paths
+    trainer: Trainer
+
+
+def train_config_model() -> type[TrainBase]:
+    """``TrainConfig`` with every choice registered now (the built-in ones and the plugins')."""
+    key = tuple(tuple(registry) for registry in (ENCODER_KINDS, ScorerSettings.registry, DECODER_CONVENTIONS, TASKS))
+    if key not in _MODELS:
+        _MODELS[key] = create_model(
+            "TrainConfig", __base__=TrainBase, __module__=__name__,
+            encoder=(ENCODER_KINDS.union(), ...), scorer=(ScorerSettings.registry.union(), ...),
+            decoder=(DECODER_CONVENTIONS.union(), ...), dataset=(dataset_union(), ...),
+        )
+    return _MODELS[key]
+
+
+_MODELS: dict[tuple, type[TrainBase]] = {}
+TrainConfig = TrainBase  # the type to annotate with; its instances come from train_config_model()
+
+
+class Eval(Group):
+    lengths: LengthRange | None = Field(description="[lo, hi]; null = [1, 2 × the run's longest training length]",
+                                        examples=[[1, 80]])
+    bucket_width: PositiveInt | None = Field(description="null = the run's own", examples=[5])
+    size: PositiveInt = Field(description="evaluation examples (source lengths uniform over eval.lengths)",
+                              examples=[2000])
+    batch_size: PositiveInt = Field(description="examples per batch", examples=[128])
+    beam_size: PositiveInt = Field(description="1 = greedy decoding", examples=[1])
+    counterfactual: bool = Field(description="Jain & Wallace check: permuted and uniform attention", examples=[True])
+    seed: Seed = Field(description="the evaluation data's seed", examples=[1])
+    sentences: list[Text] = Field(description="source texts to draw the attention of", examples=[["Unknown object"]])
+
+
+class EvalConfig(Group):
+    """``conf/evaluate.yaml``: which runs, and how they are evaluated."""
+
+    run_id: Text | None = Field(description="one run to evaluate", examples=["<run id>"])
+    run_ids: list[Text] | None = Field(description="several runs, then a comparison", examples=[["<id>", "<id>"]])
+    parent_run_id: Text | None = Field(description="a sweep's parent run id, or latest", examples=["latest"])
+    experiment_name: Text | None = Field(description="the experiment to select runs from", examples=["bottleneck"])
+    filter: Text | None = Field(description="MLflow search syntax, with experiment_name",
+                                examples=["params.`scorer.name` = 'dot'"])
+    eval: Eval
+    compare: bool = Field(description="with several runs: comparison figure + table + a comparison run",
+                          examples=[True])
+    threads: PositiveInt | None = Field(description="torch CPU threads; null = every core", examples=[1])
+    mlflow: Mlflow
+    paths: Paths
+
+
+def near_misses(model: type[BaseModel], data: Any, prefix: str = "") -> list[tuple[str, str]]:
+    """``(added key, the key it is a typo of)`` for each key of ``data`` that ``model`` (and its
+    groups) do not have but have one very like; keys of the groups handed on are not judged here."""
+    if not (isinstance(data, dict) and isinstance(model, type) and issubclass(model, BaseModel)
+            and model.model_config.get("extra") == "allow") or model in (Trainer, Optimizer, Scheduler):
+        return []
+    known = {field.alias or name: field for name, field in model.model_fields.items()}
+    found = []
+    for key, value in data.items():
+        if key in known:
+            found += near_misses(known[key].annotation, value, f"{prefix}{key}.")
+        else:
+            match = difflib.get_close_matches(key, list(known), n=1, cutoff=0.8)
+            found += [(f"{prefix}{key}", f"{prefix}{match[0]}")] if match else []
+    return found

@@ -1,0 +1,88 @@
+"""Stage one of checking a composed config: every key attnseq owns, every problem at once, before
+torch, Lightning or MLflow is imported (a typo is answered in well under two seconds). Stage two,
+the keys handed on to those libraries, is ``attnseq.training.validation``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from pydantic import ValidationError
+
+from attnseq.config.memory import check_memory, memory_budget
+from attnseq.config.models import EvalConfig, TrainBase, near_misses, train_config_model
+from attnseq.errors import ConfigError
+from attnseq.model.config import architecture_problems
+from attnseq.problems import raise_all, told
+from attnseq.registry import import_plugins
+
+AT_RUN_TIME = "<set by Hydra at run time>"
+"""What a ``${hydra:...}`` value reads as in a config composed without a Hydra run (a test, a notebook)."""
+
+
+def validate_train(cfg: DictConfig) -> TrainBase:
+    """The typed ``TrainConfig`` of a composed ``conf/train.yaml``, or ``ConfigError`` naming every problem."""
+    data, unset, problems = plain(cfg)
+    plugins = data.get("plugins")
+    if isinstance(plugins, list) and all(isinstance(p, str) for p in plugins):
+        import_plugins(plugins)
+    return _validated(train_config_model(), data, unset, problems)
+
+
+def validate_evaluate(cfg: DictConfig) -> EvalConfig:
+    """The typed ``EvalConfig`` of a composed ``conf/evaluate.yaml``, or ``ConfigError`` naming every problem."""
+    data, unset, problems = plain(cfg)
+    return _validated(EvalConfig, data, unset, problems)
+
+
+def _validated(model: type, data: dict, unset: list[str], problems: list[ConfigError]):
+    problems += [ConfigError(f"{key} is not read by attnseq. Did you mean {match}?",
+                             f"use {match}=<value> (without +), and drop {key}, e.g. ~{key}.")
+                 for key, match in near_misses(model, data)]
+    typed = None
+    try:
+        typed = model.model_validate(data)
+    except ValidationError as error:
+        problems += told(error, model, data, unset=unset)
+    if typed is not None and isinstance(typed, TrainBase):
+        problems += architecture_problems(typed.model, typed.encoder, typed.scorer, typed.decoder)
+        budget = memory_budget(typed)
+        if budget is not None and not problems:
+            try:
+                check_memory(typed, budget)
+            except ConfigError as error:
+                problems.append(error)
+    raise_all(problems)
+    return typed
+
+
+def plain(node: DictConfig, prefix: str = "") -> tuple[dict[str, Any], list[str], list[ConfigError]]:
+    """A composed config as plain values, with the keys left unset (``???``) and the values that cannot
+    be resolved (each a problem); a ``${hydra:...}`` value without a Hydra run reads ``AT_RUN_TIME``."""
+    values, unset, problems = {}, [], []
+    for key in node:
+        dotted = f"{prefix}{key}"
+        if dotted == "hydra":
+            continue  # Hydra's own settings (a config composed with return_hydra_config)
+        if OmegaConf.is_missing(node, key):
+            unset.append(dotted)
+            continue
+        try:
+            value = node[key]
+        except Exception as error:  # noqa: BLE001 - an interpolation that cannot be resolved
+            raw = OmegaConf.to_container(node, resolve=False)[key]
+            if isinstance(raw, str) and "${hydra:" in raw:
+                values[key] = AT_RUN_TIME
+                continue
+            problems.append(ConfigError(
+                f"{dotted}={raw} cannot be resolved: {str(error).splitlines()[0]}",
+                f"set {dotted} to a plain value, or make what it refers to exist (e.g. the environment variable).",
+            ))
+            continue
+        if isinstance(value, DictConfig):
+            values[key], more_unset, more = plain(value, f"{dotted}.")
+            unset += more_unset
+            problems += more
+        else:
+            values[key] = OmegaConf.to_container(value, resolve=True) if isinstance(value, ListConfig) else value
+    return values, unset, problems
