@@ -7,11 +7,12 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import lightning as L
-import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
@@ -25,7 +26,6 @@ from attnseq.tracking.redaction import redact
 from attnseq.tracking.retry import TrackingUnavailable
 from attnseq.tracking.run import TrackedRun
 from attnseq.tracking.store import check_tracking_uri, ensure_experiment, ui_links
-from attnseq.training import signals
 from attnseq.training.artifacts import RunArtifacts, UploadedCheckpoint
 from attnseq.training.build import build_datamodule, build_module, validate
 from attnseq.training.console import ResultsBar, TrainingReport
@@ -33,12 +33,14 @@ from attnseq.training.guards import FiniteLossGuard, Heartbeat, InterruptCheckpo
 from attnseq.training.identity import run_identity
 from attnseq.training.lit_module import Seq2SeqLitModule
 from attnseq.training.logger import RunLogger
-from attnseq.training.process import keep_freed_memory
 from attnseq.training.resume import Resumption, prepare_resume
-from attnseq.training.signals import release_interrupted_frames
+from attnseq.training.signals import Signals, exit_code, release_interrupted_frames
 from attnseq.training.startup import FirstStepClock
 from attnseq.training.stopping import stop_at
 from attnseq.training.sweep import sweep_context
+
+if TYPE_CHECKING:
+    from attnseq.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,7 @@ RUN_ID_ENV = "ATTNSEQ_MLFLOW_RUN_ID"
 """Set by rank 0 before ``fit``: the run that Lightning's data-parallel workers log into."""
 OUTPUT_DIR_ENV = "ATTNSEQ_OUTPUT_DIR"
 """Set by rank 0 before ``fit``: the output folder its data-parallel workers use (one per run)."""
+LIGHTNING_SEED_ENV = ("PL_GLOBAL_SEED", "PL_SEED_WORKERS")
 
 
 class TrainingRun(NamedTuple):
@@ -56,36 +59,60 @@ class TrainingRun(NamedTuple):
     owned: bool  # False in a data-parallel worker: rank 0 creates, marks and reports the run
 
 
-def train(cfg: DictConfig) -> float | None:
+def train(cfg: DictConfig, runtime: Runtime | None = None) -> float | None:
     """Train one configuration end to end (or resume one with ``resume=<run id>``); return
-    ``cfg.optimized_metric`` for sweepers."""
-    with signals.handled():
-        cfg, resumption = prepare(cfg)
-        datamodule, module = build_data_and_model(cfg)
-        run = None
-        try:
-            with signals.held():  # the run is created and its id kept, or not created at all
-                run = open_run(cfg, resumption)
-            interrupts = InterruptCheckpoint(Path(cfg.paths.output_dir) / paths.LAST_CHECKPOINT, run.tracked)
-            os.environ[RUN_ID_ENV] = run.tracked.run_id  # inherited by data-parallel workers, which fit starts
-            os.environ[OUTPUT_DIR_ENV] = str(Path(cfg.paths.output_dir).resolve())
+    ``cfg.optimized_metric`` for sweepers.
+
+    ``runtime`` is the entry point's (``attnseq.runtime``): its signal handler turns SIGTERM and
+    Ctrl-C into a KILLED run, and it hands the run to data-parallel workers. Called without one
+    (a notebook, a test), nothing process-wide changes: handlers, logging and ``os.environ`` stay."""
+    from attnseq.runtime import Runtime
+
+    runtime = runtime or Runtime.detached()
+    with lightning_seed_environment():
+        return _train(cfg, runtime, runtime.signals)
+
+
+def _train(cfg: DictConfig, runtime: Runtime, signals: Signals) -> float | None:
+    cfg, resumption = prepare(cfg)
+    datamodule, module = build_data_and_model(cfg)
+    run = None
+    try:
+        with signals.held():  # the run is created and its id kept, or not created at all
+            run = open_run(cfg, resumption)
+        interrupts = InterruptCheckpoint(Path(cfg.paths.output_dir) / paths.LAST_CHECKPOINT, run.tracked, signals)
+        # inherited by data-parallel workers, which fit starts
+        with runtime.handed_off({RUN_ID_ENV: run.tracked.run_id,
+                                 OUTPUT_DIR_ENV: str(Path(cfg.paths.output_dir).resolve())}):
             if resumption is None and run.owned:
                 run.tracked.log_params(config_params(cfg))
-            result = fit(cfg, run, module, datamodule, resumption, interrupts)
-            finish(run, cfg.mlflow.tracking_uri)
-        except TrackingUnavailable as lost:  # the store stopped answering: nothing more can be recorded
-            if run is None:
-                raise
-            # this process is ending, so the run's fresh heartbeat is no sign of life: resume must be forced
-            resume = f"python train.py resume={run.tracked.run_id} resume_force=true"
-            raise lost.with_local_checkpoint(Path(cfg.paths.output_dir) / paths.LAST_CHECKPOINT, resume) from None
-        except BaseException as error:
-            stop(run, error)
+            result = fit(cfg, run, module, datamodule, resumption, interrupts, signals)
+        finish(run, cfg.mlflow.tracking_uri)
+    except TrackingUnavailable as lost:  # the store stopped answering: nothing more can be recorded
+        if run is None:
             raise
-        finally:
-            os.environ.pop(RUN_ID_ENV, None)
-            os.environ.pop(OUTPUT_DIR_ENV, None)
-        return result
+        # this process is ending, so the run's fresh heartbeat is no sign of life: resume must be forced
+        resume = f"python train.py resume={run.tracked.run_id} resume_force=true"
+        raise lost.with_local_checkpoint(Path(cfg.paths.output_dir) / paths.LAST_CHECKPOINT, resume) from None
+    except BaseException as error:
+        stop(run, error, signals)
+        raise
+    return result
+
+
+@contextmanager
+def lightning_seed_environment() -> Iterator[None]:
+    """``L.seed_everything`` keeps the seed in ``os.environ`` for the processes Lightning starts
+    (``LIGHTNING_SEED_ENV``); the variables are put back as they were once training ends."""
+    saved = {name: os.environ.get(name) for name in LIGHTNING_SEED_ENV}
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def prepare(cfg: DictConfig) -> tuple[DictConfig, Resumption | None]:
@@ -104,11 +131,6 @@ def prepare(cfg: DictConfig) -> tuple[DictConfig, Resumption | None]:
         if resumption is None:
             record_failed_sweep_job(cfg, error)
         raise
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-        # Lightning's data-parallel launcher sets its own thread count unless this is set (workers inherit it)
-        os.environ["OMP_NUM_THREADS"] = str(cfg.threads)
-    keep_freed_memory()  # the training step's buffers are reused, not faulted in again every step
     L.seed_everything(cfg.seed, workers=True)
     Path(cfg.paths.output_dir).mkdir(parents=True, exist_ok=True)
     return cfg, resumption
@@ -151,6 +173,7 @@ def fit(
     datamodule: Seq2SeqDataModule,
     resumption: Resumption | None,
     interrupts: InterruptCheckpoint,
+    signals: Signals,
 ) -> float | None:
     """Fit (from the resumed checkpoint, if any), test the best checkpoint if asked; the optimized metric."""
     checkpoints = Path(cfg.paths.output_dir) / paths.CHECKPOINTS
@@ -166,6 +189,7 @@ def fit(
     last = UploadedCheckpoint(run.tracked, dirpath=checkpoints, filename="last", enable_version_counter=False)
     artifacts = RunArtifacts(
         run.tracked,
+        signals,
         config_yaml(cfg),
         best=best,
         last=last,
@@ -182,7 +206,7 @@ def fit(
         **trainer_args,
         logger=RunLogger(run.tracked, run.experiment_id, logged_through),
         callbacks=[FirstStepClock(run.tracked), RuntimeRecord(run, resumed=resumption is not None),
-                   SignalBridge(), guard, best, last, artifacts, interrupts,
+                   SignalBridge(signals), guard, best, last, artifacts, interrupts,
                    Heartbeat(run.tracked, float(cfg.get("heartbeat", {}).get("every_s", 30))),
                    *stop_at(cfg), *bar, TrainingReport(run.tracked.name)],
         default_root_dir=str(cfg.paths.output_dir),
@@ -219,10 +243,10 @@ class RuntimeRecord(Callback):
             tracked.log_params(runtime)
 
 
-def stop(run: TrainingRun | None, error: BaseException) -> None:
+def stop(run: TrainingRun | None, error: BaseException, signals: Signals) -> None:
     """After an exception: mark the run FAILED, or KILLED and exit 130/143 when a signal stopped it
     (whatever exception carried it: Lightning turns Ctrl-C during fit into ``exit(1)``)."""
-    signum = signals.received()
+    signum = signals.received
     interrupted = signum is not None or signals.is_interrupt(error)
     if interrupted:
         signals.mark_raised()
@@ -230,7 +254,7 @@ def stop(run: TrainingRun | None, error: BaseException) -> None:
     if run is not None and run.owned:
         run.tracked.finish("KILLED" if interrupted else "FAILED")
     if interrupted:
-        code = signals.exit_code(signum) if signum is not None else (130 if isinstance(error, KeyboardInterrupt)
+        code = exit_code(signum) if signum is not None else (130 if isinstance(error, KeyboardInterrupt)
                                                                      else 143)
         if run is not None:
             run_id = run.tracked.run_id

@@ -1,8 +1,7 @@
-"""How a training process meets SIGTERM and Ctrl-C (SIGINT), from the first line of ``train.py`` to its exit.
-
-``install()`` is the first thing ``train.py`` does, before any heavy import (this module needs only
-the standard library), and its handler stays until the process exits. What it does depends on
-the moment the signal lands:
+"""How a training process meets SIGTERM and Ctrl-C (SIGINT): ``Signals``, whose handler the entry
+point's runtime (``attnseq.runtime``) installs on its first line, before any heavy import (this
+module needs only the standard library), and removes at its exit. What it does depends on the
+moment the signal lands:
 
 - by default it raises ``Interrupted`` at once: a ``SystemExit`` whose code is 143 (SIGTERM) or
   130 (SIGINT), so even a signal before the MLflow run exists exits non-zero, without a
@@ -20,29 +19,22 @@ the moment the signal lands:
 
 The exit code is 143 after SIGTERM and 130 after Ctrl-C, as a shell reports a process killed by
 the signal, whichever exception carried it (Lightning turns a Ctrl-C during fit into ``exit(1)``).
-
-``pause_point`` is a test hook: with ``ATTNSEQ_TEST_PAUSE_AT=<phase>`` in the environment the
-process prints ``PHASE <phase>`` when it reaches that phase and waits there for a signal, so a
-test can signal at an exact moment instead of after a guessed delay.
+A ``Signals`` that is not installed (``train(cfg)`` called from a notebook) never sees a signal:
+the process keeps the handlers it had.
 """
 
 from __future__ import annotations
 
 import gc
-import os
 import signal
 import sys
 import threading
-import time
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
-PAUSE_ENV = "ATTNSEQ_TEST_PAUSE_AT"
-"""Test hook: the phase at which the process prints ``PHASE <phase>`` and waits for a signal."""
-PAUSE_LIMIT_S = 120.0
 
 
 class Interrupted(SystemExit):
@@ -54,140 +46,118 @@ class Interrupted(SystemExit):
         self.signum = signum
 
 
-class _State:
-    received: int | None = None  # the first signal this process got
-    raised = False  # an interrupt has been raised: later signals must not break the cleanup
-    holding = 0  # depth of held() blocks
-    trainer: Any = None  # the Trainer whose loops Lightning runs, while they run
-    validating = False
-    paused: set[str] = set()
+class Signals:
+    """What one process has seen of SIGTERM and Ctrl-C, and its handler for them."""
 
+    def __init__(self) -> None:
+        self.received: int | None = None  # the first signal this process got
+        self.raised = False  # an interrupt has been raised: later signals must not break the cleanup
+        self.holding = 0  # depth of held() blocks
+        self.trainer: Any = None  # the Trainer whose loops Lightning runs, while they run
+        self.validating = False
+        self.handler = self._handle  # one bound method, so ``signal.getsignal`` can be compared with it
+        self._previous: dict[int, Any] = {}
 
-_state = _State()
+    # -- installed by the runtime ---------------------------------------------------------------
+    def install(self) -> bool:
+        """Put the handler on SIGTERM and SIGINT (main thread only); True if it was put there."""
+        if threading.current_thread() is not threading.main_thread() or self.installed():
+            return False
+        self._previous = {signum: signal.getsignal(signum) for signum in SIGNALS}
+        for signum in SIGNALS:
+            signal.signal(signum, self.handler)
+        return True
 
-
-def _handler(signum: int, frame) -> None:
-    if _state.received is None:
-        _state.received = signum
-    if _state.raised:
-        print(f"\n(signal {signal.Signals(signum).name} again: still saving the run; "
-              "kill -9 stops at once, losing what is not saved yet)", file=sys.stderr, flush=True)
-        return
-    if _lightning_in_charge():
-        _tell_lightning()
-        return
-    if _state.holding:
-        return
-    _raise()
-
-
-def _lightning_in_charge() -> bool:
-    """Lightning's handler chains to this one only while its loops run (it restores ours after)."""
-    return _state.trainer is not None and signal.getsignal(signal.SIGTERM) is not _handler
-
-
-def _tell_lightning() -> None:
-    """Lightning stops at its next check when its connector says a SIGTERM came; not during
-    validation, which must finish first (``SignalBridge.on_validation_end`` tells it then)."""
-    connector = getattr(_state.trainer, "_signal_connector", None)
-    if connector is not None:
-        connector.received_sigterm = not _state.validating
-
-
-def _raise() -> None:
-    _state.raised = True
-    raise Interrupted(_state.received)
-
-
-def install() -> None:
-    """Put this module's handler on SIGTERM and SIGINT, for the rest of the process (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    reset()
-    for signum in SIGNALS:
-        signal.signal(signum, _handler)
-
-
-def installed() -> bool:
-    return signal.getsignal(signal.SIGTERM) is _handler
-
-
-def reset() -> None:
-    _state.received, _state.raised, _state.holding = None, False, 0
-    _state.trainer, _state.validating = None, False
-
-
-@contextmanager
-def handled() -> Iterator[None]:
-    """This module's handler for the block: already there under ``train.py``; installed and then
-    removed again when ``train()`` is called from Python (a test, a notebook)."""
-    if installed() or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {signum: signal.getsignal(signum) for signum in SIGNALS}
-    install()
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
+    def uninstall(self) -> None:
+        """Give SIGTERM and SIGINT back the handlers they had before ``install``."""
+        for signum, handler in self._previous.items():
             signal.signal(signum, handler)
-        reset()
+        self._previous = {}
+
+    def installed(self) -> bool:
+        return signal.getsignal(signal.SIGTERM) is self.handler
+
+    def _handle(self, signum: int, frame) -> None:
+        if self.received is None:
+            self.received = signum
+        if self.raised:
+            print(f"\n(signal {signal.Signals(signum).name} again: still saving the run; "
+                  "kill -9 stops at once, losing what is not saved yet)", file=sys.stderr, flush=True)
+            return
+        if self._lightning_in_charge():
+            self._tell_lightning()
+            return
+        if self.holding:
+            return
+        self._raise()
+
+    def _lightning_in_charge(self) -> bool:
+        """Lightning's handler chains to this one only while its loops run (it restores ours after)."""
+        return self.trainer is not None and signal.getsignal(signal.SIGTERM) is not self.handler
+
+    def _tell_lightning(self) -> None:
+        """Lightning stops at its next check when its connector says a SIGTERM came; not during
+        validation, which must finish first (``SignalBridge.on_validation_end`` tells it then)."""
+        connector = getattr(self.trainer, "_signal_connector", None)
+        if connector is not None:
+            connector.received_sigterm = not self.validating
+
+    def _raise(self) -> None:
+        self.raised = True
+        raise Interrupted(self.received)
+
+    # -- used by training -----------------------------------------------------------------------
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Record a signal that lands in the block and raise it at the block's end, so what the block
+        does (creating the run and keeping its id) is never cut in half."""
+        self.holding += 1
+        try:
+            yield
+        finally:
+            self.holding -= 1
+        self.raise_pending()
+
+    def raise_pending(self) -> None:
+        """Raise a signal that was recorded but not acted on (Lightning saw it after its last check)."""
+        if self.received is not None and not self.raised and not self.holding and not self._lightning_in_charge():
+            self._raise()
+
+    def mark_raised(self) -> None:
+        """An interrupt is being handled (Lightning raised it): later signals must not break the cleanup."""
+        self.raised = True
+
+    def is_interrupt(self, error: BaseException | None) -> bool:
+        """An exception that a signal caused (ours, Lightning's ``SIGTERMException``, a Ctrl-C)."""
+        if error is None:
+            return False
+        if isinstance(error, (KeyboardInterrupt, Interrupted)):
+            return True
+        if type(error).__name__ == "SIGTERMException":
+            return True
+        return isinstance(error, SystemExit) and self.received is not None
+
+    def watch(self, trainer: Any) -> None:
+        """Lightning's loops for ``trainer`` start (``SignalBridge``)."""
+        self.trainer, self.validating = trainer, False
+
+    def unwatch(self) -> None:
+        self.trainer, self.validating = None, False
+
+    def set_validating(self, validating: bool) -> None:
+        self.validating = validating
+        if not validating and self.received is not None and self._lightning_in_charge():
+            self._tell_lightning()  # held back during validation: stop at the next check
 
 
-@contextmanager
-def held() -> Iterator[None]:
-    """Record a signal that lands in the block and raise it at the block's end, so what the block
-    does (creating the run and keeping its id) is never cut in half."""
-    _state.holding += 1
-    try:
-        yield
-    finally:
-        _state.holding -= 1
-    raise_pending()
-
-
-def raise_pending() -> None:
-    """Raise a signal that was recorded but not acted on (Lightning saw it after its last check)."""
-    if _state.received is not None and not _state.raised and not _state.holding and not _lightning_in_charge():
-        _raise()
-
-
-def received() -> int | None:
-    """The first SIGTERM or SIGINT this process got, if any."""
-    return _state.received
-
-
-def mark_raised() -> None:
-    """An interrupt is being handled (Lightning raised it): later signals must not break the cleanup."""
-    _state.raised = True
+def installed_signals() -> Signals | None:
+    """The ``Signals`` whose handler is on SIGTERM in this process (an entry point's runtime), if any."""
+    owner = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
+    return owner if isinstance(owner, Signals) else None
 
 
 def exit_code(signum: int) -> int:
     return 128 + signum
-
-
-def is_interrupt(error: BaseException | None) -> bool:
-    """An exception that a signal caused (ours, Lightning's ``SIGTERMException``, a Ctrl-C)."""
-    if error is None:
-        return False
-    if isinstance(error, (KeyboardInterrupt, Interrupted)):
-        return True
-    return type(error).__name__ == "SIGTERMException" or (isinstance(error, SystemExit) and _state.received is not None)
-
-
-def watch(trainer: Any) -> None:
-    """Lightning's loops for ``trainer`` start (``SignalBridge``)."""
-    _state.trainer, _state.validating = trainer, False
-
-
-def unwatch() -> None:
-    _state.trainer, _state.validating = None, False
-
-
-def set_validating(validating: bool) -> None:
-    _state.validating = validating
-    if not validating and _state.received is not None and _lightning_in_charge():
-        _tell_lightning()  # held back during validation: stop at the next check
 
 
 def release_interrupted_frames(*errors: BaseException | None) -> None:
@@ -200,14 +170,3 @@ def release_interrupted_frames(*errors: BaseException | None) -> None:
         if error is not None and error.__traceback__ is not None:
             traceback.clear_frames(error.__traceback__)
     gc.collect()
-
-
-def pause_point(phase: str) -> None:
-    """Test hook (``ATTNSEQ_TEST_PAUSE_AT``): announce ``phase`` once and wait there for a signal."""
-    if os.environ.get(PAUSE_ENV) != phase or phase in _state.paused:
-        return
-    _state.paused.add(phase)
-    print(f"PHASE {phase}", flush=True)
-    deadline = time.monotonic() + PAUSE_LIMIT_S
-    while _state.received is None and time.monotonic() < deadline:
-        time.sleep(0.02)

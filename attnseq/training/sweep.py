@@ -2,10 +2,11 @@
 
 Registered in ``conf/train.yaml`` under ``hydra.callbacks``. In the launching process it
 creates the experiment and the parent run, then hands the parent's id and the varying override keys
-to the jobs through the environment (``sweep_context`` reads them, in process or in a joblib
-worker); jobs become its children (``mlflow.parentRunId``) and are named after the overrides
-that vary. At the end it marks the parent FINISHED when every child finished, FAILED otherwise,
-and prints one row per job (status, the sweep's optimized metric, the job's URL) and the sweep's URL.
+to the jobs through the environment, which the entry point's runtime sets and restores
+(``sweep_context`` reads them, in process or in a joblib worker); jobs become its children
+(``mlflow.parentRunId``) and are named after the overrides that vary. At the end it marks the
+parent FINISHED when every child finished, FAILED otherwise, and prints one row per job (status,
+the sweep's optimized metric, the job's URL) and the sweep's URL.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -22,6 +24,7 @@ from hydra.experimental.callback import Callback
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
+from attnseq.runtime import Runtime
 from attnseq.tracking import paths, tags
 from attnseq.tracking.redaction import redact_overrides, redact_text
 from attnseq.tracking.retry import TrackingUnavailable, store_unreachable, unavailable
@@ -57,6 +60,7 @@ class SweepParentRun(Callback):
         self.parent: TrackedRun | None = None
         self.experiment_id: str | None = None
         self.metric = "val/acc_best"  # the sweep's optimized metric: the summary's column
+        self.hand_back: Callable[[], None] = lambda: None  # the environment as it was before the sweep
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         uri = config.mlflow.tracking_uri
@@ -75,8 +79,8 @@ class SweepParentRun(Callback):
         })
         parent.set_tags({tags.SWEEP_ID: parent.run_id})
         self.parent = parent
-        os.environ[PARENT_RUN_ENV] = parent.run_id
-        os.environ[SWEEP_KEYS_ENV] = json.dumps(keys)
+        runtime = Runtime.active() or Runtime.detached()  # the launching process's (train.py's)
+        self.hand_back = runtime.set_environment({PARENT_RUN_ENV: parent.run_id, SWEEP_KEYS_ENV: json.dumps(keys)})
         atexit.register(self._close, "FAILED")  # a job that raised skips on_multirun_end
         log.info("MLflow parent run %s for this sweep (%s)", parent.run_id, redact_text(uri))
 
@@ -87,8 +91,7 @@ class SweepParentRun(Callback):
         if self.parent is None:
             return
         parent, self.parent = self.parent, None  # close once
-        os.environ.pop(PARENT_RUN_ENV, None)
-        os.environ.pop(SWEEP_KEYS_ENV, None)
+        self.hand_back()
         try:
             children = parent.client.search_runs([self.experiment_id], filter_string=tags.children_of(parent.run_id))
             rows = sorted((c.info.run_name or c.info.run_id, c.info.status) for c in children)
