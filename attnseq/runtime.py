@@ -37,7 +37,7 @@ class Runtime:
 
     def __init__(self, keep_freed_memory: bool = False) -> None:
         self.signals = Signals()
-        self.signals.runtime = self  # how a worker's ``@hydra.main`` function finds it (``active``)
+        self.signals.owner = self  # how a job's ``@hydra.main`` function and hydra callbacks find it (``active``)
         self.keep_freed_memory = keep_freed_memory
         self.secrets: set[str] = set()  # what the log records mask by value (``redaction.remembering``)
         self._undo = ExitStack()
@@ -58,7 +58,7 @@ class Runtime:
     def active() -> Runtime | None:
         """The runtime whose signal handler this process has now, if any."""
         signals = installed_signals()
-        return getattr(signals, "runtime", None)
+        return getattr(signals, "owner", None)
 
     @classmethod
     @contextmanager
@@ -71,12 +71,6 @@ class Runtime:
             return
         with cls(**settings) as runtime:
             yield runtime
-
-    @classmethod
-    def detached(cls) -> Runtime:
-        """A runtime that is never entered: for ``train(cfg)`` called from Python, it installs
-        nothing and hands nothing off, so the process keeps its handlers and environment."""
-        return cls()
 
     # -- from the config ------------------------------------------------------------------------
     def configure_tracking(self, configs: Iterable[Any], overrides: Iterable[str] = ()) -> None:

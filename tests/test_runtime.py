@@ -111,9 +111,9 @@ def test_a_runtime_applies_its_settings_and_undoes_them_at_its_exit():
     assert redact_text(f"name {secret}") == f"name {secret}"
 
 
-def test_a_detached_runtime_touches_nothing():
+def test_a_runtime_not_entered_touches_nothing():
     before = process_state()
-    runtime = Runtime.detached()
+    runtime = Runtime()
     runtime.configure(compose_train(["threads=3", "mlflow.retry_budget_s=120"]))
     with runtime.handed_off({"ATTNSEQ_HANDED": "1"}):
         assert "ATTNSEQ_HANDED" not in os.environ

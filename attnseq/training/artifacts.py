@@ -39,9 +39,9 @@ from attnseq.data.tokenizers import TEXT_TASKS, SubwordTokenizer
 from attnseq.data.vocab import EOS
 from attnseq.metrics.translation import signature_params
 from attnseq.model import Seq2Seq, greedy_decode
-from attnseq.serving.logged_model import log_translator
 from attnseq.tracking import paths
 from attnseq.tracking.length_curves import log_length_curves
+from attnseq.tracking.logged_model import log_translator
 from attnseq.tracking.plots import accuracy_vs_length, attention_heatmap, figure_to_array
 from attnseq.tracking.redaction import redact_document
 from attnseq.tracking.run import TrackedRun

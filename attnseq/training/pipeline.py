@@ -7,25 +7,25 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import ContextManager, NamedTuple, Protocol
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
-from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
 from attnseq.data import Seq2SeqDataModule
 from attnseq.errors import AttnSeqError
 from attnseq.tracking import paths, tags
+from attnseq.tracking.client import TrackingClient
 from attnseq.tracking.params import config_params, config_yaml
 from attnseq.tracking.provenance import runtime_changes, runtime_params
 from attnseq.tracking.redaction import redact
 from attnseq.tracking.retry import TrackingUnavailable
 from attnseq.tracking.run import TrackedRun
-from attnseq.tracking.store import check_tracking_uri, ensure_experiment, ui_links
+from attnseq.tracking.store import check_tracking_uri, ui_links
 from attnseq.training.artifacts import RunArtifacts, UploadedCheckpoint
 from attnseq.training.build import build_datamodule, build_module, validate
 from attnseq.training.console import ResultsBar, TrainingReport
@@ -39,9 +39,6 @@ from attnseq.training.startup import FirstStepClock
 from attnseq.training.stopping import stop_at
 from attnseq.training.sweep import sweep_context
 
-if TYPE_CHECKING:
-    from attnseq.runtime import Runtime
-
 log = logging.getLogger(__name__)
 
 RUN_ID_ENV = "ATTNSEQ_MLFLOW_RUN_ID"
@@ -49,6 +46,24 @@ RUN_ID_ENV = "ATTNSEQ_MLFLOW_RUN_ID"
 OUTPUT_DIR_ENV = "ATTNSEQ_OUTPUT_DIR"
 """Set by rank 0 before ``fit``: the output folder its data-parallel workers use (one per run)."""
 LIGHTNING_SEED_ENV = ("PL_GLOBAL_SEED", "PL_SEED_WORKERS")
+
+
+class ProcessRuntime(Protocol):
+    """What ``train`` needs of the entry point's runtime (``attnseq.runtime.Runtime``)."""
+
+    signals: Signals
+
+    def handed_off(self, values: Mapping[str, str]) -> ContextManager[None]: ...
+
+
+class Detached:
+    """No runtime (``train(cfg)`` from Python): a handler that is never installed, nothing handed off."""
+
+    def __init__(self) -> None:
+        self.signals = Signals()
+
+    def handed_off(self, values: Mapping[str, str]) -> ContextManager[None]:
+        return nullcontext()
 
 
 class TrainingRun(NamedTuple):
@@ -59,21 +74,19 @@ class TrainingRun(NamedTuple):
     owned: bool  # False in a data-parallel worker: rank 0 creates, marks and reports the run
 
 
-def train(cfg: DictConfig, runtime: Runtime | None = None) -> float | None:
+def train(cfg: DictConfig, runtime: ProcessRuntime | None = None) -> float | None:
     """Train one configuration end to end (or resume one with ``resume=<run id>``); return
     ``cfg.optimized_metric`` for sweepers.
 
     ``runtime`` is the entry point's (``attnseq.runtime``): its signal handler turns SIGTERM and
     Ctrl-C into a KILLED run, and it hands the run to data-parallel workers. Called without one
     (a notebook, a test), nothing process-wide changes: handlers, logging and ``os.environ`` stay."""
-    from attnseq.runtime import Runtime
-
-    runtime = runtime or Runtime.detached()
+    runtime = runtime or Detached()
     with lightning_seed_environment():
         return _train(cfg, runtime, runtime.signals)
 
 
-def _train(cfg: DictConfig, runtime: Runtime, signals: Signals) -> float | None:
+def _train(cfg: DictConfig, runtime: ProcessRuntime, signals: Signals) -> float | None:
     cfg, resumption = prepare(cfg)
     datamodule, module = build_data_and_model(cfg)
     run = None
@@ -120,7 +133,7 @@ def prepare(cfg: DictConfig) -> tuple[DictConfig, Resumption | None]:
     resumption = None
     if cfg.get("resume"):
         check_tracking_uri(cfg.mlflow.tracking_uri)
-        client = MlflowClient(tracking_uri=cfg.mlflow.tracking_uri)
+        client = TrackingClient(cfg.mlflow.tracking_uri)
         # a data-parallel worker follows rank 0, which reopened the run and keeps it alive
         cfg, resumption = prepare_resume(client, str(cfg.resume), cfg, check_alive=not data_parallel_worker())
     if data_parallel_worker() and OUTPUT_DIR_ENV in os.environ:
@@ -145,15 +158,15 @@ def build_data_and_model(cfg: DictConfig) -> tuple[Seq2SeqDataModule, Seq2SeqLit
 
 def open_run(cfg: DictConfig, resumption: Resumption | None) -> TrainingRun:
     """A new run; the resumed run, RUNNING again; or, in a data-parallel worker, rank 0's run."""
-    client = MlflowClient(tracking_uri=cfg.mlflow.tracking_uri)  # for SQLite this creates the store
-    experiment_id = ensure_experiment(client, cfg.mlflow.experiment_name)
+    client = TrackingClient(cfg.mlflow.tracking_uri)  # for SQLite this creates the store
+    experiment_id = client.ensure_experiment(cfg.mlflow.experiment_name)
     if data_parallel_worker():
-        return TrainingRun(TrackedRun(client, os.environ[RUN_ID_ENV], "ddp worker"), experiment_id, owned=False)
+        return TrainingRun(client.attach_run(os.environ[RUN_ID_ENV], "ddp worker"), experiment_id, owned=False)
     if resumption is None:
         name, run_tags, parent = run_identity(cfg)
         run_tags[tags.HEARTBEAT] = heartbeat_value()
-        return TrainingRun(TrackedRun.create(client, experiment_id, name, run_tags, parent), experiment_id, owned=True)
-    tracked = TrackedRun.reopen(client, resumption.run_id)
+        return TrainingRun(client.create_run(experiment_id, name, run_tags, parent), experiment_id, owned=True)
+    tracked = client.reopen_run(resumption.run_id)
     resumed = {tags.RESUMED_FROM: str(resumption.checkpoint), tags.HEARTBEAT: heartbeat_value()}
     if resumption.overrides:
         resumed[tags.RESUME_OVERRIDES] = " ".join(resumption.overrides)
@@ -237,7 +250,7 @@ class RuntimeRecord(Callback):
         runtime = runtime_params(trainer.strategy.root_device)
         tracked = self.run.tracked
         if self.resumed:
-            recorded = tracked.client.get_run(tracked.run_id).data.params
+            recorded = tracked.params()
             tracked.set_tags({tags.RESUME_RUNTIME: runtime_changes(recorded, runtime)})
         else:
             tracked.log_params(runtime)
@@ -286,10 +299,10 @@ def record_failed_sweep_job(cfg: DictConfig, error: AttnSeqError) -> None:
     if not sweep_context()[0]:
         return
     try:
-        client = MlflowClient(tracking_uri=cfg.mlflow.tracking_uri)
+        client = TrackingClient(cfg.mlflow.tracking_uri)
         name, run_tags, parent = run_identity(cfg)
-        experiment_id = ensure_experiment(client, cfg.mlflow.experiment_name)
-        tracked = TrackedRun.create(client, experiment_id, name, {**run_tags, tags.ERROR: str(error)}, parent)
+        experiment_id = client.ensure_experiment(cfg.mlflow.experiment_name)
+        tracked = client.create_run(experiment_id, name, {**run_tags, tags.ERROR: str(error)}, parent)
         tracked.log_params(config_params(cfg))
         tracked.finish("FAILED")
     except Exception:  # noqa: BLE001 - the store itself may be what failed; the job's error stands

@@ -56,6 +56,7 @@ class Signals:
         self.trainer: Any = None  # the Trainer whose loops Lightning runs, while they run
         self.validating = False
         self.handler = self._handle  # one bound method, so ``signal.getsignal`` can be compared with it
+        self.owner: Any = None  # the runtime that installs it (``attnseq.runtime``), which hydra callbacks reach
         self._previous: dict[int, Any] = {}
 
     # -- installed by the runtime ---------------------------------------------------------------

@@ -21,15 +21,15 @@ from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
-from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
-from attnseq.runtime import Runtime
 from attnseq.tracking import paths, tags
+from attnseq.tracking.client import TrackingClient
 from attnseq.tracking.redaction import redact_overrides, redact_text
 from attnseq.tracking.retry import TrackingUnavailable, store_unreachable, unavailable
 from attnseq.tracking.run import TrackedRun
-from attnseq.tracking.store import check_tracking_uri, ensure_experiment, ui_links
+from attnseq.tracking.store import check_tracking_uri, ui_links
+from attnseq.training.signals import installed_signals
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,7 @@ class SweepParentRun(Callback):
     def __init__(self) -> None:
         self.parent: TrackedRun | None = None
         self.experiment_id: str | None = None
+        self.client: TrackingClient | None = None
         self.metric = "val/acc_best"  # the sweep's optimized metric: the summary's column
         self.hand_back: Callable[[], None] = lambda: None  # the environment as it was before the sweep
 
@@ -66,12 +67,12 @@ class SweepParentRun(Callback):
         uri = config.mlflow.tracking_uri
         self.metric = str(config.get("optimized_metric") or "val/acc_best")
         check_tracking_uri(uri)  # for SQLite: creates the store's schema, under its lock
-        client = MlflowClient(tracking_uri=uri)
-        self.experiment_id = ensure_experiment(client, config.mlflow.experiment_name)
+        client = self.client = TrackingClient(uri)
+        self.experiment_id = client.ensure_experiment(config.mlflow.experiment_name)
         keys = sweep_keys(config)
         sweep_dir = str(config.hydra.sweep.dir)
         name = f"sweep {os.path.basename(sweep_dir.rstrip('/'))}: {', '.join(keys) or 'jobs'}"
-        parent = TrackedRun.create(client, self.experiment_id, name, {
+        parent = client.create_run(self.experiment_id, name, {
             tags.KIND: tags.SWEEP,
             tags.SWEEP_DIR: sweep_dir,
             tags.SWEEP_OVERRIDES: " ".join(redact_overrides(config.hydra.overrides.task)),
@@ -79,8 +80,9 @@ class SweepParentRun(Callback):
         })
         parent.set_tags({tags.SWEEP_ID: parent.run_id})
         self.parent = parent
-        runtime = Runtime.active() or Runtime.detached()  # the launching process's (train.py's)
-        self.hand_back = runtime.set_environment({PARENT_RUN_ENV: parent.run_id, SWEEP_KEYS_ENV: json.dumps(keys)})
+        runtime = getattr(installed_signals(), "owner", None)  # the launching process's (train.py's)
+        if runtime is not None:
+            self.hand_back = runtime.set_environment({PARENT_RUN_ENV: parent.run_id, SWEEP_KEYS_ENV: json.dumps(keys)})
         atexit.register(self._close, "FAILED")  # a job that raised skips on_multirun_end
         log.info("MLflow parent run %s for this sweep (%s)", parent.run_id, redact_text(uri))
 
@@ -93,12 +95,12 @@ class SweepParentRun(Callback):
         parent, self.parent = self.parent, None  # close once
         self.hand_back()
         try:
-            children = parent.client.search_runs([self.experiment_id], filter_string=tags.children_of(parent.run_id))
+            children = self.client.runs([self.experiment_id], filter_string=tags.children_of(parent.run_id))
             rows = sorted((c.info.run_name or c.info.run_id, c.info.status) for c in children)
             failed = [name for name, status in rows if status != "FINISHED"]
             summary = "\n".join(f"{status:9s} {name}" for name, status in rows)
             parent.log_text(summary + "\n", paths.SWEEP_SUMMARY)
-            table = job_table(children, self.metric, self.experiment_id, parent.client.tracking_uri)
+            table = job_table(children, self.metric, self.experiment_id, self.client.tracking_uri)
             parent.log_metrics({"sweep/jobs": len(rows), "sweep/failed_jobs": len(failed)})
             status = forced_status or ("FAILED" if failed or not rows else "FINISHED")
             parent.finish(status)
@@ -106,10 +108,10 @@ class SweepParentRun(Callback):
             if not store_unreachable(error):
                 raise
             lost = error if isinstance(error, TrackingUnavailable) else unavailable(
-                parent.client.tracking_uri, "closing the sweep", error, parent.run_id)
+                self.client.tracking_uri, "closing the sweep", error, parent.run_id)
             print(f"\nSweep parent run {parent.run_id} not closed: {lost}", file=sys.stderr, flush=True)
             return
-        links = ui_links(parent.client.tracking_uri, self.experiment_id, parent.run_id)
+        links = ui_links(self.client.tracking_uri, self.experiment_id, parent.run_id)
         lines = [f"\nSweep parent run {parent.run_id}: {len(rows)} jobs, {len(failed)} not finished", table]
         if links.open_with:
             lines.append(f"Open it with: {links.open_with}")

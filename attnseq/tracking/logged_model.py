@@ -1,4 +1,4 @@
-"""Logging a training run's model as an MLflow model: a pyfunc "from code" (``pyfunc_model.py``),
+"""Logging a training run's model as an MLflow model: a pyfunc "from code" (``attnseq/serving/pyfunc_model.py``),
 listed under the run's and the experiment's *Logged models*, registrable, and usable with
 ``mlflow models predict`` / ``serve`` as ``runs:/<run id>/model`` (``paths.MLFLOW_MODEL``).
 
@@ -51,8 +51,8 @@ OUTPUT_COLUMN = "output"
 DEFAULT_PARAMS = {"beam_size": 1, "length_penalty": 0.0}
 """Greedy decoding unless a request asks for a beam."""
 
-CODE_FILE = Path(__file__).with_name("pyfunc_model.py")
 PACKAGE_DIR = Path(attnseq.__file__).parent
+CODE_FILE = PACKAGE_DIR / "serving" / "pyfunc_model.py"
 
 SIGNATURE = ModelSignature(
     inputs=Schema([ColSpec("string", SOURCE_COLUMN)]),
