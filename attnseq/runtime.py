@@ -3,7 +3,7 @@ when they end.
 
 ``train.py`` and ``evaluate.py`` enter one on their first line (and their ``@hydra.main`` function
 joins it, or enters its own in a sweep's worker process): the SIGTERM/Ctrl-C handler
-(``attnseq.training.signals``), then, from the composed config, the redaction of log records and
+(``attnseq.lifecycle.signals``), then, from the composed config, the redaction of log records and
 the secrets to mask, MLflow's HTTP retry settings for ``mlflow.retry_budget_s``, MLflow's printing
 switches, the libraries' known chatter silenced, the torch/OpenMP thread count, glibc's allocator
 setting for training, and the variables a sweep or rank 0 hands to the processes it starts. Each is
@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-from attnseq.training.signals import Signals, installed_signals
+from attnseq.lifecycle.signals import Signals, installed_signals
 
 PROGRESS_BAR_ENV = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 """Off by default under the entry points: ``log_table`` fetches the table first, and its per-epoch

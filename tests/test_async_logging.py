@@ -22,8 +22,10 @@ from mlflow.entities import RunStatus
 from mlflow.tracking import MlflowClient
 from pauses import pause_at  # noqa: E402  (tests/ is on sys.path under pytest)
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from probes import answers, free_port  # noqa: E402  (benchmarks/ on sys.path: the launchers' shared probes)
+
 from attnseq.tracking import paths
-from attnseq.tracking.probes import answers, free_port
 from attnseq.tracking.retry import TrackingUnavailable, retry_settings
 from attnseq.tracking.run import TrackedRun, logs_asynchronously
 from attnseq.tracking.store import ensure_experiment

@@ -53,7 +53,8 @@ LAYERS = {
     "tracking": set(),
     "config": set(),
     "serving": {"kernels", "attention", "data", "model", "tracking"},
-    "training": {"kernels", "attention", "data", "metrics", "model", "tracking", "config", "serving"},
+    "lifecycle": {"tracking"},
+    "training": {"kernels", "attention", "data", "metrics", "model", "tracking", "config", "serving", "lifecycle"},
     "evaluation": {"kernels", "attention", "data", "metrics", "model", "tracking", "config"},
 }
 """The layering the README's "Layout" describes, bottom first."""

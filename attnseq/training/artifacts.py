@@ -37,6 +37,7 @@ from attnseq.data import Example, collate
 from attnseq.data.datamodule import Seq2SeqDataModule
 from attnseq.data.tokenizers import TEXT_TASKS, SubwordTokenizer
 from attnseq.data.vocab import EOS
+from attnseq.lifecycle.signals import Signals
 from attnseq.metrics.translation import signature_params
 from attnseq.model import Seq2Seq, greedy_decode
 from attnseq.tracking import paths
@@ -46,7 +47,6 @@ from attnseq.tracking.plots import accuracy_vs_length, attention_heatmap, figure
 from attnseq.tracking.redaction import redact_document
 from attnseq.tracking.run import TrackedRun
 from attnseq.training.lit_module import Seq2SeqLitModule, decode_length_limit
-from attnseq.training.signals import Signals
 
 
 def pick_heatmap_samples(

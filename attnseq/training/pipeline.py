@@ -18,6 +18,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnseq.data import Seq2SeqDataModule
 from attnseq.errors import AttnSeqError
+from attnseq.lifecycle.guards import FiniteLossGuard, Heartbeat, InterruptCheckpoint, SignalBridge, heartbeat_value
+from attnseq.lifecycle.resume import Resumption, prepare_resume
+from attnseq.lifecycle.signals import Signals, exit_code, release_interrupted_frames
 from attnseq.tracking import paths, tags
 from attnseq.tracking.client import TrackingClient
 from attnseq.tracking.params import config_params, config_yaml
@@ -29,12 +32,9 @@ from attnseq.tracking.store import check_tracking_uri, ui_links
 from attnseq.training.artifacts import RunArtifacts, UploadedCheckpoint
 from attnseq.training.build import build_datamodule, build_module, validate
 from attnseq.training.console import ResultsBar, TrainingReport
-from attnseq.training.guards import FiniteLossGuard, Heartbeat, InterruptCheckpoint, SignalBridge, heartbeat_value
 from attnseq.training.identity import run_identity
 from attnseq.training.lit_module import Seq2SeqLitModule
 from attnseq.training.logger import RunLogger
-from attnseq.training.resume import Resumption, prepare_resume
-from attnseq.training.signals import Signals, exit_code, release_interrupted_frames
 from attnseq.training.startup import FirstStepClock
 from attnseq.training.stopping import stop_at
 from attnseq.training.sweep import sweep_context

@@ -81,9 +81,9 @@ def patch_artifacts(module) -> None:
 
 PATCHES = {
     "start": ("attnseq.runtime", patch_runtime),
-    "trainer": ("attnseq.training.guards", patch_guards),
-    "training": ("attnseq.training.guards", patch_guards),
-    "validation": ("attnseq.training.guards", patch_guards),
+    "trainer": ("attnseq.lifecycle.guards", patch_guards),
+    "training": ("attnseq.lifecycle.guards", patch_guards),
+    "validation": ("attnseq.lifecycle.guards", patch_guards),
     "uploads": ("attnseq.training.artifacts", patch_artifacts),
 }
 

@@ -13,9 +13,9 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from attnseq.errors import TrainingError
+from attnseq.lifecycle.signals import Signals
 from attnseq.tracking import paths, tags
 from attnseq.tracking.run import TrackedRun
-from attnseq.training.signals import Signals
 
 
 class FiniteLossGuard(Callback):
