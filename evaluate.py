@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from attnseq.runtime import Runtime  # isort: skip  (standard library only)
 
+runtime = Runtime()
+if __name__ == "__main__":
+    runtime.install()  # first, before the heavy imports (see train.py)
+
 import sys  # noqa: E402
 
 import hydra  # noqa: E402
@@ -20,15 +24,15 @@ from attnseq.config import resolvers  # noqa: E402, F401  (registers ${attnseq.u
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
 def main(cfg: DictConfig) -> None:
-    with Runtime.joined() as runtime, user_errors():
-        runtime.configure(cfg)
+    with Runtime.joined() as job_runtime, user_errors():
+        job_runtime.configure(cfg)
         from attnseq.evaluation import evaluate
 
         evaluate(cfg)
 
 
 if __name__ == "__main__":
-    with Runtime() as runtime:
+    with runtime:  # everything it set is undone at the exit
         configs = checked_command_line("evaluate", sys.argv[1:])  # a typo fails here, before torch loads
         with user_errors():
             runtime.configure_tracking(configs, sys.argv[1:])

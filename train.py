@@ -9,9 +9,13 @@
 
 from __future__ import annotations
 
-# First, before the heavy imports: the runtime's SIGTERM and Ctrl-C handler exits 143 / 130 from here
-# to the process's end and, once the MLflow run exists, leaves it KILLED with its newest checkpoint.
 from attnseq.runtime import Runtime  # isort: skip  (standard library only)
+
+runtime = Runtime(keep_freed_memory=True)
+if __name__ == "__main__":
+    # first, before the heavy imports: SIGTERM and Ctrl-C exit 143 / 130 from here to the process's end
+    # and, once the MLflow run exists, leave it KILLED with its newest checkpoint
+    runtime.install()
 
 import sys  # noqa: E402
 
@@ -25,15 +29,15 @@ from attnseq.config import resolvers  # noqa: E402, F401  (registers ${attnseq.u
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
     # the process's runtime, or, in a sweep's worker process, its own
-    with Runtime.joined(keep_freed_memory=True) as runtime, user_errors():
-        runtime.configure(cfg)
+    with Runtime.joined(keep_freed_memory=True) as job_runtime, user_errors():
+        job_runtime.configure(cfg)
         from attnseq.training.pipeline import train
 
-        return train(cfg, runtime)
+        return train(cfg, job_runtime)
 
 
 if __name__ == "__main__":
-    with Runtime(keep_freed_memory=True) as runtime:
+    with runtime:  # everything it set is undone at the exit
         if wants_help(sys.argv[1:]):  # answered from the config files: no torch, no MLflow
             print(config_help("train"))
             raise SystemExit(0)

@@ -44,11 +44,16 @@ class Runtime:
         self._entered = False
 
     # -- entering and leaving -------------------------------------------------------------------
-    def __enter__(self) -> Runtime:
+    def install(self) -> Runtime:
+        """Enter: the signal handler first (an entry point calls this on its first line, before its
+        heavy imports, then uses the runtime as a context manager, which ends it); idempotent."""
         if self.signals.install():
             self._undo.callback(self.signals.uninstall)
         self._entered = True
         return self
+
+    def __enter__(self) -> Runtime:
+        return self.install()
 
     def __exit__(self, *exc_info: Any) -> None:
         self._entered = False

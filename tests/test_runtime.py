@@ -1,7 +1,8 @@
 """The process-wide effects belong to the entry points' runtime (``attnseq.runtime``) alone.
 
-- ``train(cfg)`` called in-process (a notebook, a test) leaves the signal handlers, logging's record
-  factory and filters, ``os.environ`` and torch's thread count as it found them;
+- ``train(cfg)`` and ``evaluate(cfg)`` called in-process (a notebook, a test) leave the signal
+  handlers, logging's record factory and filters, ``os.environ`` and torch's thread count as they
+  found them;
 - a ``Runtime`` applies its settings and undoes them at its exit;
 - a command line that Hydra cannot compose is answered before torch is imported, with nothing
   written to disk; a sweep is composed job by job;
@@ -57,13 +58,13 @@ def assert_unchanged(before: dict, after: dict) -> None:
             assert after[key] == before[key], key
 
 
-def compose_train(overrides: list[str]):
+def compose_train(overrides: list[str], name: str = "train"):
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose("train", overrides=overrides)
+        return compose(name, overrides=overrides)
 
 
 # -- train(cfg) from Python changes nothing process-wide ---------------------------------------------
-def test_train_called_in_process_leaves_the_process_as_it_found_it(tmp_path, monkeypatch):
+def test_train_and_evaluate_called_in_process_leave_the_process_as_they_found_it(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # MLflow puts a SQLite store's artifacts under ./mlruns
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     uri = f"sqlite:///{tmp_path}/mlflow.db"
@@ -73,6 +74,7 @@ def test_train_called_in_process_leaves_the_process_as_it_found_it(tmp_path, mon
         "model.embedding_dim=8", "model.hidden_size=16", "dataset.train_lengths=[1,6]",
         "dataset.eval_lengths=[1,10]", "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false",
     ])
+    from attnseq.evaluation import evaluate
     from attnseq.training import train
 
     logging.getLogger("lightning.pytorch.utilities.rank_zero")  # exists before, so its filters are compared
@@ -82,6 +84,12 @@ def test_train_called_in_process_leaves_the_process_as_it_found_it(tmp_path, mon
     assert_unchanged(before, process_state())
     (run,) = MlflowClient(uri).search_runs([MlflowClient(uri).get_experiment_by_name("attnseq").experiment_id])
     assert run.info.status == "FINISHED"  # it did train
+
+    (result,) = evaluate(compose_train([
+        f"run_id={run.info.run_id}", f"mlflow.tracking_uri={uri}", f"paths.output_dir={tmp_path / 'eval'}",
+        "eval.size=16", "eval.counterfactual=false", f"threads={torch.get_num_threads() + 1}"], "evaluate"))
+    assert_unchanged(before, process_state())
+    assert result.metrics  # it did evaluate
 
 
 # -- the runtime applies and undoes --------------------------------------------------------------

@@ -37,14 +37,14 @@ def pause(phase: str, signals) -> None:
 
 
 def patch_runtime(module) -> None:
-    enter = module.Runtime.__enter__
+    install = module.Runtime.install
 
-    def __enter__(self):
-        entered = enter(self)
+    def installed(self):
+        runtime = install(self)
         pause("start", self.signals)
-        return entered
+        return runtime
 
-    module.Runtime.__enter__ = __enter__
+    module.Runtime.install = installed
 
 
 def patch_guards(module) -> None:
