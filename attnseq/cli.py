@@ -135,7 +135,8 @@ def checked_command_line(config_name: str, argv: list[str], conf_dir: Path = CON
         if full_error():
             raise
         report(as_config_error(error, config_name, conf_dir))
-    # the typed validation of every composed config is called here, once, for train and evaluate alike
+    # TYPED VALIDATION CALL SITE: validate_train(cfg) / validate_evaluate(cfg) runs here, once per composed config,
+    # still before torch, Lightning or MLflow load
     return configs
 
 
