@@ -7,25 +7,33 @@ compare them side by side. All the work is in ``attnseq.evaluation.evaluate``.
 
 from __future__ import annotations
 
-import os
+from attnseq.runtime import Runtime  # isort: skip  (standard library only)
 
-import hydra
-from omegaconf import DictConfig
+runtime = Runtime()
+if __name__ == "__main__":
+    runtime.install()  # first, before the heavy imports (see train.py)
 
-from attnseq.cli import hydra_errors, quiet_libraries, user_errors
-from attnseq.config import resolvers  # noqa: F401  (registers ${attnseq.unique:})
-from attnseq.evaluation import evaluate
+import sys  # noqa: E402
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from attnseq.cli import checked_command_line, user_errors  # noqa: E402
+from attnseq.config import resolvers  # noqa: E402, F401  (registers ${attnseq.unique:})
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
 def main(cfg: DictConfig) -> None:
-    quiet_libraries()
-    with user_errors():
+    with Runtime.joined() as job_runtime, user_errors():
+        job_runtime.configure(cfg)
+        from attnseq.evaluation import evaluate
+
         evaluate(cfg)
 
 
 if __name__ == "__main__":
-    quiet_libraries()
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    with hydra_errors("evaluate"):
+    with runtime:  # everything it set is undone at the exit
+        configs = checked_command_line("evaluate", sys.argv[1:])  # a typo fails here, before torch loads
+        with user_errors():
+            runtime.configure_tracking(configs, sys.argv[1:])
         main()

@@ -9,39 +9,39 @@
 
 from __future__ import annotations
 
-# First, before the heavy imports: SIGTERM and Ctrl-C from here to the process's end exit 143 / 130
-# and, once the MLflow run exists, leave it KILLED with its newest checkpoint (attnseq.training.signals).
-from attnseq.training import signals  # isort: skip  (standard library only)
+from attnseq.runtime import Runtime  # isort: skip  (standard library only)
 
-signals.install()
-signals.pause_point("start")
+runtime = Runtime(keep_freed_memory=True)
+if __name__ == "__main__":
+    # first, before the heavy imports: SIGTERM and Ctrl-C exit 143 / 130 from here to the process's end
+    # and, once the MLflow run exists, leave it KILLED with its newest checkpoint
+    runtime.install()
 
-import os  # noqa: E402
 import sys  # noqa: E402
-
-from attnseq.cli import config_help, hydra_errors, quiet_libraries, user_errors, wants_help  # noqa: E402
-
-if __name__ == "__main__" and wants_help(sys.argv[1:]):  # answered from the config files: no torch, no MLflow
-    print(config_help("train"))
-    raise SystemExit(0)
 
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
+from attnseq.cli import checked_command_line, config_help, user_errors, wants_help  # noqa: E402
 from attnseq.config import resolvers  # noqa: E402, F401  (registers ${attnseq.unique:})
-from attnseq.training.pipeline import train  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
-    quiet_libraries()  # again here: a sweep's job may run in a worker process
-    with user_errors():
-        return train(cfg)
+    # the process's runtime, or, in a sweep's worker process, its own
+    with Runtime.joined(keep_freed_memory=True) as job_runtime, user_errors():
+        job_runtime.configure(cfg)
+        from attnseq.training.pipeline import train
+
+        return train(cfg, job_runtime)
 
 
 if __name__ == "__main__":
-    quiet_libraries()
-    # log_table appends by fetching the table first; its per-epoch download bar is noise here
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    with hydra_errors("train"):
+    with runtime:  # everything it set is undone at the exit
+        if wants_help(sys.argv[1:]):  # answered from the config files: no torch, no MLflow
+            print(config_help("train"))
+            raise SystemExit(0)
+        configs = checked_command_line("train", sys.argv[1:])  # a typo fails here, before torch loads
+        with user_errors():
+            runtime.configure_tracking(configs, sys.argv[1:])
         main()

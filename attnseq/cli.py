@@ -6,14 +6,16 @@ An ``AttnSeqError`` (bad config, bad data, unreachable store, NaN loss, …) is 
 Hydra records that job as failed and the sweep goes on with the others.
 
 Hydra's own config errors — an option that does not exist (``scorer=dott``), a key that does not
-(``modle.heads=2``), an override it cannot parse — happen before the task function runs; Hydra
-prints them and exits 1. ``hydra_errors`` presents them the same way as ours instead: one
-message, the closest existing option or key, exit code 2.
+(``modle.heads=2``), an override it cannot parse — are found before Hydra runs and before torch,
+Lightning or MLflow load: ``checked_command_line`` composes the command line with Hydra's compose
+API and tells them the same way as ours (one message, the closest option or key, exit code 2).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
+import math
 import os
 import re
 import sys
@@ -26,7 +28,7 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 from hydra.types import RunMode
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from attnseq.errors import AttnSeqError, ConfigError
 
@@ -57,48 +59,85 @@ def user_errors() -> Iterator[None]:
         report(error)
 
 
-# -- Hydra's own config errors ----------------------------------------------------------------------
+# -- Hydra's own config errors, before Hydra runs -----------------------------------------------------
+
+HYDRA_FLAGS_WITH_VALUE = ("--cfg", "-c", "--package", "-p")
+"""Hydra's flags that take a value and leave the config as the command line composes it."""
+HYDRA_FLAGS_ALONE = ("--multirun", "-m", "--resolve")
+MAX_COMPOSED_JOBS = 64
+"""A sweep up to this many jobs is composed job by job; a larger one, each value of each swept key once."""
 
 
-class _HydraConfigError(BaseException):
-    """Carries a Hydra config error past Hydra's reporting (which catches ``Exception``) to ``hydra_errors``."""
+def command_line_overrides(argv: list[str]) -> tuple[list[str], bool] | None:
+    """The overrides of a command line and whether it is a sweep (``-m``); None when it has a flag
+    that changes which config is composed (``--config-name``, ``--experimental-rerun``, ``--info``, …),
+    which Hydra then composes and reports alone."""
+    overrides, multirun, arguments = [], False, iter(argv)
+    for argument in arguments:
+        flag, _, value = argument.partition("=") if argument.startswith("--") else (argument, "", "")
+        if flag in HYDRA_FLAGS_WITH_VALUE:
+            if not value:
+                next(arguments, None)
+        elif flag in HYDRA_FLAGS_ALONE:
+            multirun = multirun or flag in ("--multirun", "-m")
+        elif argument.startswith("-"):
+            return None
+        else:
+            overrides.append(argument)
+    return overrides, multirun
 
-    def __init__(self, error: Exception) -> None:
-        super().__init__(str(error))
-        self.error = error
+
+def compose_command_line(config_name: str, argv: list[str], conf_dir: Path = CONF_DIR) -> list[DictConfig]:
+    """The config(s) the command line composes, with Hydra's public compose API and nothing written
+    to disk: one, or a sweep's jobs. Hydra's composition errors are raised as Hydra raises them."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = command_line_overrides(argv)
+    if parsed is None:
+        return []
+    overrides, multirun = parsed
+    jobs = [overrides]
+    if multirun:
+        jobs = sweep_jobs(OverridesParser.create().parse_overrides(overrides))
+    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3", job_name=config_name):
+        return [compose(config_name, overrides=job) for job in jobs]
 
 
-@contextmanager
-def hydra_errors(config_name: str, conf_dir: Path = CONF_DIR) -> Iterator[None]:
-    """Around a ``@hydra.main`` function's call: Hydra's config errors as ``ConfigError``s (exit 2).
+def sweep_jobs(overrides: list[Any]) -> list[list[str]]:
+    """The override lists of a sweep's jobs: every combination of the swept values (``a,b``,
+    ``range(1,4)``) up to ``MAX_COMPOSED_JOBS`` jobs, else each swept value once (the other keys at
+    their first value). A sweeper's search space (``interval(0,1)``, ``hydra.sweeper.params``) is the
+    sweeper's to sample; those keys are left at the config's value."""
+    choices = []  # per override, in the command line's order: its one value, or the swept ones
+    for override in overrides:
+        key = override.get_key_element()
+        if not override.is_sweep_override():
+            choices.append([override.input_line])
+        elif override.is_choice_sweep() or override.is_range_sweep():
+            choices.append([f"{key}={value}" for value in override.sweep_string_iterator()])
+    if math.prod(len(values) for values in choices) <= MAX_COMPOSED_JOBS:
+        return [list(job) for job in itertools.product(*choices)]
+    firsts = [values[0] for values in choices]
+    jobs = [firsts]
+    for index, values in enumerate(choices):
+        jobs += [firsts[:index] + [value] + firsts[index + 1:] for value in values[1:]]
+    return jobs
 
-    Hydra reports every error of composing the config through ``run_and_report`` (print, exit 1);
-    while this is active, that function lets Hydra's config errors through to here instead. Other
-    errors, ``--help`` and ``--cfg`` are Hydra's as before; ``HYDRA_FULL_ERROR=1`` shows Hydra's own
-    report and traceback.
-    """
-    from hydra._internal import utils as hydra_utils
 
-    original: Callable[[Callable[[], Any]], Any] = hydra_utils.run_and_report
-
-    def run_and_report(func: Callable[[], Any]) -> Any:
-        def composed() -> Any:
-            try:
-                return func()
-            except HYDRA_CONFIG_ERRORS as error:
-                if full_error():
-                    raise
-                raise _HydraConfigError(error) from error
-
-        return original(composed)
-
-    hydra_utils.run_and_report = run_and_report
+def checked_command_line(config_name: str, argv: list[str], conf_dir: Path = CONF_DIR) -> list[DictConfig]:
+    """The command line's config(s), composed before anything heavy is imported: a Hydra
+    composition error (``scorer=dott``, ``modle.heads=2``, an override that does not parse, a ``+key``
+    that exists) is told as a ``ConfigError`` (exit 2, no traceback; ``HYDRA_FULL_ERROR=1``: raised)."""
     try:
-        yield
-    except _HydraConfigError as caught:
-        report(as_config_error(caught.error, config_name, conf_dir))
-    finally:
-        hydra_utils.run_and_report = original
+        configs = compose_command_line(config_name, argv, conf_dir)
+    except HYDRA_CONFIG_ERRORS as error:
+        if full_error():
+            raise
+        report(as_config_error(error, config_name, conf_dir))
+    # TYPED VALIDATION CALL SITE: validate_train(cfg) / validate_evaluate(cfg) runs here, once per composed config,
+    # still before torch, Lightning or MLflow load
+    return configs
 
 
 def as_config_error(error: Exception, config_name: str, conf_dir: Path = CONF_DIR) -> ConfigError:
@@ -196,8 +235,9 @@ class _DropChatter(logging.Filter):
 _CHATTER_FILTER = _DropChatter()
 
 
-def quiet_libraries() -> None:
-    """Silence the known noise of the libraries, each at its source; idempotent.
+def quiet_libraries() -> Callable[[], None]:
+    """Silence the known noise of the libraries, each at its source; returns what undoes it (the
+    runtime calls both, ``attnseq.runtime``).
 
     - Lightning's litlogger tip and its "`Trainer.fit` stopped" line: dropped by a filter on the
       loggers Lightning prints them through (its other messages stay);
@@ -206,18 +246,30 @@ def quiet_libraries() -> None:
     - MLflow's database INFO lines (creating and migrating the SQLite schema, through MLflow's logger
       and alembic's): those loggers at WARNING.
     """
-    for name in RANK_ZERO_LOGGERS:
-        rank_zero = logging.getLogger(name)
-        if _CHATTER_FILTER not in rank_zero.filters:
-            rank_zero.addFilter(_CHATTER_FILTER)
+    filtered = [logging.getLogger(name) for name in RANK_ZERO_LOGGERS]
+    filtered = [logger for logger in filtered if _CHATTER_FILTER not in logger.filters]
+    for logger in filtered:
+        logger.addFilter(_CHATTER_FILTER)
     warnings.filterwarnings(
         "ignore",
         message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
         category=FutureWarning,
         module=r"lightning\.pytorch\.utilities\._pytree",
     )
-    for name in ("mlflow.store.db.utils", "alembic"):
+    ignored = warnings.filters[0]
+    levels = {name: logging.getLogger(name).level for name in ("mlflow.store.db.utils", "alembic")}
+    for name in levels:
         logging.getLogger(name).setLevel(logging.WARNING)
+
+    def undo() -> None:
+        for logger in filtered:
+            logger.removeFilter(_CHATTER_FILTER)
+        if ignored in warnings.filters:
+            warnings.filters.remove(ignored)
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+
+    return undo
 
 
 # -- --help: attnseq.config.help (the typed config's field descriptions) -----------------------------

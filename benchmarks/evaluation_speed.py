@@ -121,11 +121,10 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.run_id:
-        from mlflow.tracking import MlflowClient
-
         from attnseq.evaluation.trained_runs import get_run, load_trained_run
+        from attnseq.tracking.client import TrackingClient
 
-        client = MlflowClient(tracking_uri=args.tracking_uri)
+        client = TrackingClient(args.tracking_uri)
         trained = load_trained_run(client, get_run(client, args.run_id))
     else:
         trained = seeded_copy_run()

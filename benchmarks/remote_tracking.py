@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from attnseq.tracking.probes import answers, free_port
+from probes import answers, free_port  # benchmarks/ is first on sys.path for its scripts
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_PY = REPO / "train.py"

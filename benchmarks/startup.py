@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from attnseq.tracking.probes import answers, free_port
+from probes import answers, free_port  # benchmarks/ is first on sys.path for its scripts
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_PY = REPO / "train.py"

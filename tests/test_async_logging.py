@@ -20,13 +20,15 @@ import torch
 from cli_helpers import CLI_TIMEOUT_S, TRAIN_PY, all_runs, clean_env, explain, run_cli, tiny
 from mlflow.entities import RunStatus
 from mlflow.tracking import MlflowClient
+from pauses import pause_at  # noqa: E402  (tests/ is on sys.path under pytest)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from probes import answers, free_port  # noqa: E402  (benchmarks/ on sys.path: the launchers' shared probes)
 
 from attnseq.tracking import paths
-from attnseq.tracking.probes import answers, free_port
-from attnseq.tracking.retry import TrackingUnavailable, set_retry_budget
+from attnseq.tracking.retry import TrackingUnavailable, retry_settings
 from attnseq.tracking.run import TrackedRun, logs_asynchronously
 from attnseq.tracking.store import ensure_experiment
-from attnseq.training.signals import PAUSE_ENV
 
 SERVER_START_S = 180
 STEPPED = [*tiny(max_epochs=2, heatmaps=False), "trainer.log_every_n_steps=1", "dataset.train_size=256"]
@@ -109,24 +111,22 @@ def train_into(root: Path, uri: str, *extra: str, env: dict | None = None) -> su
 
 # -- a run's records, queued and sent --------------------------------------------------------------
 @pytest.mark.slow
-def test_queued_records_are_stored_at_flush_and_failures_surface(server):
-    set_retry_budget(4)  # the test's process: a dead server is given up on within seconds
-    try:
-        client = MlflowClient(server.url)
-        run = TrackedRun.create(client, ensure_experiment(client, "queued"), "queued", {})
-        assert run.asynchronous
-        for step in range(50):
-            run.log_metrics({"m": float(step)}, step)
+def test_queued_records_are_stored_at_flush_and_failures_surface(server, monkeypatch):
+    for name, value in retry_settings(4).items():  # the test's process: a dead server is given up on within seconds
+        monkeypatch.setenv(name, value)
+    client = MlflowClient(server.url)
+    run = TrackedRun.create(client, ensure_experiment(client, "queued"), "queued", {})
+    assert run.asynchronous
+    for step in range(50):
+        run.log_metrics({"m": float(step)}, step)
+    run.flush()
+    assert [m.step for m in server.backend.get_metric_history(run.run_id, "m")] == list(range(50))
+    server.stop(signal.SIGKILL)
+    run.log_metrics({"m": 50.0}, 50)  # queued: the failure is the flush's to report
+    with pytest.raises(TrackingUnavailable, match="stopped answering"):
         run.flush()
-        assert [m.step for m in server.backend.get_metric_history(run.run_id, "m")] == list(range(50))
-        server.stop(signal.SIGKILL)
-        run.log_metrics({"m": 50.0}, 50)  # queued: the failure is the flush's to report
-        with pytest.raises(TrackingUnavailable, match="stopped answering"):
-            run.flush()
-        with pytest.raises(TrackingUnavailable):  # and every later call at once
-            run.finish("FINISHED")
-    finally:
-        set_retry_budget(None)
+    with pytest.raises(TrackingUnavailable):  # and every later call at once
+        run.finish("FINISHED")
     assert len(server.backend.get_metric_history(run.run_id, "m")) == 50
     assert server.backend.get_run(run.run_id).info.status == "RUNNING"
 
@@ -156,7 +156,7 @@ def test_sigterm_keeps_every_step_logged_before_it(server, tmp_path):
     log = tmp_path / "train.log"
     proc = subprocess.Popen(
         [sys.executable, str(TRAIN_PY), *STEPPED, f"mlflow.tracking_uri={server.url}", f"hydra.run.dir={tmp_path}/out"],
-        cwd=tmp_path, env=clean_env() | {PAUSE_ENV: "training"}, stdout=log.open("w"), stderr=subprocess.STDOUT,
+        cwd=tmp_path, env=pause_at("training", clean_env()), stdout=log.open("w"), stderr=subprocess.STDOUT,
     )
     try:
         deadline = time.monotonic() + CLI_TIMEOUT_S

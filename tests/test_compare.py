@@ -28,6 +28,7 @@ from attnseq.evaluation.evaluator import EvalResult
 from attnseq.evaluation.pipeline import GROUPS_PARAM, log_comparison
 from attnseq.evaluation.trained_runs import TrainedRun
 from attnseq.tracking import tags
+from attnseq.tracking.client import TrackingClient
 from attnseq.tracking.plots import accuracy_vs_length, metrics_vs_length
 from attnseq.tracking.store import ensure_experiment
 
@@ -268,7 +269,8 @@ def test_the_comparison_run_logs_group_means_intervals_and_its_groups(tmp_path):
     runs, results = three_seeds(experiment_id)
     runs.append(trained("a0", 0, scorer="additive", experiment_id=experiment_id))
     results.append(result(0.7, [bucket(1, 5, 0.8)]))
-    run_id = log_comparison(client, group_runs(runs, results), tmp_path / "out", parent=None)
+    run_id = log_comparison(TrackingClient(client.tracking_uri), group_runs(runs, results), tmp_path / "out",
+                            parent=None)
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED"
     assert run.data.params[GROUPS_PARAM] == "scorer=dot (3 seeds); scorer=additive"

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from mlflow.tracking import MlflowClient
 
-from attnseq.tracking.retry import TrackingUnavailable, answer_cut_off, set_retry_budget
+from attnseq.tracking.retry import TrackingUnavailable, answer_cut_off, retry_settings
 from attnseq.tracking.run import TrackedRun
 
 RUN_ID = "0123456789abcdef0123456789abcdef"
@@ -49,15 +49,15 @@ class CuttingHandler(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def cutting_server(request):
+def cutting_server(request, monkeypatch):
     server = CuttingServer(cut_first=request.param)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    set_retry_budget(10)
+    for name, value in retry_settings(10).items():  # what the entry point's runtime sets
+        monkeypatch.setenv(name, value)
     try:
         yield server
     finally:
-        set_retry_budget(None)
         server.shutdown()
         server.server_close()
 

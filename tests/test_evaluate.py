@@ -126,6 +126,7 @@ def test_named_sentences_are_decoded_and_drawn(evaluated):
 
     from attnseq.evaluation.trained_runs import load_trained_run
     from attnseq.model import greedy_decode
+    from attnseq.tracking.client import TrackingClient
 
     client = evaluated["client"]
     trained_run = evaluated["train"][ModelConfig.scorer]
@@ -140,7 +141,7 @@ def test_named_sentences_are_decoded_and_drawn(evaluated):
 
     from attnseq.evaluation.evaluator import sentence_samples
 
-    trained = load_trained_run(client, trained_run)
+    trained = load_trained_run(TrackingClient(client.tracking_uri), trained_run)
     samples = sentence_samples(trained, SENTENCES, beam_size=1)
     for text, (read, example, decoded) in zip(SENTENCES, samples):
         assert read == text and example.src == text.split()
@@ -182,10 +183,11 @@ def test_evaluation_rebuilds_the_model_from_the_run_alone(evaluated):
     """The evaluated model is the saved one: its eval accuracy is reproducible in-process."""
     from attnseq.evaluation.evaluator import EvalSettings, evaluate_run
     from attnseq.evaluation.trained_runs import load_trained_run
+    from attnseq.tracking.client import TrackingClient
 
     client = evaluated["client"]
     run = evaluated["train"]["additive"]
-    trained = load_trained_run(client, run)
+    trained = load_trained_run(TrackingClient(client.tracking_uri), run)
     saved = torch.load(client.download_artifacts(run.info.run_id, "weights/model.pt", str(evaluated["root"] / "m")),
                        weights_only=True)
     assert trained.model.config.scorer == saved["model_config"]["scorer"] == "additive"
@@ -371,11 +373,12 @@ def test_a_subword_runs_mlflow_model_outputs_detokenised_text_that_evaluation_sc
     from tokenizers import Tokenizer
 
     from attnseq.evaluation.trained_runs import load_trained_run
-    from attnseq.serving.logged_model import logging_scope
+    from attnseq.tracking.client import TrackingClient
+    from attnseq.tracking.logged_model import logging_scope
 
     client, run, evaluation = subword_run["client"], subword_run["run"], subword_run["eval"]
     test = subword_run["splits"]["test"]
-    trained = load_trained_run(client, run)
+    trained = load_trained_run(TrackingClient(client.tracking_uri), run)
     reader = Tokenizer.from_file(client.download_artifacts(run.info.run_id, "vocab/src_tokenizer.json",
                                                            str(subword_run["root"] / "reader")))
     pieces = [reader.encode(source).tokens for source, _ in test]

@@ -53,7 +53,8 @@ LAYERS = {
     "tracking": set(),
     "config": {"kernels", "attention", "data", "model"},  # the typed config is every choice's settings
     "serving": {"kernels", "attention", "data", "model", "tracking"},
-    "training": {"kernels", "attention", "data", "metrics", "model", "tracking", "config", "serving"},
+    "lifecycle": {"tracking"},
+    "training": {"kernels", "attention", "data", "metrics", "model", "tracking", "config", "serving", "lifecycle"},
     "evaluation": {"kernels", "attention", "data", "metrics", "model", "tracking", "config"},
 }
 """The layering the README's "Layout" describes, bottom first."""
@@ -85,3 +86,24 @@ def test_each_layer_imports_only_the_layers_below_it(package):
 def test_every_package_has_its_place_in_the_layering():
     packages = {path.name for path in PACKAGE_ROOT.iterdir() if (path / "__init__.py").exists()}
     assert packages == set(LAYERS)
+
+
+def test_mlflow_client_lives_in_tracking_only():
+    """tracking/ is the one door to MLflow: every other module reaches the store through its
+    ``TrackingClient`` and ``TrackedRun``."""
+    outside = [
+        str(path.relative_to(PACKAGE_ROOT)) for path in sorted(PACKAGE_ROOT.rglob("*.py"))
+        if path.relative_to(PACKAGE_ROOT).parts[0] != "tracking" and "MlflowClient" in path.read_text()
+    ]
+    assert outside == []
+
+
+def test_only_the_entry_points_reach_the_runtime():
+    """Process-wide effects are the entry points': no package module imports ``attnseq.runtime``
+    or ``attnseq.cli``."""
+    offending = {
+        str(path.relative_to(PACKAGE_ROOT)): sorted(attnseq_imports(path) & {"runtime", "cli"})
+        for package in LAYERS for path in sorted((PACKAGE_ROOT / package).glob("*.py"))
+        if attnseq_imports(path) & {"runtime", "cli"}
+    }
+    assert not offending, offending

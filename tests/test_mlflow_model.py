@@ -29,9 +29,10 @@ from attnseq.data import SPACE_TOKEN, Vocabulary
 from attnseq.data.tokenizers import tokenizer_for
 from attnseq.evaluation.trained_runs import load_trained_run
 from attnseq.model import ModelConfig, beam_search, build_seq2seq, greedy_decode
-from attnseq.serving.logged_model import logging_scope, pip_requirements
 from attnseq.serving.predictor import DecodeLimit, InvalidSource, Translator
 from attnseq.tracking import paths
+from attnseq.tracking.client import TrackingClient
+from attnseq.tracking.logged_model import logging_scope, pip_requirements
 
 SYMBOLS = [f"s{i}" for i in range(10)]
 SOURCES = ["s3 s1 s4", "s0", "s9 s8 s7 s6 s5 s4 s3 s2 s1 s0 s1 s2"]  # the last is longer than training
@@ -141,7 +142,7 @@ def model_uri(run_id: str) -> str:
 def expected_outputs(uri: str, run_id: str, sources: list[str], beam_size: int = 1) -> list[str]:
     """Each source decoded alone by the model library, from the run's model file as evaluation rebuilds it."""
     client = MlflowClient(uri)
-    rebuilt = load_trained_run(client, client.get_run(run_id))
+    rebuilt = load_trained_run(TrackingClient(uri), client.get_run(run_id))
     ratio, extra = rebuilt.config["decode"]["max_length_ratio"], rebuilt.config["decode"]["max_length_extra"]
     outputs = []
     for source in sources:

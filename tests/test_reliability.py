@@ -29,8 +29,7 @@ from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
 )
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
-
-from attnseq.training.signals import PAUSE_ENV
+from pauses import pause_at  # noqa: E402  (tests/ is on sys.path under pytest)
 
 
 def user_env(**extra: str) -> dict[str, str]:
@@ -174,7 +173,7 @@ def test_a_signal_writes_a_checkpoint_and_kills_the_run(tmp_path, signum, code):
 def test_after_sigkill_resume_continues_the_same_run_without_logging_a_step_twice(tmp_path):
     epochs = 4
     overrides = [*tiny(max_epochs=epochs, heatmaps=False), "dataset.train_size=512", "trainer.log_every_n_steps=2"]
-    proc, log = start_training(tmp_path, *overrides, env=clean_env() | {PAUSE_ENV: "training"})
+    proc, log = start_training(tmp_path, *overrides, env=pause_at("training", clean_env()))
     try:
         # the test hook holds the process in epoch 1, after its first batch: kill it there
         wait_for(lambda: "PHASE training\n" in log.read_text(), proc, log)

@@ -31,12 +31,12 @@ from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
 )
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+from pauses import pause_at  # noqa: E402  (tests/ is on sys.path under pytest)
 
 from attnseq.tracking import provenance, tags
 from attnseq.tracking.run import TrackedRun
 from attnseq.tracking.store import ensure_experiment
 from attnseq.training.pipeline import RuntimeRecord, TrainingRun
-from attnseq.training.signals import PAUSE_ENV
 
 
 @pytest.fixture
@@ -173,7 +173,7 @@ def test_same_seed_threads_and_versions_give_bit_identical_validation_metrics(tm
 def test_a_resume_with_another_thread_count_finishes_and_says_so(tmp_path):
     log = tmp_path / "first.log"
     proc = subprocess.Popen([sys.executable, str(TRAIN_PY), *GUARANTEE, "threads=1", *outputs_under(tmp_path)],
-                            cwd=tmp_path, env=clean_env() | {PAUSE_ENV: "training"}, stdout=log.open("w"),
+                            cwd=tmp_path, env=pause_at("training", clean_env()), stdout=log.open("w"),
                             stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + CLI_TIMEOUT_S

@@ -33,9 +33,9 @@ from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
     tracking_uri,
 )
 from mlflow.tracking import MlflowClient
+from pauses import pause_at  # noqa: E402  (tests/ is on sys.path under pytest)
 
 from attnseq.tracking import paths, tags
-from attnseq.training.signals import PAUSE_ENV
 
 EPOCHS = 3
 PHASED = [*tiny(max_epochs=EPOCHS, heatmaps=False), "dataset.train_size=256", "dataset.val_size=128",
@@ -60,7 +60,7 @@ def start_paused(root: Path, phase: str, *overrides: str) -> tuple[subprocess.Po
     log = root / f"{phase}.log"
     proc = subprocess.Popen(
         [sys.executable, str(TRAIN_PY), *overrides, *outputs_under(root)],
-        cwd=root, env=clean_env() | {PAUSE_ENV: phase}, stdout=log.open("w"), stderr=subprocess.STDOUT,
+        cwd=root, env=pause_at(phase, clean_env()), stdout=log.open("w"), stderr=subprocess.STDOUT,
     )
     return proc, log
 

@@ -182,15 +182,16 @@ def test_overrides_lose_secret_values_and_uri_credentials():
 
 
 def test_text_loses_secrets_in_every_form_it_takes():
-    from attnseq.tracking.redaction import is_secret_key, redact_text, remember_secrets
+    from attnseq.tracking.redaction import is_secret_key, redact_text, remembering
 
     assert redact_text(f"+db.password={SECRET},other-one scorer=additive,dot") == "+db.password=*** scorer=additive,dot"
     assert redact_text(f"+db.password={SECRET},scorer=dot") == "+db.password=***,scorer=dot"  # override_dirname
     assert redact_text(f"db:\n  password: {SECRET}\n") == "db:\n  password: '***'\n"  # still YAML
     assert redact_text("db:\n  password: '***'\n") == "db:\n  password: '***'\n"
     assert redact_text(f"View run at http://me:{SECRET}@host:5000/#/x") == "View run at http://***@host:5000/#/x"
-    remember_secrets([f"{SECRET}-remembered"])
-    assert redact_text(f"name {SECRET}-remembered!") == "name ***!"
+    with remembering([f"{SECRET}-remembered"]):
+        assert redact_text(f"name {SECRET}-remembered!") == "name ***!"
+    assert redact_text(f"name {SECRET}-remembered!") == f"name {SECRET}-remembered!"  # the block's secrets only
     assert [is_secret_key(k) for k in ("db_password", "apiToken", "api_tokens", "dataset.tokenizer")] == [
         True, True, True, False]
 
@@ -198,20 +199,25 @@ def test_text_loses_secrets_in_every_form_it_takes():
 def test_log_records_are_redacted_whatever_the_handlers(caplog):
     import logging
 
-    from attnseq.tracking.redaction import redact_log_records
+    from attnseq.tracking.redaction import RedactingRecords
 
-    redact_log_records()
-    with caplog.at_level(logging.INFO):
-        logging.getLogger("hydra.launcher").info("\t#%d : %s", 0, f"+db.password={SECRET} scorer=dot")
-    assert SECRET not in caplog.text and "+db.password=*** scorer=dot" in caplog.text
+    factory = logging.getLogRecordFactory()
+    logging.setLogRecordFactory(RedactingRecords(factory, lambda: [f"{SECRET}-remembered"]))
+    try:
+        with caplog.at_level(logging.INFO):
+            logging.getLogger("hydra.launcher").info("\t#%d : %s", 0, f"+db.password={SECRET} scorer=dot")
+            logging.getLogger("hydra.launcher").info("name %s", f"{SECRET}-remembered")
+    finally:
+        logging.setLogRecordFactory(factory)
+    assert "name ***" in caplog.text and SECRET not in caplog.text and "+db.password=*** scorer=dot" in caplog.text
 
 
 def test_a_yaml_artifact_stays_yaml_with_its_secrets_masked():
     import yaml
 
-    from attnseq.tracking.redaction import redact_document, remember_secrets
+    from attnseq.tracking.redaction import redact_document, remembering
 
-    remember_secrets([f"{SECRET}-in-a-name"])
     text = f"db:\n  password: '***'\nmlflow:\n  run_name: run {SECRET}-in-a-name\n  uri: http://u:{SECRET}@h\n"
-    safe = yaml.safe_load(redact_document(text, "config/resolved.yaml"))
+    with remembering([f"{SECRET}-in-a-name"]):
+        safe = yaml.safe_load(redact_document(text, "config/resolved.yaml"))
     assert safe == {"db": {"password": "***"}, "mlflow": {"run_name": "run ***", "uri": "http://***@h"}}

@@ -9,9 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-import torch
 from matplotlib.figure import Figure
-from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig
 from tqdm import tqdm
 
@@ -32,6 +30,7 @@ from attnseq.evaluation.evaluator import EvalResult, EvalSettings, evaluate_run
 from attnseq.evaluation.trained_runs import TrainedRun, latest_sweep, load_trained_run, select_runs
 from attnseq.evaluation.validation import check_config
 from attnseq.tracking import paths, tags
+from attnseq.tracking.client import TrackingClient
 from attnseq.tracking.length_curves import log_length_curves
 from attnseq.tracking.plots import (
     accuracy_vs_length,
@@ -80,14 +79,14 @@ def write_bucket_files(rows: list[dict], folder: Path) -> list[Path]:
     return [json_path, csv_path]
 
 
-def log_evaluation(client: MlflowClient, trained: TrainedRun, settings: EvalSettings, result: EvalResult,
+def log_evaluation(client: TrackingClient, trained: TrainedRun, settings: EvalSettings, result: EvalResult,
                    folder: Path) -> str:
     """An evaluation run nested under the evaluated run, holding metrics (with the curves
     ``eval/acc_by_length`` and ``eval/exact_by_length``, stepped by bucket upper length), tables and
     figures."""
     lo, hi = settings.lengths
     name = f"eval {trained.name} @ {lo}-{hi}" + (f" beam {settings.beam_size}" if settings.beam_size > 1 else "")
-    run = TrackedRun.create(client, trained.run.info.experiment_id, name,
+    run = client.create_run(trained.run.info.experiment_id, name,
                             {tags.KIND: tags.EVALUATION, tags.EVALUATED_RUN: trained.run_id},
                             parent_run_id=trained.run_id)
     try:
@@ -144,14 +143,14 @@ GROUPS_PARAM = "comparison.groups"
 """The comparison run's param listing its groups and their seed counts."""
 
 
-def log_comparison(client: MlflowClient, groups: list[SeedGroup], out_dir: Path, parent: str | None) -> str:
+def log_comparison(client: TrackingClient, groups: list[SeedGroup], out_dir: Path, parent: str | None) -> str:
     """A comparison run holding every table and figure, each group's mean of every overall ``eval/``
     metric (``eval/acc/scorer_dot``) and, over several seeds, its interval half-width
     (``eval/acc_ci95/scorer_dot``), and the heatmaps of one long source sequence as every run attended
     to it, side by side, where the runs evaluated a sequence in common."""
     runs = [member.trained for group in groups for member in group.members]
     written = write_comparison(groups, out_dir, title=f"{len(runs)} runs")
-    run = TrackedRun.create(client, runs[0].run.info.experiment_id,
+    run = client.create_run(runs[0].run.info.experiment_id,
                             f"comparison of {len(runs)} runs in {len(groups)} groups",
                             {tags.KIND: tags.COMPARISON, tags.COMPARED_RUNS: ",".join(t.run_id for t in runs)},
                             parent_run_id=parent)
@@ -228,10 +227,8 @@ def same_sentence_figures(groups: list[SeedGroup]) -> list[Figure]:
 
 def evaluate(cfg: DictConfig) -> list[EvalResult]:
     check_config(cfg)
-    if cfg.threads:
-        torch.set_num_threads(int(cfg.threads))
-    check_tracking_uri(cfg.mlflow.tracking_uri)
-    client = MlflowClient(tracking_uri=cfg.mlflow.tracking_uri)
+    check_tracking_uri(cfg.mlflow.tracking_uri)  # threads: the entry point's runtime sets them
+    client = TrackingClient(cfg.mlflow.tracking_uri)
     parent, experiment_name = cfg.parent_run_id, cfg.experiment_name
     if parent == "latest":  # resolved once: the comparison run goes under the sweep itself
         parent, experiment_name = latest_sweep(client, experiment_name), None

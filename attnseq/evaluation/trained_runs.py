@@ -14,14 +14,13 @@ from typing import Any
 
 import yaml
 from mlflow.entities import Run
-from mlflow.exceptions import MlflowException
-from mlflow.tracking import MlflowClient
 
 from attnseq.data import Vocabulary
 from attnseq.data.tokenizers import SUBWORD_TOKENIZERS, SYMBOLS, RuleTokenizer, TextTokenizer, tokenizer_for
 from attnseq.errors import ConfigError
 from attnseq.model import Seq2Seq, load_saved_model
 from attnseq.tracking import paths, tags
+from attnseq.tracking.client import NoSuchRun, TrackingClient
 
 
 @dataclass
@@ -48,28 +47,28 @@ class TrainedRun:
         return int(lo), int(hi)
 
 
-def get_run(client: MlflowClient, run_id: str) -> Run:
+def get_run(client: TrackingClient, run_id: str) -> Run:
     try:
-        return client.get_run(run_id)
-    except MlflowException as error:
+        return client.run(run_id)
+    except NoSuchRun as error:
         raise ConfigError(
-            f"no MLflow run with id {run_id!r} in the store {client.tracking_uri} ({error.error_code}).",
+            f"no MLflow run with id {run_id!r} in the store {client.tracking_uri} ({error.code}).",
             "copy the id from the MLflow UI or `mlflow runs list`, and check mlflow.tracking_uri "
             "(or MLFLOW_TRACKING_URI) points at the store that holds it.",
         ) from None
 
 
-def latest_sweep(client: MlflowClient, experiment_name: str | None) -> str:
+def latest_sweep(client: TrackingClient, experiment_name: str | None) -> str:
     """The id of the most recent sweep's parent run (in ``experiment_name`` when given)."""
     if experiment_name:
-        experiment = client.get_experiment_by_name(experiment_name)
-        if experiment is None:
+        experiment_id = client.experiment_id(experiment_name)
+        if experiment_id is None:
             raise ConfigError(f"no MLflow experiment named {experiment_name!r}.", "check the name in the MLflow UI.")
-        experiment_ids = [experiment.experiment_id]
+        experiment_ids = [experiment_id]
     else:
-        experiment_ids = [e.experiment_id for e in client.search_experiments()]
-    sweeps = client.search_runs(experiment_ids, filter_string=tags.tag_equals(tags.KIND, tags.SWEEP),
-                                order_by=["attributes.start_time DESC"], max_results=1)
+        experiment_ids = client.experiment_ids()
+    sweeps = client.runs(experiment_ids, filter_string=tags.tag_equals(tags.KIND, tags.SWEEP),
+                         order_by=["attributes.start_time DESC"], max_results=1)
     if not sweeps:
         raise ConfigError(
             f"no sweep found{f' in {experiment_name!r}' if experiment_name else ''}.",
@@ -79,7 +78,7 @@ def latest_sweep(client: MlflowClient, experiment_name: str | None) -> str:
 
 
 def select_runs(
-    client: MlflowClient,
+    client: TrackingClient,
     run_id: str | None = None,
     run_ids: list[str] | None = None,
     parent_run_id: str | None = None,
@@ -104,20 +103,20 @@ def select_runs(
     if parent_run_id:
         parent = get_run(client, parent_run_id)
         query = f"{tags.children_of(parent_run_id)} and {tags.tag_equals(tags.KIND, tags.TRAIN)}"
-        runs = client.search_runs([parent.info.experiment_id], filter_string=query, max_results=5000)
+        runs = client.runs([parent.info.experiment_id], filter_string=query)
         if not runs:
             raise ConfigError(
                 f"run {parent_run_id} has no training runs as children.",
                 "pass the parent run of a sweep (`train.py -m ...` prints it at the end), or run_id=<id>.",
             )
         return sorted(runs, key=lambda r: int(r.data.tags.get(tags.JOB_NUM, 0)))
-    experiment = client.get_experiment_by_name(experiment_name)
-    if experiment is None:
+    experiment_id = client.experiment_id(experiment_name)
+    if experiment_id is None:
         raise ConfigError(f"no MLflow experiment named {experiment_name!r}.", "check the name in the MLflow UI.")
     query = f"{tags.tag_equals(tags.KIND, tags.TRAIN)} and attributes.status = 'FINISHED'"
     if filter_string:
         query += f" and {filter_string}"
-    runs = client.search_runs([experiment.experiment_id], filter_string=query, max_results=5000)
+    runs = client.runs([experiment_id], filter_string=query)
     if not runs:
         raise ConfigError(
             f"no finished training runs in {experiment_name!r} match {filter_string!r}.",
@@ -126,7 +125,7 @@ def select_runs(
     return runs
 
 
-def load_trained_run(client: MlflowClient, run: Run) -> TrainedRun:
+def load_trained_run(client: TrackingClient, run: Run) -> TrainedRun:
     """Rebuild a run's model from its artifacts; a clear error when one is missing."""
     with tempfile.TemporaryDirectory() as tmp:
 
@@ -155,11 +154,10 @@ def load_trained_run(client: MlflowClient, run: Run) -> TrainedRun:
     return TrainedRun(run, config, src_vocab, tgt_vocab, model, src_tokenizer, tgt_tokenizer)
 
 
-def _first_downloaded(client: MlflowClient, run_id: str, places: tuple[str, ...], into: str) -> Path | None:
+def _first_downloaded(client: TrackingClient, run_id: str, places: tuple[str, ...], into: str) -> Path | None:
     """The first of ``places`` the run holds, downloaded into ``into``; None when it holds none."""
     for place in places:
-        try:
-            return Path(client.download_artifacts(run_id, place, into))
-        except (MlflowException, OSError):
-            continue
+        local = client.download(run_id, place, into)
+        if local is not None:
+            return local
     return None

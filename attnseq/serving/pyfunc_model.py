@@ -1,5 +1,6 @@
 """The MLflow model's code ("models from code"): MLflow executes this file to obtain the model, so
-no model object is ever pickled. Do not import it; ``logged_model.log_translator`` names its path.
+no model object is ever pickled. Do not import it; ``attnseq.tracking.logged_model.log_translator``
+names its path.
 
 Input: a table with a ``source`` column of source texts (``"s3 s1 s4"``). Output: a table with an
 ``output`` column of decoded texts. Params: ``beam_size`` (1: greedy) and ``length_penalty``.
@@ -13,7 +14,8 @@ from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 from mlflow.pyfunc import PythonModel
 
-from attnseq.serving.logged_model import (
+from attnseq.serving.predictor import InvalidSource, Translator
+from attnseq.tracking.logged_model import (
     CONFIG,
     DEFAULT_PARAMS,
     MODEL_FILE,
@@ -24,7 +26,6 @@ from attnseq.serving.logged_model import (
     TGT_TOKENIZER,
     TGT_VOCAB,
 )
-from attnseq.serving.predictor import InvalidSource, Translator
 
 
 class TranslatorModel(PythonModel):

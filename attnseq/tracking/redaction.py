@@ -7,15 +7,18 @@ in a run's output folder, log records and the console lines attnseq prints:
 - any text loses URI credentials (``http://user:pw@host`` → ``http://***@host``), the values in
   ``<secret-named key>=<value>`` pairs (overrides, override dir names; a sweep's ``a,b`` values
   too) and in ``<secret-named key>: <value>`` lines (masked as ``'***'``, so YAML stays YAML);
-- the secret values this process was given (``remember_secrets``: its config and overrides) are
-  masked wherever else they appear, when they are at least ``MIN_SECRET_LENGTH`` characters long.
+- the secret values a command was given (its config and overrides), inside ``remembering``, which
+  the entry point's runtime enters (``attnseq.runtime``), are masked wherever else they appear, when
+  they are at least ``MIN_SECRET_LENGTH`` characters long.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import yaml
@@ -38,19 +41,28 @@ _KEY_EQUALS_VALUE = re.compile(
 )
 _KEY_COLON_VALUE = re.compile(rf"(?P<key>{_KEY})(?P<sep>:[ \t]+)(?P<value>[^\s,}}]+)")
 
-_remembered: set[str] = set()
+_remembered: ContextVar[frozenset[str]] = ContextVar("attnseq_remembered_secrets", default=frozenset())
+"""The secrets masked by value: set for a block by ``remembering``, back to none at its end."""
 
 
 def is_secret_key(key: str) -> bool:
     return bool(_SECRET_KEY.search(key))
 
 
-def remember_secrets(values: Iterable[Any]) -> None:
-    """Mask these values wherever they appear from now on (see ``MIN_SECRET_LENGTH``)."""
-    for value in values:
-        text = str(value).strip().strip("'\"")
-        if len(text) >= MIN_SECRET_LENGTH and text != MASK:
-            _remembered.add(text)
+def worth_remembering(values: Iterable[Any]) -> frozenset[str]:
+    """The values, stripped of quotes, that are long enough to be masked wherever they appear."""
+    kept = {str(value).strip().strip("'\"") for value in values}
+    return frozenset(text for text in kept if len(text) >= MIN_SECRET_LENGTH and text != MASK)
+
+
+@contextmanager
+def remembering(values: Iterable[Any]) -> Iterator[None]:
+    """Mask these values too, wherever they appear, until the block ends (see ``MIN_SECRET_LENGTH``)."""
+    token = _remembered.set(_remembered.get() | worth_remembering(values))
+    try:
+        yield
+    finally:
+        _remembered.reset(token)
 
 
 def secrets_in(node: Any, key: str = "") -> list[str]:
@@ -76,12 +88,13 @@ def secrets_in(node: Any, key: str = "") -> list[str]:
     return [value for value in found if value]
 
 
-def redact_text(text: str) -> str:
-    """``text`` with URI credentials, secret-named values and remembered secrets masked."""
+def redact_text(text: str, remembered: Iterable[str] | None = None) -> str:
+    """``text`` with URI credentials, secret-named values and remembered secrets (those of
+    ``remembering``, unless given) masked."""
     text = _URI_CREDENTIALS.sub(rf"\g<scheme>{MASK}@", text)
     text = _KEY_EQUALS_VALUE.sub(lambda m: f"{m['key']}{m['sep']}{MASK}" if m["value"] else m[0], text)
     text = _KEY_COLON_VALUE.sub(_colon_value, text)
-    for secret in sorted(_remembered, key=len, reverse=True):
+    for secret in sorted(_remembered.get() if remembered is None else remembered, key=len, reverse=True):
         text = text.replace(secret, MASK)
     return text
 
@@ -133,12 +146,14 @@ def redact_config(node: Any, key: str = "") -> Any:
     return node
 
 
-class _RedactingRecords:
+class RedactingRecords:
     """A log record factory: every record's message (and traceback text) redacted at creation,
-    whatever handlers Hydra or Lightning configure later."""
+    whatever handlers Hydra or Lightning configure later. The runtime installs it
+    (``attnseq.runtime``) with its secrets, so a record made in any thread masks them."""
 
-    def __init__(self, factory) -> None:
+    def __init__(self, factory, remembered: Callable[[], Iterable[str]]) -> None:
         self.factory = factory
+        self.remembered = remembered
 
     def __call__(self, *args: Any, **kwargs: Any) -> logging.LogRecord:
         record = self.factory(*args, **kwargs)
@@ -146,16 +161,9 @@ class _RedactingRecords:
             message = record.getMessage()
         except Exception:  # noqa: BLE001 - a malformed record is logging's to report
             return record
-        safe = redact_text(message)
+        safe = redact_text(message, self.remembered())
         if safe != message:
             record.msg, record.args = safe, None
         if record.exc_info and record.exc_info[0] is not None:
             record.exc_text = redact_text(logging.Formatter().formatException(record.exc_info))
         return record
-
-
-def redact_log_records() -> None:
-    """Install the redacting record factory once for this process."""
-    factory = logging.getLogRecordFactory()
-    if not isinstance(factory, _RedactingRecords):
-        logging.setLogRecordFactory(_RedactingRecords(factory))

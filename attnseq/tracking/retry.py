@@ -16,8 +16,9 @@ attempts of up to 8 s (large uploads through a slow server may need more). An an
 mid-body (the server stopped while answering), which urllib3 does not retry, is retried by
 ``retry_cut_off`` within the same budget.
 
-The environment variables are set for this process and its children, overriding values set
-before; MLflow reads them at every request.
+``retry_settings`` gives the environment variables a budget comes to; the entry point's runtime sets
+them (``attnseq.runtime``) for its process and the ones it starts, and MLflow reads them at every
+request. ``retry_budget`` is the budget they say (``DEFAULT_BUDGET_S`` without them).
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from attnseq.errors import ProblemAndFix
+from attnseq.errors import ConfigError, ProblemAndFix
 from attnseq.tracking.redaction import redact
 
 T = TypeVar("T")
@@ -64,25 +65,46 @@ def schedule_for(budget_s: float) -> RetrySchedule:
     return RetrySchedule(retries, timeout)
 
 
-_budget_s: float | None = None
+BUDGET_ENV = "ATTNSEQ_RETRY_BUDGET_S"
+"""The budget the ``MLFLOW_HTTP_REQUEST_*`` variables were set for: what ``retry_cut_off`` and the
+messages go by."""
 
 
-def set_retry_budget(budget_s: float | None = None) -> float:
-    """Apply the budget (``DEFAULT_BUDGET_S`` when None) to MLflow's HTTP client; returns it."""
-    global _budget_s
+def retry_settings(budget_s: float | None = None) -> dict[str, str]:
+    """The environment variables that fit MLflow's HTTP client to the budget (``DEFAULT_BUDGET_S`` when None)."""
     budget = DEFAULT_BUDGET_S if budget_s is None else float(budget_s)
     schedule = schedule_for(budget)
-    os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = str(schedule.retries)
-    os.environ["MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"] = "1"
-    os.environ["MLFLOW_HTTP_REQUEST_BACKOFF_JITTER"] = "0"
-    os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(schedule.timeout_s)
-    _budget_s = budget
-    return budget
+    return {
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(schedule.retries),
+        "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+        "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "0",
+        "MLFLOW_HTTP_REQUEST_TIMEOUT": str(schedule.timeout_s),
+        BUDGET_ENV: f"{budget:g}",
+    }
 
 
 def retry_budget() -> float:
-    """The budget in force: applied with the default on first use."""
-    return _budget_s if _budget_s is not None else set_retry_budget(None)
+    """The budget in force (``BUDGET_ENV``), or the default."""
+    try:
+        return float(os.environ.get(BUDGET_ENV, DEFAULT_BUDGET_S))
+    except ValueError:
+        return DEFAULT_BUDGET_S
+
+
+def check_budget(value: Any) -> float | None:
+    """``mlflow.retry_budget_s`` as a number of seconds (None: the default)."""
+    if value is None:
+        return None
+    try:
+        budget = float(value)
+    except (TypeError, ValueError):
+        budget = float("nan")
+    if not 0 < budget < float("inf"):
+        raise ConfigError(
+            f"mlflow.retry_budget_s={value} must be a positive number of seconds.",
+            "set mlflow.retry_budget_s=30 (the default), or more to wait out a store that restarts.",
+        )
+    return budget
 
 
 class TrackingUnavailable(ProblemAndFix):

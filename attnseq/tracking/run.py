@@ -102,6 +102,10 @@ class TrackedRun:
         batch = [Param(key, redact(key, value)[:PARAM_LENGTH]) for key, value in params.items()]
         self._log_batch("logging params", params=batch)
 
+    def params(self) -> dict[str, str]:
+        """The params the run holds now."""
+        return dict(self._call("reading the run", self.client.get_run, self.run_id).data.params)
+
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         batch = [RunTag(key, _tag_value(key, value)) for key, value in tags.items()]
         self._log_batch("setting tags", tags=batch)

@@ -16,7 +16,6 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from attnseq.errors import ConfigError
 from attnseq.tracking.redaction import redact, redact_text
-from attnseq.tracking.retry import retry_budget
 
 
 def check_tracking_uri(uri: str, timeout_s: float = 5.0) -> None:
@@ -28,7 +27,6 @@ def check_tracking_uri(uri: str, timeout_s: float = 5.0) -> None:
     ``timeout_s``; the plain file store (``./mlruns``) is no longer accepted by MLflow. Every
     failure is one ``ConfigError``.
     """
-    retry_budget()  # MLflow's own HTTP retries fit the budget from the first call on
     shown = redact("", uri)
     scheme = uri.split("://", 1)[0].lower() if "://" in uri else "file"
     if scheme in ("http", "https"):

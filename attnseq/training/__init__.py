@@ -1,8 +1,8 @@
 """The training service: ``train(cfg)`` (``pipeline``), the builders it uses (``build``), the
-LightningModule, sweeps; every record goes through ``attnseq.tracking``.
+LightningModule, sweeps; every record goes through ``attnseq.tracking``, and what keeps a run safe
+(signals, guards, heartbeat, resume) is ``attnseq.lifecycle``.
 
-The names below are imported on first use, so that ``train.py`` can install its signal handler
-(``attnseq.training.signals``, standard library only) before Lightning, MLflow and torch load."""
+The names below are imported on first use, so that importing ``attnseq.training`` loads nothing heavy."""
 
 from __future__ import annotations
 

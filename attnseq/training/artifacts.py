@@ -37,15 +37,15 @@ from attnseq.data import Example, collate
 from attnseq.data.datamodule import Seq2SeqDataModule
 from attnseq.data.tokenizers import TEXT_TASKS, SubwordTokenizer
 from attnseq.data.vocab import EOS
+from attnseq.lifecycle.signals import Signals
 from attnseq.metrics.translation import signature_params
 from attnseq.model import Seq2Seq, greedy_decode
-from attnseq.serving.logged_model import log_translator
 from attnseq.tracking import paths
 from attnseq.tracking.length_curves import log_length_curves
+from attnseq.tracking.logged_model import log_translator
 from attnseq.tracking.plots import accuracy_vs_length, attention_heatmap, figure_to_array
 from attnseq.tracking.redaction import redact_document
 from attnseq.tracking.run import TrackedRun
-from attnseq.training import signals
 from attnseq.training.lit_module import Seq2SeqLitModule, decode_length_limit
 
 
@@ -95,6 +95,7 @@ class RunArtifacts(Callback):
     def __init__(
         self,
         run: TrackedRun,
+        signals: Signals,
         resolved_config: str,
         best: ModelCheckpoint,
         last: ModelCheckpoint,
@@ -102,6 +103,7 @@ class RunArtifacts(Callback):
         heatmap_every_n_epochs: int = 1,
     ) -> None:
         self.run = run
+        self.signals = signals
         self.resolved_config = resolved_config
         self.best = best
         self.last = last
@@ -188,10 +190,9 @@ class RunArtifacts(Callback):
 
     # -- end -----------------------------------------------------------------------------
     def on_fit_end(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
-        signals.raise_pending()  # a signal Lightning recorded after its last check stops the run here
+        self.signals.raise_pending()  # a signal Lightning recorded after its last check stops the run here
         if not trainer.is_global_zero:
             return
-        signals.pause_point("uploads")
         rows = pl_module.last_bucket_tables.get("val", [])
         if rows:
             figure = accuracy_vs_length(

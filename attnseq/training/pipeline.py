@@ -7,35 +7,34 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import NamedTuple
+from typing import ContextManager, NamedTuple, Protocol
 
 import lightning as L
-import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
-from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
 from attnseq.data import Seq2SeqDataModule
 from attnseq.errors import AttnSeqError
+from attnseq.lifecycle.guards import FiniteLossGuard, Heartbeat, InterruptCheckpoint, SignalBridge, heartbeat_value
+from attnseq.lifecycle.resume import Resumption, prepare_resume
+from attnseq.lifecycle.signals import Signals, exit_code, release_interrupted_frames
 from attnseq.tracking import paths, tags
+from attnseq.tracking.client import TrackingClient
 from attnseq.tracking.params import config_params, config_yaml
 from attnseq.tracking.provenance import runtime_changes, runtime_params
 from attnseq.tracking.redaction import redact
 from attnseq.tracking.retry import TrackingUnavailable
 from attnseq.tracking.run import TrackedRun
-from attnseq.tracking.store import check_tracking_uri, ensure_experiment, ui_links
-from attnseq.training import signals
+from attnseq.tracking.store import check_tracking_uri, ui_links
 from attnseq.training.artifacts import RunArtifacts, UploadedCheckpoint
 from attnseq.training.build import build_datamodule, build_module, validate
 from attnseq.training.console import ResultsBar, TrainingReport
-from attnseq.training.guards import FiniteLossGuard, Heartbeat, InterruptCheckpoint, SignalBridge, heartbeat_value
 from attnseq.training.identity import run_identity
 from attnseq.training.lit_module import Seq2SeqLitModule
 from attnseq.training.logger import RunLogger
-from attnseq.training.process import keep_freed_memory
-from attnseq.training.resume import Resumption, prepare_resume
-from attnseq.training.signals import release_interrupted_frames
 from attnseq.training.startup import FirstStepClock
 from attnseq.training.stopping import stop_at
 from attnseq.training.sweep import sweep_context
@@ -46,6 +45,25 @@ RUN_ID_ENV = "ATTNSEQ_MLFLOW_RUN_ID"
 """Set by rank 0 before ``fit``: the run that Lightning's data-parallel workers log into."""
 OUTPUT_DIR_ENV = "ATTNSEQ_OUTPUT_DIR"
 """Set by rank 0 before ``fit``: the output folder its data-parallel workers use (one per run)."""
+LIGHTNING_SEED_ENV = ("PL_GLOBAL_SEED", "PL_SEED_WORKERS")
+
+
+class ProcessRuntime(Protocol):
+    """What ``train`` needs of the entry point's runtime (``attnseq.runtime.Runtime``)."""
+
+    signals: Signals
+
+    def handed_off(self, values: Mapping[str, str]) -> ContextManager[None]: ...
+
+
+class Detached:
+    """No runtime (``train(cfg)`` from Python): a handler that is never installed, nothing handed off."""
+
+    def __init__(self) -> None:
+        self.signals = Signals()
+
+    def handed_off(self, values: Mapping[str, str]) -> ContextManager[None]:
+        return nullcontext()
 
 
 class TrainingRun(NamedTuple):
@@ -56,36 +74,58 @@ class TrainingRun(NamedTuple):
     owned: bool  # False in a data-parallel worker: rank 0 creates, marks and reports the run
 
 
-def train(cfg: DictConfig) -> float | None:
+def train(cfg: DictConfig, runtime: ProcessRuntime | None = None) -> float | None:
     """Train one configuration end to end (or resume one with ``resume=<run id>``); return
-    ``cfg.optimized_metric`` for sweepers."""
-    with signals.handled():
-        cfg, resumption = prepare(cfg)
-        datamodule, module = build_data_and_model(cfg)
-        run = None
-        try:
-            with signals.held():  # the run is created and its id kept, or not created at all
-                run = open_run(cfg, resumption)
-            interrupts = InterruptCheckpoint(Path(cfg.paths.output_dir) / paths.LAST_CHECKPOINT, run.tracked)
-            os.environ[RUN_ID_ENV] = run.tracked.run_id  # inherited by data-parallel workers, which fit starts
-            os.environ[OUTPUT_DIR_ENV] = str(Path(cfg.paths.output_dir).resolve())
+    ``cfg.optimized_metric`` for sweepers.
+
+    ``runtime`` is the entry point's (``attnseq.runtime``): its signal handler turns SIGTERM and
+    Ctrl-C into a KILLED run, and it hands the run to data-parallel workers. Called without one
+    (a notebook, a test), nothing process-wide changes: handlers, logging and ``os.environ`` stay."""
+    runtime = runtime or Detached()
+    with lightning_seed_environment():
+        return _train(cfg, runtime, runtime.signals)
+
+
+def _train(cfg: DictConfig, runtime: ProcessRuntime, signals: Signals) -> float | None:
+    cfg, resumption = prepare(cfg)
+    datamodule, module = build_data_and_model(cfg)
+    run = None
+    try:
+        with signals.held():  # the run is created and its id kept, or not created at all
+            run = open_run(cfg, resumption)
+        interrupts = InterruptCheckpoint(Path(cfg.paths.output_dir) / paths.LAST_CHECKPOINT, run.tracked, signals)
+        # inherited by data-parallel workers, which fit starts
+        with runtime.handed_off({RUN_ID_ENV: run.tracked.run_id,
+                                 OUTPUT_DIR_ENV: str(Path(cfg.paths.output_dir).resolve())}):
             if resumption is None and run.owned:
                 run.tracked.log_params(config_params(cfg))
-            result = fit(cfg, run, module, datamodule, resumption, interrupts)
-            finish(run, cfg.mlflow.tracking_uri)
-        except TrackingUnavailable as lost:  # the store stopped answering: nothing more can be recorded
-            if run is None:
-                raise
-            # this process is ending, so the run's fresh heartbeat is no sign of life: resume must be forced
-            resume = f"python train.py resume={run.tracked.run_id} resume_force=true"
-            raise lost.with_local_checkpoint(Path(cfg.paths.output_dir) / paths.LAST_CHECKPOINT, resume) from None
-        except BaseException as error:
-            stop(run, error)
+            result = fit(cfg, run, module, datamodule, resumption, interrupts, signals)
+        finish(run, cfg.mlflow.tracking_uri)
+    except TrackingUnavailable as lost:  # the store stopped answering: nothing more can be recorded
+        if run is None:
             raise
-        finally:
-            os.environ.pop(RUN_ID_ENV, None)
-            os.environ.pop(OUTPUT_DIR_ENV, None)
-        return result
+        # this process is ending, so the run's fresh heartbeat is no sign of life: resume must be forced
+        resume = f"python train.py resume={run.tracked.run_id} resume_force=true"
+        raise lost.with_local_checkpoint(Path(cfg.paths.output_dir) / paths.LAST_CHECKPOINT, resume) from None
+    except BaseException as error:
+        stop(run, error, signals)
+        raise
+    return result
+
+
+@contextmanager
+def lightning_seed_environment() -> Iterator[None]:
+    """``L.seed_everything`` keeps the seed in ``os.environ`` for the processes Lightning starts
+    (``LIGHTNING_SEED_ENV``); the variables are put back as they were once training ends."""
+    saved = {name: os.environ.get(name) for name in LIGHTNING_SEED_ENV}
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def prepare(cfg: DictConfig) -> tuple[DictConfig, Resumption | None]:
@@ -93,7 +133,7 @@ def prepare(cfg: DictConfig) -> tuple[DictConfig, Resumption | None]:
     resumption = None
     if cfg.get("resume"):
         check_tracking_uri(cfg.mlflow.tracking_uri)
-        client = MlflowClient(tracking_uri=cfg.mlflow.tracking_uri)
+        client = TrackingClient(cfg.mlflow.tracking_uri)
         # a data-parallel worker follows rank 0, which reopened the run and keeps it alive
         cfg, resumption = prepare_resume(client, str(cfg.resume), cfg, check_alive=not data_parallel_worker())
     if data_parallel_worker() and OUTPUT_DIR_ENV in os.environ:
@@ -104,11 +144,6 @@ def prepare(cfg: DictConfig) -> tuple[DictConfig, Resumption | None]:
         if resumption is None:
             record_failed_sweep_job(cfg, error)
         raise
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-        # Lightning's data-parallel launcher sets its own thread count unless this is set (workers inherit it)
-        os.environ["OMP_NUM_THREADS"] = str(cfg.threads)
-    keep_freed_memory()  # the training step's buffers are reused, not faulted in again every step
     L.seed_everything(cfg.seed, workers=True)
     Path(cfg.paths.output_dir).mkdir(parents=True, exist_ok=True)
     return cfg, resumption
@@ -123,15 +158,15 @@ def build_data_and_model(cfg: DictConfig) -> tuple[Seq2SeqDataModule, Seq2SeqLit
 
 def open_run(cfg: DictConfig, resumption: Resumption | None) -> TrainingRun:
     """A new run; the resumed run, RUNNING again; or, in a data-parallel worker, rank 0's run."""
-    client = MlflowClient(tracking_uri=cfg.mlflow.tracking_uri)  # for SQLite this creates the store
-    experiment_id = ensure_experiment(client, cfg.mlflow.experiment_name)
+    client = TrackingClient(cfg.mlflow.tracking_uri)  # for SQLite this creates the store
+    experiment_id = client.ensure_experiment(cfg.mlflow.experiment_name)
     if data_parallel_worker():
-        return TrainingRun(TrackedRun(client, os.environ[RUN_ID_ENV], "ddp worker"), experiment_id, owned=False)
+        return TrainingRun(client.attach_run(os.environ[RUN_ID_ENV], "ddp worker"), experiment_id, owned=False)
     if resumption is None:
         name, run_tags, parent = run_identity(cfg)
         run_tags[tags.HEARTBEAT] = heartbeat_value()
-        return TrainingRun(TrackedRun.create(client, experiment_id, name, run_tags, parent), experiment_id, owned=True)
-    tracked = TrackedRun.reopen(client, resumption.run_id)
+        return TrainingRun(client.create_run(experiment_id, name, run_tags, parent), experiment_id, owned=True)
+    tracked = client.reopen_run(resumption.run_id)
     resumed = {tags.RESUMED_FROM: str(resumption.checkpoint), tags.HEARTBEAT: heartbeat_value()}
     if resumption.overrides:
         resumed[tags.RESUME_OVERRIDES] = " ".join(resumption.overrides)
@@ -151,6 +186,7 @@ def fit(
     datamodule: Seq2SeqDataModule,
     resumption: Resumption | None,
     interrupts: InterruptCheckpoint,
+    signals: Signals,
 ) -> float | None:
     """Fit (from the resumed checkpoint, if any), test the best checkpoint if asked; the optimized metric."""
     checkpoints = Path(cfg.paths.output_dir) / paths.CHECKPOINTS
@@ -166,6 +202,7 @@ def fit(
     last = UploadedCheckpoint(run.tracked, dirpath=checkpoints, filename="last", enable_version_counter=False)
     artifacts = RunArtifacts(
         run.tracked,
+        signals,
         config_yaml(cfg),
         best=best,
         last=last,
@@ -182,7 +219,7 @@ def fit(
         **trainer_args,
         logger=RunLogger(run.tracked, run.experiment_id, logged_through),
         callbacks=[FirstStepClock(run.tracked), RuntimeRecord(run, resumed=resumption is not None),
-                   SignalBridge(), guard, best, last, artifacts, interrupts,
+                   SignalBridge(signals), guard, best, last, artifacts, interrupts,
                    Heartbeat(run.tracked, float(cfg.get("heartbeat", {}).get("every_s", 30))),
                    *stop_at(cfg), *bar, TrainingReport(run.tracked.name)],
         default_root_dir=str(cfg.paths.output_dir),
@@ -213,16 +250,16 @@ class RuntimeRecord(Callback):
         runtime = runtime_params(trainer.strategy.root_device)
         tracked = self.run.tracked
         if self.resumed:
-            recorded = tracked.client.get_run(tracked.run_id).data.params
+            recorded = tracked.params()
             tracked.set_tags({tags.RESUME_RUNTIME: runtime_changes(recorded, runtime)})
         else:
             tracked.log_params(runtime)
 
 
-def stop(run: TrainingRun | None, error: BaseException) -> None:
+def stop(run: TrainingRun | None, error: BaseException, signals: Signals) -> None:
     """After an exception: mark the run FAILED, or KILLED and exit 130/143 when a signal stopped it
     (whatever exception carried it: Lightning turns Ctrl-C during fit into ``exit(1)``)."""
-    signum = signals.received()
+    signum = signals.received
     interrupted = signum is not None or signals.is_interrupt(error)
     if interrupted:
         signals.mark_raised()
@@ -230,7 +267,7 @@ def stop(run: TrainingRun | None, error: BaseException) -> None:
     if run is not None and run.owned:
         run.tracked.finish("KILLED" if interrupted else "FAILED")
     if interrupted:
-        code = signals.exit_code(signum) if signum is not None else (130 if isinstance(error, KeyboardInterrupt)
+        code = exit_code(signum) if signum is not None else (130 if isinstance(error, KeyboardInterrupt)
                                                                      else 143)
         if run is not None:
             run_id = run.tracked.run_id
@@ -262,10 +299,10 @@ def record_failed_sweep_job(cfg: DictConfig, error: AttnSeqError) -> None:
     if not sweep_context()[0]:
         return
     try:
-        client = MlflowClient(tracking_uri=cfg.mlflow.tracking_uri)
+        client = TrackingClient(cfg.mlflow.tracking_uri)
         name, run_tags, parent = run_identity(cfg)
-        experiment_id = ensure_experiment(client, cfg.mlflow.experiment_name)
-        tracked = TrackedRun.create(client, experiment_id, name, {**run_tags, tags.ERROR: str(error)}, parent)
+        experiment_id = client.ensure_experiment(cfg.mlflow.experiment_name)
+        tracked = client.create_run(experiment_id, name, {**run_tags, tags.ERROR: str(error)}, parent)
         tracked.log_params(config_params(cfg))
         tracked.finish("FAILED")
     except Exception:  # noqa: BLE001 - the store itself may be what failed; the job's error stands

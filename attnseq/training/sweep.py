@@ -2,10 +2,11 @@
 
 Registered in ``conf/train.yaml`` under ``hydra.callbacks``. In the launching process it
 creates the experiment and the parent run, then hands the parent's id and the varying override keys
-to the jobs through the environment (``sweep_context`` reads them, in process or in a joblib
-worker); jobs become its children (``mlflow.parentRunId``) and are named after the overrides
-that vary. At the end it marks the parent FINISHED when every child finished, FAILED otherwise,
-and prints one row per job (status, the sweep's optimized metric, the job's URL) and the sweep's URL.
+to the jobs through the environment, which the entry point's runtime sets and restores
+(``sweep_context`` reads them, in process or in a joblib worker); jobs become its children
+(``mlflow.parentRunId``) and are named after the overrides that vary. At the end it marks the
+parent FINISHED when every child finished, FAILED otherwise, and prints one row per job (status,
+the sweep's optimized metric, the job's URL) and the sweep's URL.
 """
 
 from __future__ import annotations
@@ -15,18 +16,20 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
-from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
+from attnseq.lifecycle.signals import installed_signals
 from attnseq.tracking import paths, tags
+from attnseq.tracking.client import TrackingClient
 from attnseq.tracking.redaction import redact_overrides, redact_text
 from attnseq.tracking.retry import TrackingUnavailable, store_unreachable, unavailable
 from attnseq.tracking.run import TrackedRun
-from attnseq.tracking.store import check_tracking_uri, ensure_experiment, ui_links
+from attnseq.tracking.store import check_tracking_uri, ui_links
 
 log = logging.getLogger(__name__)
 
@@ -56,18 +59,20 @@ class SweepParentRun(Callback):
     def __init__(self) -> None:
         self.parent: TrackedRun | None = None
         self.experiment_id: str | None = None
+        self.client: TrackingClient | None = None
         self.metric = "val/acc_best"  # the sweep's optimized metric: the summary's column
+        self.hand_back: Callable[[], None] = lambda: None  # the environment as it was before the sweep
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         uri = config.mlflow.tracking_uri
         self.metric = str(config.get("optimized_metric") or "val/acc_best")
         check_tracking_uri(uri)  # for SQLite: creates the store's schema, under its lock
-        client = MlflowClient(tracking_uri=uri)
-        self.experiment_id = ensure_experiment(client, config.mlflow.experiment_name)
+        client = self.client = TrackingClient(uri)
+        self.experiment_id = client.ensure_experiment(config.mlflow.experiment_name)
         keys = sweep_keys(config)
         sweep_dir = str(config.hydra.sweep.dir)
         name = f"sweep {os.path.basename(sweep_dir.rstrip('/'))}: {', '.join(keys) or 'jobs'}"
-        parent = TrackedRun.create(client, self.experiment_id, name, {
+        parent = client.create_run(self.experiment_id, name, {
             tags.KIND: tags.SWEEP,
             tags.SWEEP_DIR: sweep_dir,
             tags.SWEEP_OVERRIDES: " ".join(redact_overrides(config.hydra.overrides.task)),
@@ -75,8 +80,9 @@ class SweepParentRun(Callback):
         })
         parent.set_tags({tags.SWEEP_ID: parent.run_id})
         self.parent = parent
-        os.environ[PARENT_RUN_ENV] = parent.run_id
-        os.environ[SWEEP_KEYS_ENV] = json.dumps(keys)
+        runtime = getattr(installed_signals(), "owner", None)  # the launching process's (train.py's)
+        if runtime is not None:
+            self.hand_back = runtime.set_environment({PARENT_RUN_ENV: parent.run_id, SWEEP_KEYS_ENV: json.dumps(keys)})
         atexit.register(self._close, "FAILED")  # a job that raised skips on_multirun_end
         log.info("MLflow parent run %s for this sweep (%s)", parent.run_id, redact_text(uri))
 
@@ -87,15 +93,14 @@ class SweepParentRun(Callback):
         if self.parent is None:
             return
         parent, self.parent = self.parent, None  # close once
-        os.environ.pop(PARENT_RUN_ENV, None)
-        os.environ.pop(SWEEP_KEYS_ENV, None)
+        self.hand_back()
         try:
-            children = parent.client.search_runs([self.experiment_id], filter_string=tags.children_of(parent.run_id))
+            children = self.client.runs([self.experiment_id], filter_string=tags.children_of(parent.run_id))
             rows = sorted((c.info.run_name or c.info.run_id, c.info.status) for c in children)
             failed = [name for name, status in rows if status != "FINISHED"]
             summary = "\n".join(f"{status:9s} {name}" for name, status in rows)
             parent.log_text(summary + "\n", paths.SWEEP_SUMMARY)
-            table = job_table(children, self.metric, self.experiment_id, parent.client.tracking_uri)
+            table = job_table(children, self.metric, self.experiment_id, self.client.tracking_uri)
             parent.log_metrics({"sweep/jobs": len(rows), "sweep/failed_jobs": len(failed)})
             status = forced_status or ("FAILED" if failed or not rows else "FINISHED")
             parent.finish(status)
@@ -103,10 +108,10 @@ class SweepParentRun(Callback):
             if not store_unreachable(error):
                 raise
             lost = error if isinstance(error, TrackingUnavailable) else unavailable(
-                parent.client.tracking_uri, "closing the sweep", error, parent.run_id)
+                self.client.tracking_uri, "closing the sweep", error, parent.run_id)
             print(f"\nSweep parent run {parent.run_id} not closed: {lost}", file=sys.stderr, flush=True)
             return
-        links = ui_links(parent.client.tracking_uri, self.experiment_id, parent.run_id)
+        links = ui_links(self.client.tracking_uri, self.experiment_id, parent.run_id)
         lines = [f"\nSweep parent run {parent.run_id}: {len(rows)} jobs, {len(failed)} not finished", table]
         if links.open_with:
             lines.append(f"Open it with: {links.open_with}")

@@ -1,4 +1,4 @@
-"""Logging a training run's model as an MLflow model: a pyfunc "from code" (``pyfunc_model.py``),
+"""Logging a training run's model as an MLflow model: a pyfunc "from code" (``attnseq/serving/pyfunc_model.py``),
 listed under the run's and the experiment's *Logged models*, registrable, and usable with
 ``mlflow models predict`` / ``serve`` as ``runs:/<run id>/model`` (``paths.MLFLOW_MODEL``).
 
@@ -33,7 +33,6 @@ from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR as
 from mlflow.environment_variables import MLFLOW_TRACKING_URI
 from mlflow.models import Model, ModelSignature
 from mlflow.tracking import MlflowClient
-from mlflow.tracking._tracking_service import utils as tracking_service
 from mlflow.types.schema import ColSpec, ParamSchema, ParamSpec, Schema
 
 import attnseq
@@ -52,8 +51,8 @@ OUTPUT_COLUMN = "output"
 DEFAULT_PARAMS = {"beam_size": 1, "length_penalty": 0.0}
 """Greedy decoding unless a request asks for a beam."""
 
-CODE_FILE = Path(__file__).with_name("pyfunc_model.py")
 PACKAGE_DIR = Path(attnseq.__file__).parent
+CODE_FILE = PACKAGE_DIR / "serving" / "pyfunc_model.py"
 
 SIGNATURE = ModelSignature(
     inputs=Schema([ColSpec("string", SOURCE_COLUMN)]),
@@ -82,8 +81,11 @@ def logging_scope(client: MlflowClient) -> Iterator[None]:
     """Inside the block only: MLflow's process-wide tracking URI is ``client``'s store, and what
     ``Model.log`` would print about copying local files (progress bars, its check of the input
     example) is left out. Everything it changes is put back, ``sys.path`` included."""
-    saved_uri = tracking_service._tracking_uri  # None when only the environment (or nothing) sets it
     saved_env = {name: os.environ.get(name) for name in (MLFLOW_TRACKING_URI.name, PROGRESS_BAR.name)}
+    # set by mlflow.set_tracking_uri, or None: only the environment (or nothing) sets it
+    saved_uri = mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None
+    if saved_uri == saved_env[MLFLOW_TRACKING_URI.name]:
+        saved_uri = None  # the environment's: put back below
     saved_path = list(sys.path)
     pyfunc_logger = logging.getLogger(mlflow.pyfunc.__name__)
     saved_level = pyfunc_logger.level

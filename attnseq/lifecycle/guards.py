@@ -13,9 +13,9 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from attnseq.errors import TrainingError
+from attnseq.lifecycle.signals import Signals
 from attnseq.tracking import paths, tags
 from attnseq.tracking.run import TrackedRun
-from attnseq.training import signals
 
 
 class FiniteLossGuard(Callback):
@@ -64,15 +64,16 @@ class InterruptCheckpoint(Callback):
     run, so ``resume=<run id>`` loses nothing. Other exceptions (a NaN loss) leave the last good
     checkpoint alone. ``signals`` keeps which signal it was (Lightning turns Ctrl-C into ``exit(1)``)."""
 
-    def __init__(self, path: Path, run: TrackedRun) -> None:
+    def __init__(self, path: Path, run: TrackedRun, signals: Signals) -> None:
         self.path = path
         self.run = run
+        self.signals = signals
         self.exception: BaseException | None = None
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        if not signals.is_interrupt(exception):
+        if not self.signals.is_interrupt(exception):
             return
-        signals.mark_raised()  # a second signal must not cut the save or the upload short
+        self.signals.mark_raised()  # a second signal must not cut the save or the upload short
         self.exception = exception
         if trainer.global_step == 0:  # no step taken (or the resumed state not restored yet): nothing new
             return
@@ -83,31 +84,22 @@ class InterruptCheckpoint(Callback):
 
 class SignalBridge(Callback):
     """Tells ``signals`` while Lightning's loops run and while validation runs (a signal then waits
-    for validation to end), and holds the test hook's pause points inside the loops."""
+    for validation to end)."""
+
+    def __init__(self, signals: Signals) -> None:
+        self.signals = signals
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        signals.watch(trainer)
-        # inside fit, before Lightning installs its SIGTERM handler: the gap a signal once killed the run in
-        signals.pause_point("trainer")
+        self.signals.watch(trainer)
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        signals.unwatch()
+        self.signals.unwatch()
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        signals.set_validating(True)
+        self.signals.set_validating(True)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        signals.set_validating(False)
-
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch,
-                           batch_idx: int) -> None:
-        if trainer.current_epoch >= 1 and batch_idx == 0:  # mid-epoch, after a whole epoch and its validation
-            signals.pause_point("training")
-
-    def on_validation_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch,
-                                batch_idx: int, dataloader_idx: int = 0) -> None:
-        if not trainer.sanity_checking and batch_idx == 0:
-            signals.pause_point("validation")
+        self.signals.set_validating(False)
 
 
 class Heartbeat(Callback):

@@ -26,12 +26,11 @@ from pathlib import Path
 import torch
 import yaml
 from hydra.core.hydra_config import HydraConfig
-from mlflow.exceptions import MlflowException
-from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
 from attnseq.errors import ConfigError
 from attnseq.tracking import paths, tags
+from attnseq.tracking.client import NoSuchRun, TrackingClient
 
 RESUMABLE = ("trainer.max_epochs", "threads", "trainer.enable_progress_bar", "trainer.enable_model_summary")
 """Overrides a resume applies on top of the run's own config: they change how long or how it runs,
@@ -50,12 +49,12 @@ class Resumption:
 
 
 def prepare_resume(
-    client: MlflowClient, run_id: str, current: DictConfig, check_alive: bool = True
+    client: TrackingClient, run_id: str, current: DictConfig, check_alive: bool = True
 ) -> tuple[DictConfig, Resumption]:
     """The run's saved config (with ``resume`` and the allowed overrides set) and where to resume from."""
     try:
-        run = client.get_run(run_id)
-    except MlflowException:
+        run = client.run(run_id)
+    except NoSuchRun:
         raise ConfigError(
             f"resume={run_id}: no such run in {client.tracking_uri}.",
             "copy the run id from the MLflow UI, and check mlflow.tracking_uri points at its store.",
@@ -103,7 +102,7 @@ def prepare_resume(
                 f"resume={run_id}: the run's copy of last.ckpt cannot be read either ({problem}).",
                 "nothing readable is left to resume from: start the run again.",
             )
-    logged = {key: max(m.step for m in client.get_metric_history(run_id, key)) for key in run.data.metrics}
+    logged = client.highest_steps(run_id, list(run.data.metrics))
     resumed_with = [f"{key}={OmegaConf.select(current, key)}" for key in applied]
     return saved, Resumption(run_id, checkpoint, logged, resumed_with)
 
@@ -172,14 +171,13 @@ def unreadable(checkpoint: Path) -> str | None:
     return None
 
 
-def _download(client: MlflowClient, run_id: str, artifact: str, what: str, target: Path | None = None,
+def _download(client: TrackingClient, run_id: str, artifact: str, what: str, target: Path | None = None,
               text: bool = True) -> str:
     folder = str(target) if target is not None else tempfile.mkdtemp()
-    try:
-        path = client.download_artifacts(run_id, artifact, folder)
-    except (MlflowException, OSError):
+    path = client.download(run_id, artifact, folder)
+    if path is None:
         raise ConfigError(
             f"resume={run_id}: the run has no '{artifact}' artifact, so {what} cannot be restored.",
             "a run killed before its first epoch ended has nothing to resume: start it again.",
-        ) from None
-    return Path(path).read_text() if text else path
+        )
+    return path.read_text() if text else str(path)

@@ -1,0 +1,168 @@
+"""``Runtime``: every process-wide effect of a command, applied by the entry points only and undone
+when they end.
+
+``train.py`` and ``evaluate.py`` enter one on their first line (and their ``@hydra.main`` function
+joins it, or enters its own in a sweep's worker process): the SIGTERM/Ctrl-C handler
+(``attnseq.lifecycle.signals``), then, from the composed config, the redaction of log records and
+the secrets to mask, MLflow's HTTP retry settings for ``mlflow.retry_budget_s``, MLflow's printing
+switches, the libraries' known chatter silenced, the torch/OpenMP thread count, glibc's allocator
+setting for training, and the variables a sweep or rank 0 hands to the processes it starts. Each is
+undone at the exit, in reverse order, except the allocator setting (glibc cannot report or go back
+to its earlier setting; it ends with the process). Library functions (``train(cfg)``,
+``evaluate(cfg)``) change none of these: called from a notebook or a test they leave the process as
+they found it.
+
+This module needs only the standard library: the handler is in place before anything heavy loads.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+from attnseq.lifecycle.signals import Signals, installed_signals
+
+PROGRESS_BAR_ENV = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+"""Off by default under the entry points: ``log_table`` fetches the table first, and its per-epoch
+download bar is noise."""
+SUPPRESS_URL_ENV = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
+"""On when the tracking URI carries credentials: MLflow's own "View run at" lines would print them."""
+
+
+class Runtime:
+    """The process-wide settings of one command; a context manager (entered once per process)."""
+
+    def __init__(self, keep_freed_memory: bool = False) -> None:
+        self.signals = Signals()
+        self.signals.owner = self  # how a job's ``@hydra.main`` function and hydra callbacks find it (``active``)
+        self.keep_freed_memory = keep_freed_memory
+        self.secrets: set[str] = set()  # what the log records mask by value (``redaction.remembering``)
+        self._undo = ExitStack()
+        self._entered = False
+
+    # -- entering and leaving -------------------------------------------------------------------
+    def install(self) -> Runtime:
+        """Enter: the signal handler first (an entry point calls this on its first line, before its
+        heavy imports, then uses the runtime as a context manager, which ends it); idempotent."""
+        if self.signals.install():
+            self._undo.callback(self.signals.uninstall)
+        self._entered = True
+        return self
+
+    def __enter__(self) -> Runtime:
+        return self.install()
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self._entered = False
+        self._undo.close()
+
+    @staticmethod
+    def active() -> Runtime | None:
+        """The runtime whose signal handler this process has now, if any."""
+        signals = installed_signals()
+        return getattr(signals, "owner", None)
+
+    @classmethod
+    @contextmanager
+    def joined(cls, **settings: Any) -> Iterator[Runtime]:
+        """The runtime this process already entered (``train.py``'s own process), or a new one for the
+        block (a sweep job in a joblib worker, which runs only the ``@hydra.main`` function)."""
+        active = cls.active()
+        if active is not None:
+            yield active
+            return
+        with cls(**settings) as runtime:
+            yield runtime
+
+    # -- from the config ------------------------------------------------------------------------
+    def configure_tracking(self, configs: Iterable[Any], overrides: Iterable[str] = ()) -> None:
+        """Redaction, MLflow's retry and printing settings, quiet libraries: from the composed
+        config(s) (every job of a sweep) and the command line; cheap, nothing heavy imported."""
+        from omegaconf import OmegaConf
+
+        from attnseq.tracking.redaction import RedactingRecords, remembering, secrets_in, worth_remembering
+        from attnseq.tracking.retry import check_budget, retry_settings
+
+        if not self._entered:
+            return
+        configs = list(configs)
+        secrets = secrets_in(list(overrides))
+        for config in configs:
+            try:
+                tree = OmegaConf.to_container(config, resolve=True)
+            except Exception:  # noqa: BLE001 - an interpolation that fails here fails later with its own message
+                tree = OmegaConf.to_container(config, resolve=False)
+            secrets += secrets_in(tree)
+        self._undo.enter_context(remembering(secrets))
+        self.secrets |= worth_remembering(secrets)
+        factory = logging.getLogRecordFactory()
+        if not isinstance(factory, RedactingRecords):
+            logging.setLogRecordFactory(RedactingRecords(factory, lambda: self.secrets))
+            self._undo.callback(logging.setLogRecordFactory, factory)
+        self.set_environment({PROGRESS_BAR_ENV: os.environ.get(PROGRESS_BAR_ENV, "false")})
+        for config in configs[:1]:
+            if secrets_in(str(OmegaConf.select(config, "mlflow.tracking_uri", default="") or "")):
+                self.set_environment({SUPPRESS_URL_ENV: "true"})
+            budget = check_budget(OmegaConf.select(config, "mlflow.retry_budget_s", default=None))
+            self.set_environment(retry_settings(budget))
+        self.quiet_libraries()
+
+    def configure(self, config: Any) -> None:
+        """Everything ``configure_tracking`` does, and what a training job adds: the thread count
+        (``threads``) and, for training, glibc keeping freed memory for reuse."""
+        self.configure_tracking([config])
+        if not self._entered:
+            return
+        threads = config.get("threads") if hasattr(config, "get") else None
+        if threads:
+            import torch
+
+            self._undo.callback(torch.set_num_threads, torch.get_num_threads())
+            torch.set_num_threads(int(threads))
+            # Lightning's data-parallel launcher sets its own thread count unless this is set (workers inherit it)
+            self.set_environment({"OMP_NUM_THREADS": str(threads)})
+        if self.keep_freed_memory:
+            from attnseq.training.process import keep_freed_memory
+
+            keep_freed_memory()  # the training step's buffers are reused, not faulted in again every step
+
+    def quiet_libraries(self) -> None:
+        from attnseq.cli import quiet_libraries
+
+        self._undo.callback(quiet_libraries())
+
+    # -- the environment ------------------------------------------------------------------------
+    def set_environment(self, values: Mapping[str, str]) -> Callable[[], None]:
+        """Set these variables (this process and the ones it starts) until the exit, or until the
+        returned function is called; nothing, in a runtime that is not entered."""
+        if not self._entered:
+            return lambda: None
+        previous = {name: os.environ.get(name) for name in values}
+        os.environ.update({name: str(value) for name, value in values.items()})
+        done = False
+
+        def restore() -> None:
+            nonlocal done
+            if done:
+                return
+            done = True
+            for name, value in previous.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+        self._undo.callback(restore)
+        return restore
+
+    @contextmanager
+    def handed_off(self, values: Mapping[str, str]) -> Iterator[None]:
+        """These variables for the processes started in the block (data-parallel workers)."""
+        restore = self.set_environment(values)
+        try:
+            yield
+        finally:
+            restore()

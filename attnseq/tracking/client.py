@@ -1,0 +1,86 @@
+"""``TrackingClient``: one MLflow tracking store as training, resume, sweeps and evaluation see it.
+
+Every call they make to the store is one of its methods (runs are written through the
+``TrackedRun`` it creates or reopens), so ``MlflowClient`` and MLflow's exceptions stay in
+``attnseq.tracking``: a run that is not there is ``NoSuchRun``, an artifact that is not there ``None``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mlflow.entities import Run
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from attnseq.tracking.run import TrackedRun
+from attnseq.tracking.store import ensure_experiment
+
+
+class NoSuchRun(LookupError):
+    """The store holds no run with that id; ``code`` is MLflow's error code."""
+
+    def __init__(self, run_id: str, code: str) -> None:
+        super().__init__(f"no run {run_id} ({code})")
+        self.code = code
+
+
+class TrackingClient:
+    def __init__(self, tracking_uri: str) -> None:
+        self.tracking_uri = tracking_uri
+        self.client = MlflowClient(tracking_uri=tracking_uri)  # for SQLite this creates the store
+
+    # -- experiments ------------------------------------------------------------------------------
+    def ensure_experiment(self, name: str) -> str:
+        """The experiment's id, created if missing (``store.ensure_experiment``)."""
+        return ensure_experiment(self.client, name)
+
+    def experiment_id(self, name: str) -> str | None:
+        experiment = self.client.get_experiment_by_name(name)
+        return None if experiment is None else experiment.experiment_id
+
+    def experiment_ids(self) -> list[str]:
+        return [experiment.experiment_id for experiment in self.client.search_experiments()]
+
+    # -- runs -------------------------------------------------------------------------------------
+    def run(self, run_id: str) -> Run:
+        """The run; ``NoSuchRun`` when the store holds no run with that id."""
+        try:
+            return self.client.get_run(run_id)
+        except MlflowException as error:
+            raise NoSuchRun(run_id, error.error_code) from None
+
+    def runs(self, experiment_ids: list[str], filter_string: str = "", order_by: list[str] | None = None,
+             max_results: int = 5000) -> list[Run]:
+        """The runs that match MLflow's search syntax ``filter_string``."""
+        return list(self.client.search_runs(experiment_ids, filter_string=filter_string, order_by=order_by,
+                                            max_results=max_results))
+
+    def params(self, run_id: str) -> dict[str, str]:
+        return dict(self.client.get_run(run_id).data.params)
+
+    def highest_steps(self, run_id: str, keys: list[str]) -> dict[str, int]:
+        """Each metric's highest step in the run."""
+        return {key: max(m.step for m in self.client.get_metric_history(run_id, key)) for key in keys}
+
+    def download(self, run_id: str, artifact: str, folder: str | Path) -> Path | None:
+        """The run's artifact, downloaded into ``folder``; None when the run does not hold it."""
+        try:
+            return Path(self.client.download_artifacts(run_id, artifact, str(folder)))
+        except (MlflowException, OSError):
+            return None
+
+    # -- runs to write ----------------------------------------------------------------------------
+    def create_run(self, experiment_id: str, name: str, tags: Mapping[str, Any],
+                   parent_run_id: str | None = None) -> TrackedRun:
+        return TrackedRun.create(self.client, experiment_id, name, tags, parent_run_id)
+
+    def reopen_run(self, run_id: str) -> TrackedRun:
+        """An existing run, RUNNING again (``resume=``)."""
+        return TrackedRun.reopen(self.client, run_id)
+
+    def attach_run(self, run_id: str, name: str) -> TrackedRun:
+        """A run another process created and keeps (a data-parallel worker logs into rank 0's)."""
+        return TrackedRun(self.client, run_id, name)
