@@ -135,8 +135,14 @@ def checked_command_line(config_name: str, argv: list[str], conf_dir: Path = CON
         if full_error():
             raise
         report(as_config_error(error, config_name, conf_dir))
-    # TYPED VALIDATION CALL SITE: validate_train(cfg) / validate_evaluate(cfg) runs here, once per composed config,
-    # still before torch, Lightning or MLflow load
+    parsed = command_line_overrides(argv)
+    if configs and parsed is not None and not parsed[1]:
+        # one run: the typed config's stage one, still before torch, Lightning or MLflow load. A sweep's jobs
+        # are each checked as they start, so that one bad job fails alone and the others run.
+        from attnseq.config import validate_evaluate, validate_train
+
+        with user_errors():
+            (validate_train if config_name == "train" else validate_evaluate)(configs[0])
     return configs
 
 

@@ -167,6 +167,27 @@ def test_a_composition_error_is_answered_before_torch_loads_and_writes_nothing(t
     assert list(tmp_path.iterdir()) == []  # no outputs/, no multirun/, no store
 
 
+@pytest.mark.parametrize(("overrides", "bad_keys"), [
+    (["model.heads=-1"], ["model.heads"]),
+    (["model.heads=-1", "model.dropout=2"], ["model.heads", "model.dropout"]),
+    (["dataset.train_lengths=[5,2]"], ["dataset.train_lengths"]),
+    (["encoder=transformer", "encoder.heads=3"], ["encoder.heads"]),
+], ids=["heads", "two-problems", "lengths", "encoder-heads"])
+def test_a_bad_value_is_answered_before_torch_loads_and_writes_nothing(tmp_path, overrides, bad_keys):
+    """The typed config's first stage runs on the composed command line, before the heavy imports:
+    every bad key named with a fix, all at once, exit 2, no run folder, no store."""
+    env = {k: v for k, v in clean_env().items() if k != "HYDRA_FULL_ERROR"} | {"PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-X", "importtime", str(TRAIN_PY), *overrides], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, explain(proc)
+    told = "\n".join(line for line in proc.stderr.splitlines() if not line.startswith("import time:"))
+    assert all(key in told for key in bad_keys) and told.count("Fix:") == len(bad_keys), told
+    assert "Traceback" not in told
+    imported = set(re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s*([\w.]+)$", proc.stderr, re.M))
+    assert not imported & {"torch", "lightning", "mlflow"}, sorted(imported)
+    assert list(tmp_path.iterdir()) == []
+
+
 # -- no private API of a dependency ----------------------------------------------------------------
 def test_no_private_attribute_of_hydra_or_mlflow_is_used():
     private = re.compile(r"\._internal\b|\b_tracking_uri\b|\b(hydra|mlflow)(\.\w+)*\._(?!_)\w")
