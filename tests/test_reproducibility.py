@@ -34,7 +34,6 @@ from mlflow.tracking import MlflowClient
 
 from attnseq.tracking import provenance, tags
 from attnseq.tracking.run import TrackedRun
-from attnseq.tracking.store import ensure_experiment
 from attnseq.training.pipeline import RuntimeRecord, TrainingRun
 from attnseq.training.signals import PAUSE_ENV
 
@@ -49,12 +48,6 @@ def process_state(monkeypatch):
     yield
     torch.set_num_threads(threads)
     torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
-
-
-@pytest.fixture
-def store(tmp_path):
-    client = MlflowClient(tracking_uri=tracking_uri(tmp_path))
-    return client, ensure_experiment(client, "reproducibility")
 
 
 # -- what is recorded ----------------------------------------------------------------------------
