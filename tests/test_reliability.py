@@ -249,15 +249,13 @@ def test_in_a_sweep_a_failing_job_is_failed_the_others_finish_and_the_sweep_says
     assert row.split()[2] == "FAILED", row
 
 
-def test_the_same_seed_and_config_give_identical_validation_metrics(tmp_path):
-    results = []
-    for attempt in ("a", "b"):
-        root = tmp_path / attempt
-        root.mkdir()
-        proc = run_cli(root, *tiny(max_epochs=2, heatmaps=False), *outputs_under(root))
-        assert proc.returncode == 0, explain(proc)
-        results.append({k: v for k, v in the_run(root).data.metrics.items() if k.startswith("val/")})
-    assert results[0] == results[1]
+def test_the_same_seed_and_config_give_identical_validation_metrics(tiny_run, tmp_path):
+    """The session's tiny run (conftest) trained again, in another folder and process."""
+    proc = run_cli(tmp_path, *tiny(), *outputs_under(tmp_path))
+    assert proc.returncode == 0, explain(proc)
+    results = [{k: v for k, v in the_run(root).data.metrics.items() if k.startswith("val/")}
+               for root in (tiny_run.root, tmp_path)]
+    assert results[0] and results[0] == results[1]
 
 
 # -- security ----------------------------------------------------------------------------------------
