@@ -96,7 +96,18 @@ class Server:
 
 @pytest.fixture
 def server(tmp_path):
+    """A server of the test's own, which the test may kill."""
     running = Server(tmp_path)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory):
+    """One server for the tests that leave it running; each trains into an experiment of its own."""
+    running = Server(tmp_path_factory.mktemp("shared_server"))
     try:
         yield running
     finally:
@@ -138,30 +149,31 @@ def test_queued_records_are_stored_at_flush_and_failures_surface(server):
 
 
 @pytest.mark.slow
-def test_every_step_of_a_training_reaches_the_server(server, tmp_path):
+def test_every_step_of_a_training_reaches_the_server(shared_server, tmp_path):
     """The same training into the server (asynchronous) and into an SQLite store (every call waited
     for): the same metrics at the same steps, and the run FINISHED."""
     local = tmp_path / "local"
     local.mkdir()
     direct = train_into(local, f"sqlite:///{local}/mlflow.db")
     assert direct.returncode == 0, explain(direct)
-    remote = train_into(tmp_path, server.url)
+    remote = train_into(tmp_path, shared_server.url, "mlflow.experiment_name=every_step")
     assert remote.returncode == 0, explain(remote)
     [expected] = all_runs(MlflowClient(f"sqlite:///{local}/mlflow.db"))
-    [run] = all_runs(server.backend)
+    [run] = all_runs(shared_server.backend, "every_step")
     assert run.info.status == "FINISHED"
-    logged = steps_by_key(server.backend, run.info.run_id)
+    logged = steps_by_key(shared_server.backend, run.info.run_id)
     assert logged == steps_by_key(MlflowClient(f"sqlite:///{local}/mlflow.db"), expected.info.run_id)
     assert logged["train/loss_step"] == list(range(8))  # 2 epochs of 4 steps, each logged
 
 
 @pytest.mark.slow
-def test_sigterm_keeps_every_step_logged_before_it(server, tmp_path):
+def test_sigterm_keeps_every_step_logged_before_it(shared_server, tmp_path):
     """SIGTERM mid-way through the second epoch: the run is KILLED, and it holds the loss of every
     step the interrupted checkpoint counts, and the first epoch's validation."""
     log = tmp_path / "train.log"
     proc = subprocess.Popen(
-        [sys.executable, str(TRAIN_PY), *STEPPED, f"mlflow.tracking_uri={server.url}", f"hydra.run.dir={tmp_path}/out"],
+        [sys.executable, str(TRAIN_PY), *STEPPED, f"mlflow.tracking_uri={shared_server.url}",
+         "mlflow.experiment_name=sigterm", f"hydra.run.dir={tmp_path}/out"],
         cwd=tmp_path, env=clean_env() | {PAUSE_ENV: "training"}, stdout=log.open("w"), stderr=subprocess.STDOUT,
     )
     try:
@@ -174,10 +186,10 @@ def test_sigterm_keeps_every_step_logged_before_it(server, tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    [run] = all_runs(server.backend)
+    [run] = all_runs(shared_server.backend, "sigterm")
     assert run.info.status == "KILLED"
     checkpoint = torch.load(tmp_path / "out" / paths.LAST_CHECKPOINT, map_location="cpu", weights_only=True)
-    logged = steps_by_key(server.backend, run.info.run_id)
+    logged = steps_by_key(shared_server.backend, run.info.run_id)
     assert logged["train/loss_step"] == list(range(checkpoint["global_step"])), checkpoint["global_step"]
     assert len(logged["val/loss"]) == 1
 
