@@ -31,6 +31,7 @@ from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
     run_cli,
     tiny,
     tracking_uri,
+    user_env,
 )
 from mlflow.tracking import MlflowClient
 
@@ -275,10 +276,6 @@ def fake_run(root: Path, status: str, heartbeat_age_s: float | None) -> str:
     if status != "RUNNING":
         client.set_terminated(run.info.run_id, status)
     return run.info.run_id
-
-
-def user_env() -> dict[str, str]:
-    return {k: v for k, v in clean_env().items() if k != "HYDRA_FULL_ERROR"}
 
 
 def test_resume_refuses_a_run_whose_process_is_still_alive(tmp_path):
