@@ -21,8 +21,8 @@ lint: $(STAMP)
 system-deps:  ## Debian packages the tests need (PostgreSQL server); a no-op once installed
 	scripts/install-system-deps
 
-test: $(STAMP) lint system-deps  ## what CI runs: lint, every test that needs no GPU (slow ones too), the image build
-	$(PY) -m pytest -m "not gpu" $(PYTEST_ARGS)
+test: $(STAMP) lint system-deps  ## what CI runs: lint, every test that needs no GPU (slow ones too), the image build; lists the 25 slowest
+	$(PY) -m pytest -m "not gpu" --durations=25 $(PYTEST_ARGS)
 	scripts/docker-check
 
 test-fast: $(STAMP)  ## the quick loop: slow and GPU tests deselected

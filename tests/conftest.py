@@ -1,9 +1,103 @@
-"""Shared test settings.
+"""Shared test settings and fixtures.
 
 Tests build tiny models: with more than one torch thread per process they spend their time in
 thread hand-offs (and fight the CLI subprocesses for the two cores), so the test process uses one.
+
+The fixtures that train through the real ``train.py`` are session-scoped: several modules read the
+same tiny run (or the same failing one), so it is trained once per test session; a reader adds
+nothing to its runs. MLflow and the CLI helpers are imported when a fixture is first used, so a module
+that needs neither does not pay for them.
 """
 
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
 import torch
 
 torch.set_num_threads(1)
+
+
+@dataclass(frozen=True)
+class TrainedRun:
+    """One ``train.py`` invocation: its folder (store under ``root/mlflow.db``, Hydra's run folder
+    ``root/out``), the finished process, its runs, and when it was launched (Unix time)."""
+
+    root: Path
+    proc: object  # subprocess.CompletedProcess
+    launched: float
+
+    @property
+    def uri(self) -> str:
+        from cli_helpers import tracking_uri
+
+        return tracking_uri(self.root)
+
+    @property
+    def client(self):
+        from mlflow.tracking import MlflowClient
+
+        return MlflowClient(self.uri)
+
+    @property
+    def runs(self) -> list:
+        from cli_helpers import all_runs
+
+        return all_runs(self.client)
+
+
+def train_once(root: Path, *overrides: str, env: dict | None = None) -> TrainedRun:
+    from cli_helpers import outputs_under, run_cli
+
+    launched = time.time()
+    proc = run_cli(root, *overrides, *outputs_under(root), env=env)
+    return TrainedRun(root, proc, launched)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """A fresh SQLite store for one module's in-process tracking tests: (client, experiment id)."""
+    from cli_helpers import tracking_uri
+    from mlflow.tracking import MlflowClient
+
+    from attnseq.tracking.store import ensure_experiment
+
+    root = tmp_path_factory.mktemp("store")
+    client = MlflowClient(tracking_uri=tracking_uri(root))
+    return client, ensure_experiment(client, "tests")
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> TrainedRun:
+    """The default configuration (copy, GRU, additive, Bahdanau, 1 head) at ``tiny()`` sizes, trained
+    once through ``train.py`` into its own store; it must finish with exactly one run."""
+    from cli_helpers import explain, tiny
+
+    trained = train_once(tmp_path_factory.mktemp("tiny_run"), *tiny())
+    assert trained.proc.returncode == 0, explain(trained.proc)
+    assert len(trained.runs) == 1, [r.info.run_name for r in trained.runs]
+    return trained
+
+
+@pytest.fixture(scope="session")
+def nan_run(tmp_path_factory) -> TrainedRun:
+    """A run that fails mid-way, after its MLflow run exists: epoch 0 trains normally, then the
+    schedule makes the learning rate finite but absurd (3e27) and the loss becomes NaN. Run as a
+    user runs it (no HYDRA_FULL_ERROR)."""
+    from cli_helpers import tiny, user_env
+
+    return train_once(tmp_path_factory.mktemp("nan_run"), *tiny(max_epochs=3, heatmaps=False), "scheduler.gamma=1e30",
+                      env=user_env())
+
+
+@pytest.fixture(scope="session")
+def sweep_with_a_bad_job(tmp_path_factory) -> TrainedRun:
+    """A three-job sweep whose middle job (``model.heads=3``: 16 is not divisible by 3) is rejected
+    by validation while the other two train."""
+    from cli_helpers import tiny
+
+    return train_once(tmp_path_factory.mktemp("bad_job_sweep"), "-m", "model.heads=1,3,2",
+                      *tiny(max_epochs=1, heatmaps=False))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import lightning as L
 import pytest
-from cli_helpers import EVALUATE_PY, clean_env, explain, outputs_under, run_cli  # noqa: E402  (tests/ on sys.path)
+from cli_helpers import EVALUATE_PY, explain, outputs_under, run_cli, user_env  # noqa: E402  (tests/ on sys.path)
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, MissingConfigException
 
@@ -37,11 +37,6 @@ def compose_config(name: str, overrides: list[str]):
 
 def outputs(tmp_path: Path) -> list[str]:
     return [f"paths.output_dir={tmp_path / 'out'}", f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}"]
-
-
-def user_env() -> dict[str, str]:
-    """What a user has: no HYDRA_FULL_ERROR, so errors must read well on their own."""
-    return {k: v for k, v in clean_env().items() if k != "HYDRA_FULL_ERROR"}
 
 
 @pytest.fixture

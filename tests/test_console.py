@@ -8,7 +8,6 @@ import logging
 import re
 import subprocess
 import sys
-import time
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -117,15 +116,19 @@ def test_config_help_lists_every_group_option_and_the_keys_meanings():
     assert re.search(r"^  dataset\.task = copy +copy \| reverse", text, re.MULTILINE)  # the option's value wins
 
 
-def test_train_help_is_fast_and_imports_nothing_heavy(tmp_path):
-    start = time.perf_counter()
+HEAVY = {"torch", "lightning", "mlflow", "numpy", "pandas", "sqlalchemy", "matplotlib", "scipy"}
+"""What --help must answer before: each takes from a fraction of a second to seconds to import."""
+
+
+def test_train_help_answers_before_the_heavy_imports(tmp_path):
+    """Fast because nothing heavy is imported (what ``-X importtime`` lists), whatever the machine's
+    load; the time itself is measured by benchmarks/startup.py."""
     proc = subprocess.run([sys.executable, "-X", "importtime", str(TRAIN_PY), "--help"], cwd=tmp_path,
-                          env=clean_env(), capture_output=True, text=True, timeout=60)
-    elapsed = time.perf_counter() - start
+                          env=clean_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, explain(proc)
-    assert elapsed < 3.0, elapsed
     imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
-    assert not {"torch", "lightning", "mlflow"} & imported
+    assert "hydra" in imported  # the list is read right: the config is composed from it
+    assert not HEAVY & {name.split(".")[0] for name in imported}, imported
     assert proc.stdout.strip() == config_help("train").strip()
     assert not list(tmp_path.iterdir())  # no store, no outputs folder
 

@@ -138,7 +138,8 @@ def test_mlflow_server_service(services):
     assert env["MLFLOW_BACKEND_STORE_URI"] == (
         f"postgresql://{secrets['POSTGRES_USER']}:{secrets['POSTGRES_PASSWORD']}@postgres:5432/{secrets['POSTGRES_DB']}"
     )
-    assert env["MLFLOW_S3_ENDPOINT_URL"] == "http://s3:9000"
+    s3_port = services["s3"]["environment"]["RUSTFS_ADDRESS"].rsplit(":", 1)[1]  # where the object store listens
+    assert env["MLFLOW_S3_ENDPOINT_URL"] == f"http://s3:{s3_port}"
     assert env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "false"  # no GenAI job workers
     assert "/health" in " ".join(server["healthcheck"]["test"])
 
@@ -158,14 +159,18 @@ def test_trainer_service(services, name):
     trainer = services[name]
     assert Path(trainer["build"]["context"]) == REPO
     assert trainer["build"]["dockerfile"] == "docker/Dockerfile"
-    assert trainer["environment"] == {"MLFLOW_TRACKING_URI": "http://mlflow:5000"}  # no secrets
+    [published] = services["mlflow"]["ports"]  # the server's own port, inside the compose network
+    assert trainer["environment"] == {"MLFLOW_TRACKING_URI": f"http://mlflow:{published['target']}"}  # no secrets
     assert trainer["depends_on"]["mlflow"]["condition"] == "service_healthy"
     assert trainer.get("init") is True
 
 
 def test_gpu_trainer_gets_cuda_torch_and_the_gpus(services):
     gpu = services["trainer-gpu"]
-    assert gpu["build"]["args"]["TORCH_PIP_ARGS"] == "--index-url https://pypi.org/simple"
+    default = dict(a.split("=", 1) for op, a in dockerfile_instructions() if op == "ARG" and "=" in a)
+    cpu_only = default["TORCH_PIP_ARGS"].strip('"')
+    gpu_index = gpu["build"]["args"]["TORCH_PIP_ARGS"]
+    assert gpu_index.startswith("--index-url ") and gpu_index != cpu_only  # not the CPU-only wheels
     [device] = gpu["deploy"]["resources"]["reservations"]["devices"]
     assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
     assert "trainer=gpu" in gpu["command"]
@@ -207,7 +212,8 @@ def test_hadolint_finds_nothing():
 def test_dockerfile_pins_torch_as_the_project_does():
     args = dict(a.split("=", 1) for op, a in dockerfile_instructions() if op == "ARG" and "=" in a)
     assert args["TORCH_VERSION"] == pin("torch")
-    assert args["TORCH_PIP_ARGS"].strip('"') == "--index-url https://download.pytorch.org/whl/cpu"  # CPU by default
+    index = args["TORCH_PIP_ARGS"].strip('"').split()
+    assert index[0] == "--index-url" and index[1].rstrip("/").endswith("/cpu"), index  # CPU wheels by default
 
 
 def test_dockerfile_base_is_an_official_slim_python_matching_the_project():

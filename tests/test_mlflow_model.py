@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ import mlflow
 import pandas as pd
 import pytest
 import torch
-from cli_helpers import all_runs, artifact_paths, clean_env, explain, outputs_under, run_cli, tiny, tracking_uri
+from cli_helpers import artifact_paths, clean_env, explain, free_port, tracking_uri
 from mlflow.entities import LoggedModelStatus
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
@@ -125,14 +124,9 @@ def test_the_logging_scope_puts_back_the_tracking_uri_the_environment_and_sys_pa
 
 # -- a trained run -----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """(store URI, run id) of a tiny run trained through train.py."""
-    root = tmp_path_factory.mktemp("served")
-    proc = run_cli(root, *tiny(heatmaps=False), *outputs_under(root))
-    assert proc.returncode == 0, explain(proc)
-    runs = all_runs(MlflowClient(tracking_uri(root)))
-    assert len(runs) == 1
-    return tracking_uri(root), runs[0].info.run_id
+def trained(tiny_run):
+    """(store URI, run id) of the session's tiny run, trained through train.py (conftest)."""
+    return tiny_run.uri, tiny_run.runs[0].info.run_id
 
 
 def model_uri(run_id: str) -> str:
@@ -226,12 +220,6 @@ def test_mlflow_models_predict_decodes_a_json_file(trained, tmp_path):
     assert proc.returncode == 0, explain(proc)
     predictions = json.loads((tmp_path / "out.json").read_text())["predictions"]
     assert [row["output"] for row in predictions] == expected_outputs(uri, run_id, SOURCES, beam_size=3)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def post(url: str, body: dict) -> tuple[int, dict]:

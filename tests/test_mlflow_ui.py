@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
     all_runs,
     clean_env,
     explain,
+    free_port,
     outputs_under,
     run_cli,
     tiny,
@@ -46,12 +46,6 @@ FULLSCREEN = 'button[data-component-id="fullscreen_button_chartcard"]'
 """A chart card's full-screen button (MLflow 3.17's component id)."""
 CHILD_ROW_EXPANDER = 'button[data-component-id$="runnamecellrenderer.tsx_46"]'
 """The +/- button before a parent run's name in the runs list (MLflow 3.17's component id)."""
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -35,7 +35,6 @@ from pauses import pause_at  # noqa: E402  (tests/ is on sys.path under pytest)
 
 from attnseq.tracking import provenance, tags
 from attnseq.tracking.run import TrackedRun
-from attnseq.tracking.store import ensure_experiment
 from attnseq.training.pipeline import RuntimeRecord, TrainingRun
 
 
@@ -49,12 +48,6 @@ def process_state(monkeypatch):
     yield
     torch.set_num_threads(threads)
     torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
-
-
-@pytest.fixture
-def store(tmp_path):
-    client = MlflowClient(tracking_uri=tracking_uri(tmp_path))
-    return client, ensure_experiment(client, "reproducibility")
 
 
 # -- what is recorded ----------------------------------------------------------------------------

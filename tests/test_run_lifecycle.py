@@ -31,6 +31,7 @@ from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
     run_cli,
     tiny,
     tracking_uri,
+    user_env,
 )
 from mlflow.tracking import MlflowClient
 from pauses import pause_at  # noqa: E402  (tests/ is on sys.path under pytest)
@@ -133,6 +134,15 @@ def test_a_signal_after_the_trainer_is_built_kills_the_run(tmp_path):
     assert f"resume={run.info.run_id}" in output
 
 
+@pytest.fixture(scope="module")
+def never_stopped(tmp_path_factory) -> Path:
+    """The folder of one ``PHASED`` run trained straight through: what each resumed run must equal."""
+    straight = tmp_path_factory.mktemp("straight")
+    proc = run_cli(straight, *PHASED, *outputs_under(straight))
+    assert proc.returncode == 0, explain(proc)
+    return straight
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "phase,signum,code",
@@ -141,7 +151,7 @@ def test_a_signal_after_the_trainer_is_built_kills_the_run(tmp_path):
     ids=["training-SIGTERM", "validation-SIGTERM", "validation-SIGINT", "uploads-SIGTERM"],
 )
 def test_a_signal_in_fit_kills_the_run_with_its_newest_checkpoint_and_resume_continues_exactly(
-    tmp_path, phase, signum, code
+    tmp_path, phase, signum, code, request
 ):
     returncode, output = signal_at_phase(tmp_path, phase, signum, *PHASED)
     assert returncode == code, output[-3000:]
@@ -163,10 +173,7 @@ def test_a_signal_in_fit_kills_the_run_with_its_newest_checkpoint_and_resume_con
     assert_accounting_complete(client, run_id, EPOCHS)
     assert paths.MODEL_FILE in artifact_paths(client, run_id)
     if phase != "training":  # stopped at an epoch's end: the same numbers as a run never stopped
-        straight = tmp_path / "straight"
-        straight.mkdir()
-        proc = run_cli(straight, *PHASED, *outputs_under(straight))
-        assert proc.returncode == 0, explain(proc)
+        straight = request.getfixturevalue("never_stopped")
         [other] = runs_in(straight)
         for key in ("val/acc", "val/loss", "train/loss", "val/acc_best"):
             ours = [v for _, v in metric_values(client, run_id, key)]
@@ -275,10 +282,6 @@ def fake_run(root: Path, status: str, heartbeat_age_s: float | None) -> str:
     if status != "RUNNING":
         client.set_terminated(run.info.run_id, status)
     return run.info.run_id
-
-
-def user_env() -> dict[str, str]:
-    return {k: v for k, v in clean_env().items() if k != "HYDRA_FULL_ERROR"}
 
 
 def test_resume_refuses_a_run_whose_process_is_still_alive(tmp_path):

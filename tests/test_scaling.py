@@ -71,10 +71,15 @@ def test_the_slurm_preset_asks_for_a_gpu_per_job(tmp_path):
     # (Hydra prints the config of one job: --cfg does not combine with -m)
     proc = subprocess.run(
         [sys.executable, str(TRAIN_PY), "hydra/launcher=slurm", "hydra.launcher.partition=gpu",
-         "trainer=gpu", "--cfg", "hydra", "--resolve"],
+         "trainer=gpu", "--cfg", "all", "--resolve"],
         cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 0, explain(proc)
-    launcher = yaml.safe_load(proc.stdout)["hydra"]["launcher"]
+    cfg = yaml.safe_load(proc.stdout)
+    launcher = cfg["hydra"]["launcher"]
     assert launcher["_target_"].endswith("SlurmLauncher")
-    assert (launcher["partition"], launcher["gpus_per_node"], launcher["timeout_min"]) == ("gpu", 1, 120)
+    assert launcher["partition"] == "gpu"  # the override reaches the launcher
+    # one node, one task: the job holds the GPUs its trainer trains on
+    assert (launcher["nodes"], launcher["tasks_per_node"]) == (1, 1)
+    assert cfg["trainer"]["accelerator"] == "gpu" and launcher["gpus_per_node"] == cfg["trainer"]["devices"]
+    assert launcher["timeout_min"] > 0

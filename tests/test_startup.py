@@ -1,8 +1,8 @@
 """Start-up: ``train.py --help`` answers from the config files alone, quickly; a training run records
 how long after its process started its first training step began (``attnseq.first_step_s``).
 
-The bounds on time here are generous (shared CI machines are noisy); benchmarks/startup.py measures
-the real figures."""
+The bound on --help is on the CPU time it takes, which a busy machine does not stretch the way it
+stretches the wall-clock time; benchmarks/startup.py measures the real (wall-clock) figures."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ import subprocess
 import sys
 import time
 
-from cli_helpers import REPO, TRAIN_PY, all_runs, clean_env, explain, outputs_under, run_cli, tiny
-from mlflow.tracking import MlflowClient
+from cli_helpers import REPO, TRAIN_PY, child_cpu_s, clean_env, explain
 
 from attnseq.tracking import tags
 
@@ -20,16 +19,13 @@ HEAVY_MODULES = ("torch", "lightning", "mlflow", "matplotlib", "scipy")
 
 
 def test_help_answers_within_the_bound():
-    """The best of three tries, so one try slowed by a busy machine does not fail the test."""
-    times = []
-    for _ in range(3):
-        started = time.monotonic()
-        proc = subprocess.run([sys.executable, str(TRAIN_PY), "--help"], cwd=REPO, env=clean_env(),
-                              capture_output=True, text=True, timeout=60)
-        times.append(time.monotonic() - started)
-        assert proc.returncode == 0, explain(proc)
-        assert "Config groups" in proc.stdout
-    assert min(times) < HELP_BOUND_S, times
+    """On a quiet machine the wall-clock time of --help is its CPU time; the CPU time is what is
+    bounded here, so a busy machine does not fail the test (importing torch alone takes ~2 s of CPU)."""
+    proc, cpu_s = child_cpu_s(lambda: subprocess.run([sys.executable, str(TRAIN_PY), "--help"], cwd=REPO,
+                                                     env=clean_env(), capture_output=True, text=True, timeout=120))
+    assert proc.returncode == 0, explain(proc)
+    assert "Config groups" in proc.stdout
+    assert cpu_s < HELP_BOUND_S, cpu_s
 
 
 def test_help_imports_nothing_heavy():
@@ -62,12 +58,10 @@ def test_process_age_counts_from_the_process_start():
     assert 1.0 <= age <= waited + 0.05, (age, waited)
 
 
-def test_run_records_its_first_step_time(tmp_path):
+def test_run_records_its_first_step_time(tiny_run):
     """The tag exists and lies between the run's creation and its end, counted from the launch."""
-    launched = time.time()
-    proc = run_cli(tmp_path, *tiny(max_epochs=1, heatmaps=False), *outputs_under(tmp_path))
-    assert proc.returncode == 0, explain(proc)
-    [run] = all_runs(MlflowClient(f"sqlite:///{tmp_path}/mlflow.db"))
+    launched = tiny_run.launched
+    [run] = tiny_run.runs
     first_step_s = float(run.data.tags[tags.FIRST_STEP_S])
     created_s = run.info.start_time / 1000 - launched
     ended_s = run.info.end_time / 1000 - launched

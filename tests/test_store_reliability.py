@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -18,7 +17,20 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from cli_helpers import REPO, all_runs, clean_env, explain, outputs_under, run_cli, tiny, tracking_uri
+from cli_helpers import (
+    CLI_TIMEOUT_S,
+    GIVE_UP_BOUND_S,
+    REPO,
+    all_runs,
+    clean_env,
+    explain,
+    free_port,
+    outputs_under,
+    run_cli,
+    tiny,
+    tracking_uri,
+    user_env,
+)
 from mlflow.tracking import MlflowClient
 
 SECRET = "hunter2-Zq8pW"
@@ -33,20 +45,7 @@ def leaks(root: Path, secret: str, *texts: str) -> list[str]:
     return found + [f"console #{i}" for i, text in enumerate(texts) if secret in text]
 
 
-def user_env() -> dict[str, str]:
-    """As a user runs it: no HYDRA_FULL_ERROR, so errors are one message."""
-    env = clean_env()
-    env.pop("HYDRA_FULL_ERROR", None)
-    return env
-
-
 # -- a real MLflow server on loopback ----------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def healthy(url: str) -> bool:
     try:
         with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
@@ -130,7 +129,9 @@ def test_uri_credentials_and_secret_keys_never_leave_a_run(tmp_path):
 
 
 # -- item 5: a server that stops answering, stores that cannot work ---------------------------
-BUDGET_S = 6
+BUDGET_S = 20
+"""A killed server is given up on after the budget's sleeps (6 s here); a live server slowed by a busy
+machine must not pass for a dead one before the test kills it (6 s gave one retry of 3 s attempts)."""
 
 
 @pytest.mark.slow
@@ -154,14 +155,14 @@ def test_a_server_that_dies_mid_training_stops_the_run_within_the_budget(tmp_pat
             (run,) = all_runs(MlflowClient(url))
             kill_group(server)
             killed = time.monotonic()
-            code = training.wait(timeout=BUDGET_S + 120)
+            code = training.wait(timeout=CLI_TIMEOUT_S)
             took = time.monotonic() - killed
         finally:
             if training.poll() is None:
                 kill_group(training)
     stderr = (tmp_path / "stderr").read_text()
     assert code == 1, stderr[-3000:]
-    assert took < BUDGET_S + 45, f"exited {took:.0f} s after the server died (budget {BUDGET_S} s)"
+    assert took < GIVE_UP_BOUND_S, f"exited {took:.0f} s after the server died (budget {BUDGET_S} s)"
     assert "Traceback" not in stderr, stderr[-3000:]
     assert "stopped answering" in stderr and "mlflow.retry_budget_s" in stderr, stderr[-3000:]
     assert f"python train.py resume={run.info.run_id}" in stderr, stderr[-3000:]
@@ -174,7 +175,7 @@ def test_a_server_restarted_within_the_budget_is_picked_up(tmp_path):
     """Kept from before the budget: a store that comes back while a call still retries loses nothing."""
     (tmp_path / "server").mkdir()
     checkpoint = tmp_path / "out" / "checkpoints" / "last.ckpt"
-    epochs = 10
+    epochs = 4  # the outage begins after epoch 0; the next checkpoint upload waits for the restarted server
     with mlflow_server(tmp_path / "server") as (url, server):
         training = subprocess.Popen(
             [sys.executable, str(REPO / "train.py"), *tiny(max_epochs=epochs, heatmaps=False),
@@ -212,6 +213,10 @@ def test_the_retry_schedule_fits_the_budget():
     assert schedule_for(DEFAULT_BUDGET_S).worst_case_s < 60
 
 
+UNUSABLE_BOUND_S = 100
+"""Above a rejected command's imports at load 8 on 2 cores, below those imports plus MLflow's own
+retries of a database it cannot open (~110 s)."""
+
 UNUSABLE = {
     "folder": lambda root: f"sqlite:///{root / 'a-folder'}",
     "read-only": lambda root: "sqlite:////proc/attnseq-mlflow.db",
@@ -234,7 +239,8 @@ def test_an_unusable_store_fails_in_seconds_with_one_message(tmp_path, case):
     assert proc.returncode == 2, explain(proc)
     assert "Traceback" not in proc.stderr and proc.stderr.count("error:") == 1 and "Fix:" in proc.stderr, proc.stderr
     assert SECRET not in proc.stdout + proc.stderr
-    assert took < 45, f"{took:.0f} s"  # the interpreter's imports included; MLflow alone retried ~110 s
+    # the interpreter's imports included (≈ 45 s at load 8 on 2 cores); MLflow alone retried ~110 s more
+    assert took < UNUSABLE_BOUND_S, f"{took:.0f} s"
 
 
 # -- item 6: a fresh SQLite store opened by several processes at once ------------------------

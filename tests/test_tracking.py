@@ -24,13 +24,6 @@ PACKAGE = REPO / "attnseq"
 SECRET = "hunter2-s3cr3t"
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    root = tmp_path_factory.mktemp("store")
-    client = MlflowClient(tracking_uri=f"sqlite:///{root}/mlflow.db")
-    return client, ensure_experiment(client, "tracking")
-
-
 def test_experiments_attnseq_creates_or_reuses_are_tagged_model_training(tmp_path):
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
     created = ensure_experiment(client, "new")

@@ -21,7 +21,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,7 +34,7 @@ import psycopg
 import pytest
 import torch
 from botocore.config import Config
-from cli_helpers import all_runs, artifact_paths  # noqa: E402  (tests/ is on sys.path under pytest)
+from cli_helpers import all_runs, artifact_paths, free_port  # noqa: E402  (tests/ is on sys.path under pytest)
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
@@ -95,12 +94,6 @@ def base_env() -> dict[str, str]:
 
 
 # -- processes -------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def log_tail(path: Path, chars: int = 4000) -> str:
     return path.read_text(errors="replace")[-chars:] if path.exists() else "(no log)"
 

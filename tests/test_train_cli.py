@@ -80,17 +80,12 @@ def git_head() -> str | None:
 
 # -- one run ---------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def single(tmp_path_factory):
-    """One default run (copy, GRU, additive, Bahdanau, 1 head), its store and its artifacts."""
-    root = tmp_path_factory.mktemp("single")
-    proc = run_cli(root, *tiny(), *outputs_under(root))
-    assert proc.returncode == 0, explain(proc)
-    client = MlflowClient(tracking_uri(root))
-    runs = all_runs(client)
-    assert len(runs) == 1, [r.info.run_name for r in runs]
-    run = runs[0]
-    local = root / "downloaded"
-    local.mkdir()
+def single(tiny_run, tmp_path_factory):
+    """The session's default run (copy, GRU, additive, Bahdanau, 1 head; conftest), its store and
+    its artifacts."""
+    root, client = tiny_run.root, tiny_run.client
+    [run] = tiny_run.runs
+    local = tmp_path_factory.mktemp("single_downloaded")
     client.download_artifacts(run.info.run_id, "", str(local))
     resolved = yaml.safe_load((local / "config" / "resolved.yaml").read_text())
     data = Seq2SeqDataModule(**resolved["dataset"], seed=resolved["seed"])
@@ -356,27 +351,26 @@ def test_joblib_sweep_children_share_one_parent(tmp_path):
 
 
 # -- failures ----------------------------------------------------------------------------------
-def test_failing_run_is_marked_failed(tmp_path):
+def test_failing_run_is_marked_failed(nan_run):
     # A bad learning rate is rejected before any run exists (tests/test_reliability.py); to fail
-    # mid-way, after the MLflow run exists, let the schedule make the learning rate absurd (3e27).
-    proc = run_cli(tmp_path, "scheduler.gamma=1e30", *tiny(max_epochs=3, heatmaps=False), *outputs_under(tmp_path))
+    # mid-way, after the MLflow run exists, the schedule makes the learning rate absurd (conftest).
+    proc = nan_run.proc
     assert proc.returncode != 0, explain(proc)
     assert "NaN or infinite" in proc.stderr, explain(proc)
-    runs = all_runs(MlflowClient(tracking_uri(tmp_path)))
+    runs = nan_run.runs
     assert [(r.info.status, r.data.params.get("scheduler.gamma")) for r in runs] == [("FAILED", "1e+30")]
     assert runs[0].info.end_time is not None
 
 
 @pytest.mark.slow
-def test_sweep_with_a_failing_job_marks_the_parent_failed(tmp_path):
-    proc = run_cli(
-        tmp_path, "-m", "optimizer.lr=0.003,-1", *tiny(max_epochs=1, heatmaps=False), *outputs_under(tmp_path)
-    )
+def test_sweep_with_a_failing_job_marks_the_parent_failed(sweep_with_a_bad_job):
+    """The sweep's middle job is rejected by validation (conftest); the others train."""
+    proc = sweep_with_a_bad_job.proc
     assert proc.returncode != 0, explain(proc)
-    runs = all_runs(MlflowClient(tracking_uri(tmp_path)))
+    runs = sweep_with_a_bad_job.runs
     [parent] = [r for r in runs if not is_child(r)]
-    status = {r.data.params["optimizer.lr"]: r.info.status for r in runs if is_child(r)}
-    assert status == {"0.003": "FINISHED", "-1": "FAILED"}
+    status = {r.data.params["model.heads"]: r.info.status for r in runs if is_child(r)}
+    assert status == {"1": "FINISHED", "3": "FAILED", "2": "FINISHED"}
     assert parent.info.status == "FAILED"
 
 

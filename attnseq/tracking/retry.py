@@ -3,7 +3,7 @@
 MLflow's client retries a failed HTTP request itself (urllib3, configured by the
 ``MLFLOW_HTTP_REQUEST_*`` environment variables): by default 7 retries with a backoff factor of 2,
 i.e. sleeps of 0, 4, 8, …, 128 s (about 4 minutes), each attempt waiting up to 120 s for an
-answer. ``set_retry_budget`` replaces that with a schedule that fits the budget: a backoff factor
+answer. ``retry_settings`` replaces that with a schedule that fits the budget: a backoff factor
 of 1 and no jitter (sleeps 0, 2, 4, 8, … s: ``n`` retries sleep ``2**n - 2`` s in all), as many
 retries as fit while every attempt may still wait ``MIN_ATTEMPT_TIMEOUT_S``, and the time left
 shared out as the per-attempt timeout. A server that refuses connections is given up on after
