@@ -84,7 +84,7 @@ class Runtime:
         from omegaconf import OmegaConf
 
         from attnseq.tracking.redaction import RedactingRecords, remembering, secrets_in, worth_remembering
-        from attnseq.tracking.retry import check_budget, retry_settings
+        from attnseq.tracking.retry import retry_settings
 
         if not self._entered:
             return
@@ -106,8 +106,11 @@ class Runtime:
         for config in configs[:1]:
             if secrets_in(str(OmegaConf.select(config, "mlflow.tracking_uri", default="") or "")):
                 self.set_environment({SUPPRESS_URL_ENV: "true"})
-            budget = check_budget(OmegaConf.select(config, "mlflow.retry_budget_s", default=None))
-            self.set_environment(retry_settings(budget))
+            # the value as the typed config checks it; one it rejects (a sweep's job is checked as it starts)
+            # leaves MLflow's retries at the default until then
+            budget = OmegaConf.select(config, "mlflow.retry_budget_s", default=None)
+            valid = isinstance(budget, (int, float)) and not isinstance(budget, bool) and 0 < budget < float("inf")
+            self.set_environment(retry_settings(float(budget) if valid else None))
         self.quiet_libraries()
 
     def configure(self, config: Any) -> None:

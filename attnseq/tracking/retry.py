@@ -28,9 +28,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from attnseq.errors import ConfigError, ProblemAndFix
+from attnseq.errors import ProblemAndFix
 from attnseq.tracking.redaction import redact
 
 T = TypeVar("T")
@@ -89,22 +89,6 @@ def retry_budget() -> float:
         return float(os.environ.get(BUDGET_ENV, DEFAULT_BUDGET_S))
     except ValueError:
         return DEFAULT_BUDGET_S
-
-
-def check_budget(value: Any) -> float | None:
-    """``mlflow.retry_budget_s`` as a number of seconds (None: the default)."""
-    if value is None:
-        return None
-    try:
-        budget = float(value)
-    except (TypeError, ValueError):
-        budget = float("nan")
-    if not 0 < budget < float("inf"):
-        raise ConfigError(
-            f"mlflow.retry_budget_s={value} must be a positive number of seconds.",
-            "set mlflow.retry_budget_s=30 (the default), or more to wait out a store that restarts.",
-        )
-    return budget
 
 
 class TrackingUnavailable(ProblemAndFix):
