@@ -18,7 +18,7 @@ from attnseq.errors import ConfigError
 from attnseq.metrics.declarations import SuiteSpec, lower_is_better, names
 from attnseq.model.config import architecture_problems
 from attnseq.problems import raise_all, shown, told
-from attnseq.registry import closest, import_plugins
+from attnseq.registry import closest, did_you_mean, import_plugins
 
 AT_RUN_TIME = "<set by Hydra at run time>"
 """What a ``${hydra:...}`` value reads as in a config composed without a Hydra run (a test, a notebook)."""
@@ -88,7 +88,7 @@ def metric_problems(cfg: TrainBase) -> list[ConfigError]:
             buckets = [m for m in valid if "_len/" in m]
             listed = [m for m in valid if "_len/" not in m]
             problems.append(ConfigError(
-                f"{key}={shown(metric)} is not a metric this run logs.{f' Did you mean {match}?' if match else ''}",
+                f"{key}={shown(metric)} is not a metric this run logs.{did_you_mean(metric, valid)}",
                 f"set {key} to one of {', '.join(listed)}, or a length bucket "
                 f"({buckets[0]} … {buckets[-1]}), e.g. {key}={match or listed[0]}.",
             ))

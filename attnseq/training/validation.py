@@ -110,17 +110,13 @@ def _fits(value: Any, annotation: Any) -> bool:
         adapter = TypeAdapter(annotation, config=ConfigDict(arbitrary_types_allowed=True, strict=True))
     except Exception:  # noqa: BLE001 - an annotation pydantic cannot read: let the callable judge
         return True
-    try:
-        adapter.validate_python(tuple(value) if isinstance(value, list) else value)
-    except ValidationError:
-        if isinstance(value, list):
-            try:
-                adapter.validate_python(value)
-            except ValidationError:
-                return False
+    for candidate in ([tuple(value), value] if isinstance(value, list) else [value]):  # YAML has no tuples
+        try:
+            adapter.validate_python(candidate)
             return True
-        return False
-    return True
+        except ValidationError:
+            pass
+    return False
 
 
 def _text(annotation: Any) -> str:
