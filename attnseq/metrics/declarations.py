@@ -126,10 +126,11 @@ class MetricDeclaration:
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
+        declared = METRICS.get(getattr(cls, "name", None))
         if "name" in cls.__dict__:
             METRICS.add(cls.name, cls)
-        elif METRICS.get(getattr(cls, "name", None)) in cls.__bases__:
-            METRICS[cls.name] = cls  # the class that computes a declared metric takes its place
+        elif declared in cls.__bases__ and not hasattr(declared, "compute"):
+            METRICS[cls.name] = cls  # the class that computes a declared-only metric takes its place
 
     @classmethod
     def applies(cls, spec: SuiteSpec) -> bool:
