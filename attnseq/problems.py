@@ -276,11 +276,8 @@ def describe(annotation: Any, metadata: Sequence[Any] = ()) -> str:
     return noun if whole else "a finite number"
 
 
-def _bound(item: Any) -> Any:
-    for attribute in ("ge", "gt", "le", "lt"):
-        if hasattr(item, attribute):
-            return getattr(item, attribute)
-    return item
+def _bound(item: at.Ge | at.Gt | at.Le | at.Lt) -> Any:
+    return next(getattr(item, a) for a in ("ge", "gt", "le", "lt") if hasattr(item, a))
 
 
 def _settable(annotation: Any) -> bool:

@@ -153,3 +153,28 @@ def test_help_and_the_readme_list_every_registered_option(group):
     assert registered <= files  # every registered choice has its yaml
     assert files <= options_in_help(group), (group, options_in_help(group))
     assert files <= options_in_readme(group), (group, options_in_readme(group))
+
+
+def test_a_run_of_a_plugin_task_is_evaluated_after_its_plugins_are_imported(tmp_path, monkeypatch):
+    """``evaluate.py`` rebuilds a run's data from its saved config: the run's ``plugins`` register
+    its task first, so a run of a task defined outside attnseq can be evaluated."""
+    from types import SimpleNamespace
+
+    from attnseq.evaluation.evaluator import EvalSettings, evaluation_examples
+
+    tag = uuid.uuid4().hex[:8]
+    module, name = f"my_task_{tag}", f"toy_{tag}"
+    (tmp_path / f"{module}.py").write_text(textwrap.dedent(TASK.format(name=name)))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    dataset = {"task": name, "num_symbols": 10, "train_lengths": [1, 6], "eval_lengths": [1, 12], "bucket_width": 5,
+               "train_size": 8, "val_size": 8, "test_size": 8, "batch_size": 8}
+    trained = SimpleNamespace(config={"plugins": [module], "seed": 0, "dataset": dataset},
+                              src_tokenizer=None, tgt_tokenizer=None)
+    try:
+        examples = evaluation_examples(trained, EvalSettings(lengths=(1, 12), bucket_width=5, size=16))
+        assert len(examples) == 16
+        for example in examples:  # target i copies source i + 1, the last copies the first
+            assert example.tgt == [*example.src[1:], example.src[0]]
+    finally:
+        TASKS.pop(name, None)
+        sys.modules.pop(module, None)

@@ -19,12 +19,13 @@ from attnseq.cli import as_config_error, known_keys
 from attnseq.config import validate as stage_one
 from attnseq.config import validate_evaluate, validate_train
 from attnseq.config.memory import MemoryBudget, check_memory, memory_needs
+from attnseq.config.validate import logged_metrics
 from attnseq.data.errors import DataError
 from attnseq.errors import ConfigError
 from attnseq.evaluation import evaluate
 from attnseq.problems import describe
 from attnseq.training import build_datamodule, build_module, validate
-from attnseq.training.validation import bound, logged_metrics
+from attnseq.training.validation import bound
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 GiB = 2**30
@@ -169,7 +170,7 @@ def test_every_problem_is_reported_at_once_each_with_its_key_and_fix(tmp_path):
 
 
 def test_stage_one_answers_without_importing_torch_lightning_or_mlflow(tmp_path):
-    """A typo or a bad value is answered before the heavy libraries load."""
+    """A typo or a bad value is answered before the heavy libraries load, a monitored metric's too."""
     script = f"""
 import sys
 from hydra import compose, initialize_config_dir
@@ -178,17 +179,20 @@ from attnseq.errors import ConfigError
 with initialize_config_dir(config_dir={str(CONF_DIR)!r}, version_base="1.3"):
     good = compose("train", overrides=["encoder=transformer", "scorer=multihead", "dataset=translate"])
     bad = compose("train", overrides=["model.heads=-1"])
+    monitor = compose("train", overrides=["checkpoint.monitor=val/exact_matc"])
 validate_train(good)
-try:
-    validate_train(bad)
-except ConfigError as error:
-    print(error)
+for cfg in (bad, monitor):
+    try:
+        validate_train(cfg)
+    except ConfigError as error:
+        print(error)
 print(sorted(m for m in ("torch", "lightning", "mlflow") if m in sys.modules))
 """
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
                           cwd=CONF_DIR.parent)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "model.heads=-1" in proc.stdout and "model.heads=1" in proc.stdout
+    assert "checkpoint.monitor=val/exact_matc" in proc.stdout and "checkpoint.monitor=val/exact_match" in proc.stdout
     assert proc.stdout.strip().splitlines()[-1] == "[]"
 
 

@@ -51,7 +51,7 @@ LAYERS = {
     "metrics": set(),
     "model": {"kernels", "attention", "data"},
     "tracking": set(),
-    "config": {"kernels", "attention", "data", "model"},  # the typed config is every choice's settings
+    "config": {"kernels", "attention", "data", "metrics", "model"},  # every choice's settings; the metrics' names
     "serving": {"kernels", "attention", "data", "model", "tracking"},
     "lifecycle": {"tracking"},
     "training": {"kernels", "attention", "data", "metrics", "model", "tracking", "config", "serving", "lifecycle"},

@@ -252,6 +252,11 @@ def test_a_metric_registers_on_subclassing_with_its_capabilities(registry):
     assert "eval/longest_output" not in names(spec("eval", text=False))  # needs text
     assert "val/longest_output" not in names(spec("val", text=True))  # evaluation only
     assert lower_is_better("eval/longest_output")
+
+    class Tweaked(LongestOutput):  # a subclass without a name of its own is no new metric
+        pass
+
+    assert METRICS["longest_output"] is LongestOutput
     with pytest.raises(TypeError, match="taken"):
 
         class Again(SuiteMetric):

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import BaseModel
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -101,22 +102,15 @@ def config_help(config_name: str, conf_dir: Path = CONF_DIR) -> str:
 _KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z_][\w-]*):(?P<value>[^#]*?)\s*(?:#\s*(?P<comment>.*))?$")
 
 
+def _defaults(path: Path) -> list:
+    """A config file's defaults list, as YAML reads it."""
+    return (yaml.safe_load(path.read_text()) or {}).get("defaults") or []
+
+
 def _defaults_list(path: Path) -> list[tuple[str, str | None]]:
     """``(group, option)`` of each ``- group: option`` entry of a config's defaults list."""
-    entries, inside = [], False
-    for line in path.read_text().splitlines():
-        if line.startswith("defaults:"):
-            inside = True
-            continue
-        if inside:
-            match = re.match(r"^\s+-\s+(?P<group>[\w/@.]+):\s*(?P<option>[\w.-]+)", line)
-            if match:
-                group = match["group"]
-                if not group.startswith(("override", "hydra")):
-                    entries.append((group, match["option"]))
-            elif line and not line.startswith((" ", "#")):
-                break
-    return entries
+    return [(group, option) for entry in _defaults(path) if isinstance(entry, dict)
+            for group, option in entry.items() if not group.startswith(("override", "hydra"))]
 
 
 def _leading_comment(path: Path) -> str:
@@ -138,8 +132,7 @@ def _option_files(group_dir: Path, option: str) -> list[Path]:
     path = group_dir / f"{option}.yaml"
     if not path.is_file():
         return []
-    shared = [group_dir / f"{group}.yaml" for group, _ in _defaults_list(path)]
-    shared += [group_dir / f"{m}.yaml" for m in re.findall(r"^\s+-\s+([\w/]+)@_here_", path.read_text(), re.M)]
+    shared = [group_dir / f"{entry.partition('@')[0]}.yaml" for entry in _defaults(path) if isinstance(entry, str)]
     return [p for p in shared if p.is_file()] + [path]
 
 

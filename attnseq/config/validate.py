@@ -1,5 +1,6 @@
 """Stage one of checking a composed config: every key attnseq owns, every problem at once, before
-torch, Lightning or MLflow is imported (a typo is answered in well under two seconds). Stage two,
+torch, Lightning or MLflow is imported (a typo is answered in well under two seconds), the monitored
+metrics included (their names are declared torch-free, ``attnseq.metrics.declarations``). Stage two,
 the keys handed on to those libraries, is ``attnseq.training.validation``."""
 
 from __future__ import annotations
@@ -9,12 +10,15 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from pydantic import ValidationError
 
+from attnseq.attention.settings import NO_ATTENTION
 from attnseq.config.memory import check_memory, memory_budget
 from attnseq.config.models import EvalConfig, TrainBase, near_misses, train_config_model
+from attnseq.data.tasks import TASKS
 from attnseq.errors import ConfigError
+from attnseq.metrics.declarations import SuiteSpec, lower_is_better, names
 from attnseq.model.config import architecture_problems
-from attnseq.problems import raise_all, told
-from attnseq.registry import import_plugins
+from attnseq.problems import raise_all, shown, told
+from attnseq.registry import closest, did_you_mean, import_plugins
 
 AT_RUN_TIME = "<set by Hydra at run time>"
 """What a ``${hydra:...}`` value reads as in a config composed without a Hydra run (a test, a notebook)."""
@@ -46,6 +50,7 @@ def _validated(model: type, data: dict, unset: list[str], problems: list[ConfigE
         problems += told(error, model, data, unset=unset)
     if typed is not None and isinstance(typed, TrainBase):
         problems += architecture_problems(typed.model, typed.encoder, typed.scorer, typed.decoder)
+        problems += metric_problems(typed)
         budget = memory_budget(typed)
         if budget is not None and not problems:
             try:
@@ -54,6 +59,48 @@ def _validated(model: type, data: dict, unset: list[str], problems: list[ConfigE
                 problems.append(error)
     raise_all(problems)
     return typed
+
+
+def suite_spec(cfg: TrainBase, stage: str) -> SuiteSpec:
+    """What ``stage`` (val, test, train) of the run ``cfg`` describes can measure."""
+    task = TASKS.lookup(cfg.dataset.task)
+    return SuiteSpec(stage, max_length=cfg.dataset.eval_lengths[1], bucket_width=cfg.dataset.bucket_width,
+                     train_lengths=tuple(cfg.dataset.train_lengths), attention=cfg.scorer.name != NO_ATTENTION,
+                     gold_alignment=task.has_gold_alignment, text=task.is_text)
+
+
+def logged_metrics(cfg: TrainBase, stage: str = "val") -> list[str]:
+    """The epoch metrics ``Seq2SeqLitModule`` logs for ``cfg`` in ``stage`` (val or test), then the
+    training ones (``train/loss``, ``train/padding_fraction``: the last two), the plugins' included."""
+    return names(suite_spec(cfg, stage)) + names(suite_spec(cfg, "train"))
+
+
+def metric_problems(cfg: TrainBase) -> list[ConfigError]:
+    """``checkpoint.monitor`` is a metric logged during fit, with a ``checkpoint.mode`` that keeps the
+    best of it; ``optimized_metric`` one logged by the end (test metrics too with test_after_fit)."""
+    during_fit = logged_metrics(cfg)
+    by_end = during_fit + (logged_metrics(cfg, "test")[:-2] if cfg.training.test_after_fit else [])
+    problems = []
+    for key, metric, valid in (("checkpoint.monitor", cfg.checkpoint.monitor, during_fit),
+                               ("optimized_metric", cfg.optimized_metric, by_end)):
+        if metric not in valid:
+            match = closest(metric, valid)
+            buckets = [m for m in valid if "_len/" in m]
+            listed = [m for m in valid if "_len/" not in m]
+            problems.append(ConfigError(
+                f"{key}={shown(metric)} is not a metric this run logs.{did_you_mean(metric, valid)}",
+                f"set {key} to one of {', '.join(listed)}, or a length bucket "
+                f"({buckets[0]} … {buckets[-1]}), e.g. {key}={match or listed[0]}.",
+            ))
+    monitor, mode = cfg.checkpoint.monitor, cfg.checkpoint.mode
+    wanted = "min" if lower_is_better(monitor) else "max"
+    if mode != wanted and monitor in during_fit:
+        problems.append(ConfigError(
+            f"checkpoint.mode={mode} with checkpoint.monitor={monitor} keeps the worst checkpoint as 'best': "
+            f"{monitor} is better when {'lower' if wanted == 'min' else 'higher'}.",
+            f"set checkpoint.mode={wanted}.",
+        ))
+    return problems
 
 
 def plain(node: DictConfig, prefix: str = "") -> tuple[dict[str, Any], list[str], list[ConfigError]]:

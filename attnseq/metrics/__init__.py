@@ -1,53 +1,26 @@
 """Evaluation metrics: length-bucketed accuracy, attention diagnostics, text scores, and the suite
-of registered metrics that validation and evaluation share (``attnseq.metrics.suite``)."""
+of registered metrics that validation and evaluation share (``attnseq.metrics.suite``).
 
-from attnseq.metrics import families  # noqa: F401  (registers the built-in metrics)
-from attnseq.metrics.alignment import (
-    DIAGNOSTICS,
-    SHAPE_DIAGNOSTICS,
-    AttentionDiagnostics,
-    StepDiagnostics,
-    alignment_accuracy,
-    attention_entropy,
-    step_diagnostics,
-    step_entropy,
-)
-from attnseq.metrics.length_buckets import (
-    LengthBucketedAccuracy,
-    LengthBuckets,
-    bucket_bounds,
-    bucket_digits,
-    bucket_name,
-)
-from attnseq.metrics.suite import (
-    METRICS,
-    BatchOutputs,
-    MetricSuite,
-    SuiteMetric,
-    SuiteSpec,
-    lower_is_better,
-    names,
-)
+The names below are imported on first use, so that the metrics' names and capabilities
+(``attnseq.metrics.declarations``) load without torch: the config is checked against them first."""
 
-__all__ = [
-    "DIAGNOSTICS",
-    "METRICS",
-    "SHAPE_DIAGNOSTICS",
-    "AttentionDiagnostics",
-    "BatchOutputs",
-    "LengthBucketedAccuracy",
-    "LengthBuckets",
-    "MetricSuite",
-    "StepDiagnostics",
-    "SuiteMetric",
-    "SuiteSpec",
-    "alignment_accuracy",
-    "attention_entropy",
-    "bucket_bounds",
-    "bucket_digits",
-    "bucket_name",
-    "lower_is_better",
-    "names",
-    "step_diagnostics",
-    "step_entropy",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_HOMES = {
+    **dict.fromkeys(("DIAGNOSTICS", "METRICS", "SHAPE_DIAGNOSTICS", "SuiteSpec", "bucket_bounds", "bucket_digits",
+                     "bucket_name", "lower_is_better", "names"), "declarations"),
+    **dict.fromkeys(("AttentionDiagnostics", "StepDiagnostics", "alignment_accuracy", "attention_entropy",
+                     "step_diagnostics", "step_entropy"), "alignment"),
+    **dict.fromkeys(("LengthBucketedAccuracy", "LengthBuckets"), "length_buckets"),
+    **dict.fromkeys(("BatchOutputs", "MetricSuite", "SuiteMetric"), "suite"),
+}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"attnseq.metrics.{_HOMES[name]}"), name)

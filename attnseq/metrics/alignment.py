@@ -38,6 +38,7 @@ from torch import Tensor
 from torchmetrics import Metric
 
 from attnseq.errors import ShapeError
+from attnseq.metrics.declarations import DIAGNOSTICS, RATIOS, SHAPE_DIAGNOSTICS  # noqa: F401 - re-exported
 from attnseq.metrics.length_buckets import LengthBuckets
 
 LINK_THRESHOLD = 0.5
@@ -45,24 +46,6 @@ LINK_THRESHOLD = 0.5
 
 SUMS = ("gold_steps", "hits", "near", "offset", "mass", "links", "link_hits", "steps", "entropy", "margin")
 """The per-bucket sums every diagnostic is a ratio of."""
-
-RATIOS: dict[str, tuple[str, str]] = {
-    "align_acc": ("hits", "gold_steps"),
-    "align_acc_near": ("near", "gold_steps"),
-    "align_offset": ("offset", "gold_steps"),
-    "attn_mass_gold": ("mass", "gold_steps"),
-    "align_precision": ("link_hits", "links"),
-    "align_recall": ("link_hits", "gold_steps"),
-    "attn_entropy": ("entropy", "steps"),
-    "attn_margin": ("margin", "steps"),
-}
-"""Each diagnostic as (numerator sum, denominator sum); ``aer`` is derived from three sums."""
-
-DIAGNOSTICS = (*RATIOS, "aer")
-"""Every name ``compute()`` and ``bucket_table()`` report."""
-
-SHAPE_DIAGNOSTICS = ("attn_entropy", "attn_margin")
-"""The diagnostics that need no gold alignment (every other one does)."""
 
 
 @dataclass(frozen=True)

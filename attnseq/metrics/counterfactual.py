@@ -9,10 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from attnseq.metrics.length_buckets import bucket_bounds
-
-MODES = ("permute", "uniform")
-"""The replacements of the attention: a permutation of its own weights, the uniform distribution."""
+from attnseq.metrics.declarations import MODES, bucket_bounds  # noqa: F401 - MODES re-exported
 
 
 @dataclass

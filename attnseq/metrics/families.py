@@ -9,11 +9,13 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from attnseq.metrics.alignment import DIAGNOSTICS, SHAPE_DIAGNOSTICS, AttentionDiagnostics
-from attnseq.metrics.counterfactual import MODES, CounterfactualTotals
+from attnseq.metrics import declarations as declared
+from attnseq.metrics.alignment import AttentionDiagnostics
+from attnseq.metrics.counterfactual import CounterfactualTotals
+from attnseq.metrics.declarations import DIAGNOSTICS, FIT_STAGES, MODES, SCORES, SuiteSpec
 from attnseq.metrics.length_buckets import LengthBucketedAccuracy
-from attnseq.metrics.suite import FIT_STAGES, BatchOutputs, SuiteMetric, SuiteSpec
-from attnseq.metrics.translation import SCORES, corpus_scores, translation_scores
+from attnseq.metrics.suite import BatchOutputs, SuiteMetric
+from attnseq.metrics.translation import corpus_scores, translation_scores
 
 
 def _inside(outputs: BatchOutputs, *tensors: Tensor) -> list[Tensor]:
@@ -44,13 +46,9 @@ class BatchWeightedMean(Metric):
         return self.total / self.count
 
 
-class Loss(SuiteMetric):
+class Loss(SuiteMetric, declared.Loss):
     """Teacher-forced cross-entropy: each batch's mean over its real tokens, averaged over the
     stage's batches weighed by their sizes (as ``self.log(..., on_epoch=True)`` averaged it)."""
-
-    name = "loss"
-    stages = FIT_STAGES
-    lower_is_better = True
 
     def __init__(self, spec: SuiteSpec) -> None:
         super().__init__(spec)
@@ -63,23 +61,13 @@ class Loss(SuiteMetric):
         return {"loss": self.mean.compute()}
 
 
-class Accuracy(SuiteMetric):
+class Accuracy(SuiteMetric, declared.Accuracy):
     """Token accuracy and exact match of the decoded outputs, overall and per source-length bucket
     (``LengthBucketedAccuracy``); its bucket table is the one every other metric adds columns to."""
-
-    name = "accuracy"
 
     def __init__(self, spec: SuiteSpec) -> None:
         super().__init__(spec)
         self.buckets = LengthBucketedAccuracy(spec.max_length, spec.bucket_width)
-
-    @classmethod
-    def overall_names(cls, spec: SuiteSpec) -> list[str]:
-        return ["acc", "exact_match"]
-
-    @classmethod
-    def bucket_names(cls, spec: SuiteSpec) -> list[str]:
-        return ["acc_len", "exact_len"]
 
     def update(self, outputs: BatchOutputs) -> None:
         self.buckets.update(outputs.predictions, outputs.target, outputs.target_lengths, outputs.src_lengths)
@@ -91,28 +79,13 @@ class Accuracy(SuiteMetric):
         return self.buckets.bucket_table()
 
 
-class BestAccuracy(SuiteMetric):
-    """``val/acc_best``: the best ``val/acc`` of the run so far, kept by the LightningModule across
-    epochs (and in its checkpoints)."""
-
-    name = "acc_best"
-    stages = ("val",)
-    kept_by_module = True
-
-
-class TrainLengthsAccuracy(SuiteMetric):
+class TrainLengthsAccuracy(SuiteMetric, declared.TrainLengthsAccuracy):
     """Accuracy and exact match of the sequences whose source length is a training length."""
-
-    name = "accuracy_train_lengths"
 
     def __init__(self, spec: SuiteSpec) -> None:
         super().__init__(spec)
         hi = spec.train_lengths[1]
         self.inside = LengthBucketedAccuracy(hi, hi)  # one bucket: every seen length
-
-    @classmethod
-    def overall_names(cls, spec: SuiteSpec) -> list[str]:
-        return ["acc_train_lengths", "exact_match_train_lengths"]
 
     def update(self, outputs: BatchOutputs) -> None:
         self.inside.update(
@@ -124,37 +97,15 @@ class TrainLengthsAccuracy(SuiteMetric):
         return {f"{key}_train_lengths": inside[key] for key in ("acc", "exact_match") if key in inside}
 
 
-class Diagnostics(SuiteMetric):
+class Diagnostics(SuiteMetric, declared.Diagnostics):
     """The attention diagnostics of ``attnseq.metrics.alignment`` (those needing a gold alignment
     only where the task has one), overall, inside the training lengths and per bucket."""
-
-    name = "attention"
-    needs_attention = True
-    lower_is_better = ("attn_entropy", "aer")
 
     def __init__(self, spec: SuiteSpec) -> None:
         super().__init__(spec)
         hi = spec.train_lengths[1]
         self.overall = AttentionDiagnostics(spec.max_length, spec.bucket_width)
         self.inside = AttentionDiagnostics(hi, hi)
-
-    @staticmethod
-    def diagnostics(spec: SuiteSpec) -> list[str]:
-        return [d for d in DIAGNOSTICS if spec.gold_alignment or d in SHAPE_DIAGNOSTICS]
-
-    @classmethod
-    def per_bucket(cls, spec: SuiteSpec) -> tuple[str, ...]:
-        """Fit logs alignment accuracy per bucket (each epoch's metric count stays small);
-        evaluation every diagnostic."""
-        return ("align_acc",) if spec.stage in FIT_STAGES else DIAGNOSTICS
-
-    @classmethod
-    def overall_names(cls, spec: SuiteSpec) -> list[str]:
-        return [f"{d}{inside}" for d in cls.diagnostics(spec) for inside in ("", "_train_lengths")]
-
-    @classmethod
-    def bucket_names(cls, spec: SuiteSpec) -> list[str]:
-        return [f"{d}_len" for d in cls.per_bucket(spec) if d in cls.diagnostics(spec)]
 
     def update(self, outputs: BatchOutputs) -> None:
         self.overall.update(outputs.attention, outputs.alignment, outputs.target_lengths, outputs.src_lengths)
@@ -177,26 +128,15 @@ class Diagnostics(SuiteMetric):
         return [{name: row[name] for name in DIAGNOSTICS} for row in self.overall.bucket_table()]
 
 
-class Translation(SuiteMetric):
+class Translation(SuiteMetric, declared.Translation):
     """sacreBLEU and chrF of the detokenised outputs against the references (``spec.to_text`` of the
     targets unless the caller gives the examples' own text), pooled over every process's sentences;
     in evaluation per bucket too."""
-
-    name = "translation"
-    needs_text = True
 
     def __init__(self, spec: SuiteSpec) -> None:
         super().__init__(spec)
         self.batches: list[tuple[Tensor, Tensor, Tensor, Tensor, list[str] | None]] = []
         self.table: list[dict] | None = None  # evaluation: the latest compute()'s rows, for bucket_columns
-
-    @classmethod
-    def overall_names(cls, spec: SuiteSpec) -> list[str]:
-        return list(SCORES)
-
-    @classmethod
-    def bucket_names(cls, spec: SuiteSpec) -> list[str]:
-        return [] if spec.stage in FIT_STAGES else [f"{name}_len" for name in SCORES]
 
     def update(self, outputs: BatchOutputs) -> None:
         references = None if outputs.references is None else list(outputs.references)
@@ -247,15 +187,10 @@ def _gathered(hypotheses: list[str], references: list[str]) -> tuple[list[str], 
     return [text for part, _ in gathered for text in part], [text for _, part in gathered for text in part]
 
 
-class Counterfactual(SuiteMetric):
+class Counterfactual(SuiteMetric, declared.Counterfactual):
     """How far the outputs move when the attention is replaced (``attnseq.evaluation.counterfactual``):
     flip rate and total variation per mode, overall and per bucket. Evaluation only: the caller
     gives the replayed logits."""
-
-    name = "counterfactual"
-    needs_attention = True
-    needs_counterfactual = True
-    stages = ("eval",)
 
     def __init__(self, spec: SuiteSpec) -> None:
         super().__init__(spec)
@@ -263,14 +198,6 @@ class Counterfactual(SuiteMetric):
 
     def empty(self) -> dict[str, CounterfactualTotals]:
         return {mode: CounterfactualTotals.empty(self.spec.max_length, self.spec.bucket_width) for mode in MODES}
-
-    @classmethod
-    def overall_names(cls, spec: SuiteSpec) -> list[str]:
-        return [f"cf_{mode}_{key}" for mode in MODES for key in ("flip_rate", "tv")]
-
-    @classmethod
-    def bucket_names(cls, spec: SuiteSpec) -> list[str]:
-        return [f"cf_{mode}_flip_len" for mode in MODES]
 
     def update(self, outputs: BatchOutputs) -> None:
         for mode, total in self.totals.items():
@@ -297,17 +224,3 @@ class Counterfactual(SuiteMetric):
 
     def reset(self) -> None:
         self.totals = self.empty()
-
-
-class Training(SuiteMetric):
-    """``train/loss`` and ``train/padding_fraction``: epoch means the LightningModule's training step
-    accumulates (it decodes nothing)."""
-
-    name = "training"
-    stages = ("train",)
-    kept_by_module = True
-    lower_is_better = ("loss", "padding_fraction")
-
-    @classmethod
-    def overall_names(cls, spec: SuiteSpec) -> list[str]:
-        return ["loss", "padding_fraction"]

@@ -19,37 +19,9 @@ from torch import Tensor
 from torchmetrics import Metric
 
 from attnseq.errors import ConfigError, ShapeError
+from attnseq.metrics.declarations import bucket_bounds, bucket_digits, bucket_name
 
 PAD_ID = 0  # mirrors attnseq.data.vocab.PAD; kept local so metrics import without the data package
-
-
-def bucket_bounds(max_length: int, width: int) -> list[tuple[int, int]]:
-    """Inclusive length ranges ``(1, w), (w+1, 2w), ...`` covering ``1..max_length``.
-
-    The last bucket ends at ``max_length`` (``bucket_bounds(12, 5) == [(1, 5), (6, 10), (11, 12)]``),
-    so no bucket claims lengths the metric would reject.
-    """
-    if not isinstance(max_length, int) or max_length < 1:
-        raise ConfigError(
-            f"max_length must be a positive int, got {max_length!r}",
-            "pass the longest source length the data can produce.",
-        )
-    if not isinstance(width, int) or width < 1:
-        raise ConfigError(
-            f"bucket width must be a positive int, got {width!r}",
-            "pass a width such as 5 (buckets 01-05, 06-10, ...).",
-        )
-    return [(lo, min(lo + width - 1, max_length)) for lo in range(1, max_length + 1, width)]
-
-
-def bucket_digits(max_length: int) -> int:
-    """Digits used to zero-pad bucket names: at least 2, more when ``max_length`` needs them."""
-    return max(2, len(str(max_length)))
-
-
-def bucket_name(lo: int, hi: int, digits: int) -> str:
-    """Zero-padded so names sort lexicographically in numeric order: ``"06-10"``, ``"001-005"``."""
-    return f"{lo:0{digits}d}-{hi:0{digits}d}"
 
 
 class LengthBuckets:

@@ -16,13 +16,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from attnseq.metrics.declarations import SCORES
 from attnseq.metrics.length_buckets import LengthBuckets
 
 if TYPE_CHECKING:  # sacrebleu is slow to import: it is imported when something is scored
     from sacrebleu.metrics.base import Metric
-
-SCORES = ("sacrebleu", "chrf")
-"""The score names, as metric keys use them: ``eval/sacrebleu``, ``eval/chrf_len/01-05``."""
 
 
 def _metrics() -> dict[str, Metric]:

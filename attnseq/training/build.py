@@ -62,8 +62,8 @@ def partial(key: str, group) -> functools.partial:
 
 def validate(cfg: DictConfig) -> TrainConfig:
     """The typed config, or a ``ConfigError`` before any data is generated or any run is created:
-    every key attnseq owns (stage one, ``attnseq.config``), then what needs the libraries — the
-    handed-on arguments, metrics, the learning rate each epoch (stage two) — the data module (a
+    every key attnseq owns and the monitored metrics (stage one, ``attnseq.config``), then what needs
+    the libraries — the handed-on arguments, the learning rate each epoch (stage two) — the data module (a
     TSV file) and the store."""
     config = validate_train(cfg)
     check_handed_on(config)

@@ -1,8 +1,8 @@
 """Stage two of checking a training config, once torch and Lightning are imported and before any
 data, store or run exists: the keys handed on as arguments (``trainer.*`` to ``lightning.Trainer``,
 ``optimizer.*``/``scheduler.*`` to the classes their ``_target_`` names) bound to the callable's
-signature, every problem at once; the monitored metrics are ones the module logs; the learning rate
-stays positive; the batch fits the accelerator. Stage one is ``attnseq.config.validate_train``."""
+signature, every problem at once; the learning rate stays positive; the batch fits the accelerator.
+Stage one is ``attnseq.config.validate_train`` (every key attnseq owns, the monitored metrics)."""
 
 from __future__ import annotations
 
@@ -20,10 +20,8 @@ from pydantic import ConfigDict, TypeAdapter, ValidationError
 from attnseq.config.memory import MemoryBudget, check_memory, on_accelerator
 from attnseq.config.models import TrainBase
 from attnseq.errors import ConfigError
-from attnseq.metrics import lower_is_better
 from attnseq.problems import describe, raise_all, rejected, shown
 from attnseq.registry import closest, did_you_mean
-from attnseq.training.metric_names import logged_metrics
 
 SET_BY_ATTNSEQ = {
     "logger": "the MLflow logger",
@@ -34,7 +32,7 @@ SET_BY_ATTNSEQ = {
 
 
 def check_handed_on(cfg: TrainBase) -> None:
-    """Every problem of the groups handed on as arguments, then of the schedule, metrics and memory."""
+    """Every problem of the groups handed on as arguments, then of the schedule and memory."""
     import lightning as L
 
     problems = [ConfigError(f"trainer.{name} is set by attnseq itself ({passed_as}).",
@@ -55,10 +53,6 @@ def check_handed_on(cfg: TrainBase) -> None:
                               ["optimizer"])
         except ConfigError as error:
             problems.append(error)
-    try:
-        check_metrics(cfg)
-    except ConfigError as error:
-        problems.append(error)
     raise_all(problems)
     make_scheduler = functools.partial(scheduler, **arguments(cfg.scheduler)) if scheduler else None
     try:
@@ -116,17 +110,13 @@ def _fits(value: Any, annotation: Any) -> bool:
         adapter = TypeAdapter(annotation, config=ConfigDict(arbitrary_types_allowed=True, strict=True))
     except Exception:  # noqa: BLE001 - an annotation pydantic cannot read: let the callable judge
         return True
-    try:
-        adapter.validate_python(tuple(value) if isinstance(value, list) else value)
-    except ValidationError:
-        if isinstance(value, list):
-            try:
-                adapter.validate_python(value)
-            except ValidationError:
-                return False
+    for candidate in ([tuple(value), value] if isinstance(value, list) else [value]):  # YAML has no tuples
+        try:
+            adapter.validate_python(candidate)
             return True
-        return False
-    return True
+        except ValidationError:
+            pass
+    return False
 
 
 def _text(annotation: Any) -> str:
@@ -185,34 +175,3 @@ def check_schedule(optimizer: torch.optim.Optimizer, make_scheduler: Callable | 
             return
         optimizer.step()
         scheduler.step()
-
-
-# -- metrics ---------------------------------------------------------------------------------------
-
-
-def check_metrics(cfg: Any) -> None:
-    """``checkpoint.monitor`` is a metric logged during fit, with a ``checkpoint.mode`` that keeps the
-    best of it; ``optimized_metric`` one logged by the end (test metrics too with test_after_fit)."""
-    during_fit = logged_metrics(cfg)
-    by_end = during_fit + (logged_metrics(cfg, "test")[:-2] if cfg.training.test_after_fit else [])
-    problems = []
-    for key, metric, valid in (("checkpoint.monitor", cfg.checkpoint.monitor, during_fit),
-                               ("optimized_metric", cfg.optimized_metric, by_end)):
-        if metric not in valid:
-            match = closest(metric, valid)
-            buckets = [m for m in valid if "_len/" in m]
-            listed = [m for m in valid if "_len/" not in m]
-            problems.append(ConfigError(
-                f"{key}={shown(metric)} is not a metric this run logs.{f' Did you mean {match}?' if match else ''}",
-                f"set {key} to one of {', '.join(listed)}, or a length bucket "
-                f"({buckets[0]} … {buckets[-1]}), e.g. {key}={match or listed[0]}.",
-            ))
-    monitor, mode = cfg.checkpoint.monitor, cfg.checkpoint.mode
-    wanted = "min" if lower_is_better(monitor) else "max"
-    if mode != wanted and monitor in during_fit:
-        problems.append(ConfigError(
-            f"checkpoint.mode={mode} with checkpoint.monitor={monitor} keeps the worst checkpoint as 'best': "
-            f"{monitor} is better when {'lower' if wanted == 'min' else 'higher'}.",
-            f"set checkpoint.mode={wanted}.",
-        ))
-    raise_all(problems)
