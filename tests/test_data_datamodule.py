@@ -8,6 +8,7 @@ from attnseq.data.batch import Batch
 from attnseq.data.datamodule import Seq2SeqDataModule
 from attnseq.data.errors import DataError
 from attnseq.data.tasks import DICTIONARY, generate
+from attnseq.data.tasks import TASKS as TASK_REGISTRY
 from attnseq.data.vocab import SPECIAL_TOKENS, UNK
 
 WORDS = "the cat sees a black dog and my red bird likes this fast mouse".split()
@@ -45,12 +46,12 @@ EXPECTED_VOCAB = {
     "sort": (len(SYMBOLS), len(SYMBOLS)),
     "translate": (len(set(DICTIONARY)), len(set(DICTIONARY.values()))),
 }
-TASKS = ["copy", "reverse", "sort", "translate", "tsv"]
+TASKS = list(TASK_REGISTRY)  # every registered task: the generated ones and the corpus
 
 
 @pytest.mark.parametrize("task", TASKS)
 def test_end_to_end(task, corpus):
-    dm = make(task, corpus if task == "tsv" else None)
+    dm = make(task, None if TASK_REGISTRY.lookup(task).generated else corpus)
     dm.setup()
     train_batch = next(iter(dm.train_dataloader()))
     val_batch = next(iter(dm.val_dataloader()))
@@ -96,7 +97,7 @@ def test_tsv_splits_are_disjoint(tmp_path):
 
 @pytest.mark.parametrize("task", TASKS)
 def test_setup_is_idempotent_and_seeded(task, corpus):
-    corpus = corpus if task == "tsv" else None
+    corpus = None if TASK_REGISTRY.lookup(task).generated else corpus
     dm = make(task, corpus)
     dm.setup("fit")
     val = dm.val_examples
