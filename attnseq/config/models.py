@@ -77,7 +77,7 @@ class Tracking(Group):
 
 
 class Heartbeat(Group):
-    every_s: float = Field(ge=0, description="the run's attnseq.heartbeat tag is refreshed at most this often",
+    every_s: float = Field(ge=0, description="how often, at most, the run's heartbeat tag is refreshed",
                            examples=[30])
     stale_after_s: PositiveFloat = Field(description="resume= refuses a RUNNING run whose heartbeat is younger",
                                          examples=[180])
