@@ -44,4 +44,8 @@ if __name__ == "__main__":
         configs = checked_command_line("train", sys.argv[1:])  # a typo fails here, before torch loads
         with user_errors():
             runtime.configure_tracking(configs, sys.argv[1:])
+        # the config is sound: the heavy imports now, before Hydra sets up logging, so that Lightning keeps
+        # its own plain console lines (it adds its handler only while the root logger has none)
+        import attnseq.training.pipeline  # noqa: F401
+
         main()

@@ -170,3 +170,12 @@ def test_a_misspelt_option_exits_2_quickly(tmp_path, full_error):
     assert proc.returncode == 2, explain(proc)
     assert "Did you mean scorer=dot?" in proc.stderr and "Traceback" not in proc.stderr
     assert not (Path(tmp_path) / "mlflow.db").exists()
+
+
+def test_library_lines_are_printed_once_and_plain(tiny_run):
+    """Lightning's console lines (seed, accelerators) appear as Lightning prints them, once: not also
+    through the run log's formatter (``[date][logger][INFO] - …``), whatever the order the entry point
+    composes, validates and imports in."""
+    output = tiny_run.proc.stdout + tiny_run.proc.stderr
+    assert output.count("Seed set to") == 1, output[:3000]
+    assert not re.search(r"^\[\d{4}-\d\d-\d\d [\d:,]+\]\[lightning", output, re.M), output[:3000]
