@@ -7,6 +7,7 @@ every output (``paths.output_dir``, the MLflow store, MLflow artifacts) goes to 
 
 from __future__ import annotations
 
+import inspect
 import itertools
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
 from attnseq.attention import NO_ATTENTION, SCORERS
+from attnseq.config import validate_train
 from attnseq.data.errors import DataError
 from attnseq.errors import ConfigError
 from attnseq.model import build_seq2seq
@@ -315,54 +317,40 @@ def test_train_fast_dev_run_finishes_mlflow_run(tmp_path, monkeypatch):
 # conf/dataset/base/symbols.yaml. The values below are what each option composed to when every
 # file still spelled out all of its keys: the bases must change nothing.
 
-TRAINER_SHARED = {
-    "max_epochs": 5,
-    "val_check_interval": 1.0,
-    "gradient_clip_val": 1.0,
-    "log_every_n_steps": 50,
-    "num_sanity_val_steps": 2,
-    "enable_progress_bar": True,
-    "enable_model_summary": True,
-    "deterministic": False,
-}
-TRAINERS = {
-    "cpu": {"accelerator": "cpu", "devices": 1, **TRAINER_SHARED},
-    "gpu": {"accelerator": "gpu", "devices": 1, "precision": "bf16-mixed", **TRAINER_SHARED},
-    "ddp": {"accelerator": "cpu", "devices": 2, "strategy": "ddp", "use_distributed_sampler": False, **TRAINER_SHARED},
-}
-SYMBOL_TASK_KEYS = {  # in this order, `task` first
-    "task": None,
-    "num_symbols": 10,
-    "train_lengths": [1, 15],
-    "eval_lengths": [1, 30],
-    "bucket_width": 5,
-    "train_size": 12800,
-    "val_size": 1000,
-    "test_size": 1000,
-    "batch_size": 64,
-    "length_bucketing": True,
-    "num_workers": 0,
-}
+def own_keys(path: Path) -> dict:
+    """A config file's own keys: what it sets besides its defaults list."""
+    return {k: v for k, v in OmegaConf.to_container(OmegaConf.load(path)).items() if k != "defaults"}
 
 
-@pytest.mark.parametrize("trainer", sorted(TRAINERS))
-def test_trainer_option_composes_to_its_full_arguments(trainer, tmp_path):
+@pytest.mark.parametrize("trainer", options("trainer"))
+def test_trainer_option_composes_to_the_shared_arguments_and_its_own(trainer, tmp_path):
+    """Each trainer option is ``base/common.yaml`` with the option's own keys on top, every one of
+    them set (nothing left ``???``), and all of them arguments ``lightning.Trainer`` takes."""
     cfg = compose_train([f"trainer={trainer}", *outputs(tmp_path)])
-    assert OmegaConf.to_container(cfg.trainer, resolve=True) == TRAINERS[trainer]
+    composed = OmegaConf.to_container(cfg.trainer, resolve=True)
+    shared = own_keys(CONF_DIR / "trainer" / "base" / "common.yaml")
+    assert composed == {**shared, **own_keys(CONF_DIR / "trainer" / f"{trainer}.yaml")}
+    assert not OmegaConf.missing_keys(cfg.trainer)
+    inspect.signature(L.Trainer.__init__).bind(None, **composed)
 
 
 def test_trainer_cpu_is_the_default(tmp_path):
     cfg = compose_train(outputs(tmp_path), return_hydra_config=True)
     assert cfg.hydra.runtime.choices.trainer == "cpu"
-    assert OmegaConf.to_container(cfg.trainer, resolve=True) == TRAINERS["cpu"]
+    assert cfg.trainer == compose_train(["trainer=cpu", *outputs(tmp_path)]).trainer
 
 
-@pytest.mark.parametrize("task", ["copy", "reverse", "sort"])
-def test_symbol_task_composes_to_its_full_dataset(task, tmp_path):
+@pytest.mark.parametrize("task", [t for t in options("dataset") if "base/symbols@_here_" in
+                                  (CONF_DIR / "dataset" / f"{t}.yaml").read_text()])
+def test_symbol_task_composes_to_the_shared_dataset_with_its_own_task(task, tmp_path):
+    """A symbol task's file names the task and takes every other key from ``base/symbols.yaml``,
+    in its order (``task`` first); the composed group is what the task's settings accept."""
     cfg = compose_train([f"dataset={task}", *outputs(tmp_path)])
     dataset = OmegaConf.to_container(cfg.dataset, resolve=True)
-    assert list(dataset) == list(SYMBOL_TASK_KEYS)
-    assert dataset == {**SYMBOL_TASK_KEYS, "task": task}
+    shared = own_keys(CONF_DIR / "dataset" / "base" / "symbols.yaml")
+    assert list(dataset) == list(shared) and list(dataset)[0] == "task"
+    assert dataset == {**shared, "task": task}
+    assert validate_train(cfg).dataset.task == task
 
 
 @pytest.mark.parametrize("group", ["trainer", "dataset"])
