@@ -14,12 +14,16 @@ if __name__ == "__main__":
     runtime.install()  # first, before the heavy imports (see train.py)
 
 import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from attnseq.cli import checked_command_line, user_errors  # noqa: E402
 from attnseq.config import resolvers  # noqa: E402, F401  (registers ${attnseq.unique:})
+
+CONF_DIR = Path(__file__).resolve().parent / "conf"
+"""The config files beside this script (where @hydra.main reads them), wherever the package is installed."""
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
@@ -33,7 +37,7 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     with runtime:  # everything it set is undone at the exit
-        configs = checked_command_line("evaluate", sys.argv[1:])  # a typo fails here, before torch loads
+        configs = checked_command_line("evaluate", sys.argv[1:], CONF_DIR)  # a typo fails here, before torch loads
         with user_errors():
             runtime.configure_tracking(configs, sys.argv[1:])
         main()

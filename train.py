@@ -18,12 +18,16 @@ if __name__ == "__main__":
     runtime.install()
 
 import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from attnseq.cli import checked_command_line, config_help, user_errors, wants_help  # noqa: E402
 from attnseq.config import resolvers  # noqa: E402, F401  (registers ${attnseq.unique:})
+
+CONF_DIR = Path(__file__).resolve().parent / "conf"
+"""The config files beside this script (where @hydra.main reads them), wherever the package is installed."""
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
@@ -39,9 +43,9 @@ def main(cfg: DictConfig) -> float | None:
 if __name__ == "__main__":
     with runtime:  # everything it set is undone at the exit
         if wants_help(sys.argv[1:]):  # answered from the config files: no torch, no MLflow
-            print(config_help("train"))
+            print(config_help("train", CONF_DIR))
             raise SystemExit(0)
-        configs = checked_command_line("train", sys.argv[1:])  # a typo fails here, before torch loads
+        configs = checked_command_line("train", sys.argv[1:], CONF_DIR)  # a typo fails here, before torch loads
         with user_errors():
             runtime.configure_tracking(configs, sys.argv[1:])
         # the config is sound: the heavy imports now, before Hydra sets up logging, so that Lightning keeps
