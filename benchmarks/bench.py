@@ -30,10 +30,10 @@ What it measures, on the copy task (source lengths 5–40, batch 64, emb 64 / hi
   the step-by-step decoder loop, ``torch.gru``'s and ``nn.LSTM``'s autograd backward, the all-steps
   additive kernel), config overrides (Adam ``fused=True``, the progress bar off, a DataLoader
   worker), and (``--compile``) torch.compile.
-- **what users wait on** (full run, ``felt.SECTIONS``, each its own module): time to accuracy
+- **what users wait on** (full run, ``waits.SECTIONS``, each its own module): time to accuracy
   through the CLI beside the textbook, start-up, evaluation throughput, a remote tracking server.
 
-The parts: ``cases.py`` (what is trained), ``loops.py`` (what is timed), ``felt.py`` (the sections
+The parts: ``cases.py`` (what is trained), ``loops.py`` (what is timed), ``waits.py`` (the sections
 after the training tables), ``report.py`` (the Markdown); this file runs them in order. The new
 report keeps the previous one's real-path ratios beside its own.
 """
@@ -65,13 +65,13 @@ from cases import (
     benchmark_config,
     quick_cases,
 )
-from felt import SECTIONS, run_sections
 from loops import BASELINE, Loop, TextbookBahdanau, activation_bytes, decoding, real_path, step_together, window_rates
 from report import Results, fmt, machine_line, previous_ratios, render
 from torch import nn
+from waits import SECTIONS, run_sections
 
 from attnseq.data.sampler import padding_fraction
-from attnseq.kernels import ALL_FAST_PATHS, FastPaths
+from attnseq.kernels import DEFAULT_FAST_PATHS, FastPaths
 from attnseq.model import build_seq2seq
 from attnseq.training.build import build_datamodule, build_module, model_config
 from attnseq.training.process import keep_freed_memory
@@ -115,7 +115,7 @@ class Bench:
 
     # ---- what the loops train
 
-    def model(self, case: Case, fast_paths: FastPaths = ALL_FAST_PATHS) -> nn.Module:
+    def model(self, case: Case, fast_paths: FastPaths = DEFAULT_FAST_PATHS) -> nn.Module:
         torch.manual_seed(0)
         return build_seq2seq(model_config(self.cfgs[case], *self.vocab), fast_paths)
 
@@ -148,7 +148,7 @@ class Bench:
         self.results.row(label).rates.setdefault(loop, []).extend(self.rates(durations, kind))
 
     def measure(
-        self, label: str, cfg, loops: dict[str, Loop], datamodule=None, fast_paths: FastPaths = ALL_FAST_PATHS
+        self, label: str, cfg, loops: dict[str, Loop], datamodule=None, fast_paths: FastPaths = DEFAULT_FAST_PATHS
     ) -> None:
         """One trainer run with ``loops`` in lock step: the row ``label`` gets the real path and
         the loop ``minimal``, every other loop its own row, all with this run's baseline."""
@@ -250,7 +250,7 @@ def run(settings: Settings, log: Callable[[str], None] = print, workdir: Path | 
                 bench.measure_compiled(case)
         bench.measure_decoding(KEY_ADDITIVE if KEY_ADDITIVE in bench.cfgs else settings.cases[0])
     results = bench.results
-    results.felt = run_sections(list(settings.sections), settings.threads, log)
+    results.waits = run_sections(list(settings.sections), settings.threads, log)
     results.machine = machine_line(settings.device)
     results.max_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     results.minutes = (time.time() - started) / 60
@@ -291,7 +291,7 @@ def make_settings(args: argparse.Namespace) -> Settings:
 
 
 def section_names(text: str) -> list[str]:
-    """``--sections``: "all", "none" or names from ``felt.SECTIONS``, comma-separated."""
+    """``--sections``: "all", "none" or names from ``waits.SECTIONS``, comma-separated."""
     if text in ("all", "none"):
         return list(SECTIONS) if text == "all" else []
     names = [name for name in text.split(",") if name]

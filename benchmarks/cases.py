@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnseq.attention import NO_ATTENTION, SCORERS
 from attnseq.errors import ConfigError
-from attnseq.kernels import ALL_FAST_PATHS, FastPaths
+from attnseq.kernels import DEFAULT_FAST_PATHS, FastPaths
 from attnseq.model.conventions import DECODER_CONVENTIONS
 from attnseq.training.build import model_config
 
@@ -66,7 +66,7 @@ class Variant:
     case: Case
     what: str
     loop: str
-    fast_paths: FastPaths = ALL_FAST_PATHS
+    fast_paths: FastPaths = DEFAULT_FAST_PATHS
     overrides: tuple[str, ...] = ()
 
     @property
@@ -168,7 +168,7 @@ class Settings:
     sizes: tuple[int, int] = (64, 128)  # embedding, hidden
     compile: bool = False
     ablations: bool = True
-    sections: tuple[str, ...] = ()  # felt.SECTIONS run after the training tables
+    sections: tuple[str, ...] = ()  # waits.SECTIONS run after the training tables
 
     @property
     def steps(self) -> int:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import torch
 from cases import KEY_ADDITIVE, KEY_DOT, KEY_GENERAL, REPO, Case, Settings
-from felt import Felt
 from loops import BASELINE
+from waits import Waited
 
 SLOW_FAMILIES_GOAL = 1.8
 """The real path's ×base the LSTM cases and biGRU + Luong + additive/concat aim at, like the GRU ones."""
@@ -50,7 +50,7 @@ class Results:
     decoding: dict[str, dict[str, float]] = field(default_factory=dict)  # name → seq_s, tok_s
     decode_case: str = ""
     compiled: dict[str, dict[str, float]] = field(default_factory=dict)  # case → compile_s, compiled, plain, base
-    felt: dict[str, Felt] = field(default_factory=dict)  # felt.SECTIONS name → its Markdown and targets
+    waits: dict[str, Waited] = field(default_factory=dict)  # waits.SECTIONS name → its Markdown and targets
     machine: str = ""
     max_rss_mib: float = 0.0
     minutes: float = 0.0
@@ -169,12 +169,12 @@ def render(results: Results, command: str, previous: Previous | None = None) -> 
         *tried_table(results),
         *decoding_table(results),
     ]
-    for felt in results.felt.values():
-        lines += ["", felt.markdown.rstrip("\n")]
+    for section in results.waits.values():
+        lines += ["", section.markdown.rstrip("\n")]
     lines += ["", "## Targets", "", *targets(results)]
-    felt_targets = [line for felt in results.felt.values() for line in felt.targets]
-    if felt_targets:
-        lines += ["", "What users wait on:", "", *felt_targets]
+    wait_targets = [line for section in results.waits.values() for line in section.targets]
+    if wait_targets:
+        lines += ["", "What users wait on:", "", *wait_targets]
     return "\n".join(lines) + "\n"
 
 

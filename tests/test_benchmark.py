@@ -21,7 +21,7 @@ from attnseq.training.build import validate
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
-MODULES = ("bench", "cases", "felt", "loops", "report")  # the benchmark's scripts import each other by these names
+MODULES = ("bench", "cases", "waits", "loops", "report")  # the benchmark's scripts import each other by these names
 
 
 @pytest.fixture(scope="module")
@@ -185,19 +185,19 @@ def test_the_previous_ratios_footnote_names_another_processor(bench, quick):
 
 
 def test_what_users_wait_on_goes_between_the_tables_and_the_targets(bench, quick):
-    felt = sys.modules["felt"]
+    waits = sys.modules["waits"]
     _, results, _ = quick
-    results.felt = {"startup": felt.Felt("## Start-up\n\n| a |\n", ["- `train.py --help`: **0.20 s**: met"])}
+    results.waits = {"startup": waits.Waited("## Start-up\n\n| a |\n", ["- `train.py --help`: **0.20 s**: met"])}
     try:
         report = bench.render(results, "test")
     finally:
-        results.felt = {}
+        results.waits = {}
     assert report.index("## Decoding") < report.index("## Start-up") < report.index("## Targets")
     assert report.index("What users wait on:") < report.index("- `train.py --help`: **0.20 s**: met")
-    met, missed = felt.verdict(0.2, 3.0, " s"), felt.verdict(1.3, 5.0, "×", at_most=False)
+    met, missed = waits.verdict(0.2, 3.0, " s"), waits.verdict(1.3, 5.0, "×", at_most=False)
     assert "0.20 s" in met and "3 s" in met and "NOT met" not in met and met.endswith("met")
     assert "1.30×" in missed and "5×" in missed and missed.endswith("NOT met")
-    assert felt.verdict(3.5, 3.0, " s").endswith("NOT met") and felt.verdict(5.0, 5.0, "×", at_most=False).endswith(
+    assert waits.verdict(3.5, 3.0, " s").endswith("NOT met") and waits.verdict(5.0, 5.0, "×", at_most=False).endswith(
         ": met")
 
 
@@ -217,8 +217,8 @@ def test_the_slow_families_are_checked_against_their_goal(quick):
 
 
 def test_sections_are_named_from_the_registry(bench):
-    felt = sys.modules["felt"]
-    assert bench.section_names("all") == list(felt.SECTIONS)
+    waits = sys.modules["waits"]
+    assert bench.section_names("all") == list(waits.SECTIONS)
     assert bench.section_names("startup,evaluation") == ["startup", "evaluation"]
     assert bench.section_names("none") == []
     with pytest.raises(argparse.ArgumentTypeError, match="unknown section.*use 'all', 'none'"):

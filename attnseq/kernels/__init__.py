@@ -31,7 +31,7 @@ class FastPaths:
     additive_all_steps: bool = True
 
 
-ALL_FAST_PATHS = FastPaths()
+DEFAULT_FAST_PATHS = FastPaths()
 """The default of every ``fast_paths`` argument: every fast path that pays on by default."""
 
-__all__ = ["ALL_FAST_PATHS", "FastPaths"]
+__all__ = ["DEFAULT_FAST_PATHS", "FastPaths"]

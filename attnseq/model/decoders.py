@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from attnseq.attention import Attention
-from attnseq.kernels import ALL_FAST_PATHS, FastPaths
+from attnseq.kernels import DEFAULT_FAST_PATHS, FastPaths
 from attnseq.kernels.activations import fast_tanh
 from attnseq.kernels.cells import layer_parameters
 from attnseq.kernels.gru_sequence import gru_sequence
@@ -56,7 +56,7 @@ class Decoder(nn.Module):
         layers: int,
         dropout: float,
         padding_idx: int = 0,
-        fast_paths: FastPaths = ALL_FAST_PATHS,
+        fast_paths: FastPaths = DEFAULT_FAST_PATHS,
     ) -> None:
         super().__init__()
         self.fast_paths = fast_paths
@@ -149,7 +149,7 @@ class BahdanauDecoder(Decoder):
         cell: str = "gru",
         layers: int = 1,
         dropout: float = 0.0,
-        fast_paths: FastPaths = ALL_FAST_PATHS,
+        fast_paths: FastPaths = DEFAULT_FAST_PATHS,
     ) -> None:
         key_dim = attention.key_dim
         super().__init__(
@@ -194,7 +194,7 @@ class LuongDecoder(Decoder):
         layers: int = 1,
         dropout: float = 0.0,
         input_feeding: bool = True,
-        fast_paths: FastPaths = ALL_FAST_PATHS,
+        fast_paths: FastPaths = DEFAULT_FAST_PATHS,
     ) -> None:
         rnn_input_size = embedding_dim + (hidden_size if input_feeding else 0)
         super().__init__(
@@ -255,7 +255,7 @@ class PlainDecoder(Decoder):
         cell: str = "gru",
         layers: int = 1,
         dropout: float = 0.0,
-        fast_paths: FastPaths = ALL_FAST_PATHS,
+        fast_paths: FastPaths = DEFAULT_FAST_PATHS,
     ) -> None:
         super().__init__(
             vocab_size, embedding_dim, hidden_size, embedding_dim, cell, layers, dropout, fast_paths=fast_paths

@@ -62,12 +62,12 @@ class RecurrentEncoder(EncoderSettings):
     kind: Literal["rnn"] = RNN
 
     def build(self, config: ModelConfig, fast_paths: FastPaths | None = None) -> nn.Module:
-        from attnseq.kernels import ALL_FAST_PATHS
+        from attnseq.kernels import DEFAULT_FAST_PATHS
         from attnseq.model.rnn_encoder import RNNEncoder
 
         return RNNEncoder(config.src_vocab_size, config.embedding_dim, config.hidden_size, cell=self.cell,
                           bidirectional=self.bidirectional, layers=config.layers, dropout=config.dropout,
-                          fast_paths=fast_paths or ALL_FAST_PATHS)
+                          fast_paths=fast_paths or DEFAULT_FAST_PATHS)
 
 
 class TransformerEncoderSettings(EncoderSettings):

@@ -7,7 +7,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from attnseq.kernels import ALL_FAST_PATHS, FastPaths
+from attnseq.kernels import DEFAULT_FAST_PATHS, FastPaths
 from attnseq.kernels.cells import layer_parameters
 from attnseq.kernels.gru_sequence import gru_sequence
 from attnseq.kernels.lstm_sequence import lstm_sequence, lstm_sequence_pays
@@ -58,7 +58,7 @@ class RNNEncoder(nn.Module):
         layers: int = 1,
         dropout: float = 0.0,
         padding_idx: int = 0,
-        fast_paths: FastPaths = ALL_FAST_PATHS,
+        fast_paths: FastPaths = DEFAULT_FAST_PATHS,
     ) -> None:
         super().__init__()
         self.fast_paths = fast_paths

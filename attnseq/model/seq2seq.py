@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from attnseq.attention import build_attention, lengths_to_valid_mask
-from attnseq.kernels import ALL_FAST_PATHS, FastPaths
+from attnseq.kernels import DEFAULT_FAST_PATHS, FastPaths
 from attnseq.model.config import ModelConfig
 from attnseq.model.decoders import Decoder, PlainDecoder
 from attnseq.model.state import DecoderState, Memory
@@ -45,7 +45,7 @@ class Seq2Seq(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
-def build_seq2seq(config: ModelConfig, fast_paths: FastPaths = ALL_FAST_PATHS) -> Seq2Seq:
+def build_seq2seq(config: ModelConfig, fast_paths: FastPaths = DEFAULT_FAST_PATHS) -> Seq2Seq:
     """Validate the configuration, then build the model it describes, taking the fast paths
     ``fast_paths`` allows (they change the speed, never the values)."""
     config.validate()

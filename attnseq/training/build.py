@@ -9,7 +9,7 @@ from omegaconf import DictConfig
 
 from attnseq.config import TrainConfig, validate_train
 from attnseq.data import Seq2SeqDataModule
-from attnseq.kernels import ALL_FAST_PATHS, FastPaths
+from attnseq.kernels import DEFAULT_FAST_PATHS, FastPaths
 from attnseq.model import ModelConfig, build_seq2seq
 from attnseq.tracking.store import check_tracking_uri
 from attnseq.training.lit_module import Seq2SeqLitModule
@@ -34,7 +34,7 @@ def build_module(
     cfg: DictConfig | TrainConfig,
     datamodule: Seq2SeqDataModule,
     module_class: type[Seq2SeqLitModule] = Seq2SeqLitModule,
-    fast_paths: FastPaths = ALL_FAST_PATHS,
+    fast_paths: FastPaths = DEFAULT_FAST_PATHS,
 ) -> Seq2SeqLitModule:
     """The model the config describes, sized by the (set-up) data's vocabularies, in its LightningModule."""
     cfg = typed(cfg)

@@ -19,7 +19,7 @@ Log = Callable[[str], None]
 
 
 @dataclass
-class Felt:
+class Waited:
     markdown: str
     targets: list[str]  # Markdown list items, each with its goal and whether it was met
 
@@ -29,7 +29,7 @@ def verdict(value: float, goal: float, unit: str, at_most: bool = True) -> str:
     return f"**{value:.2f}{unit}** (goal {'≤' if at_most else '≥'} {goal:g}{unit}): {'met' if met else 'NOT met'}"
 
 
-def time_to_accuracy(threads: int, log: Log) -> Felt:
+def time_to_accuracy(threads: int, log: Log) -> Waited:
     import time_to_accuracy as tta
 
     settings = tta.Settings(seeds=[0, 1, 2], target=tta.TARGET, budget_s=240.0, threads=threads, task=tta.TASK)
@@ -41,10 +41,10 @@ def time_to_accuracy(threads: int, log: Log) -> Felt:
         f"- time to {settings.target} validation exact match through the CLI, median of 3 seeds (textbook: {shown}): "
         + ("not reached within the budget: NOT met" if cli is None else verdict(cli, 100.0, " s"))
     )
-    return Felt(tta.render(settings, attempts), [target])
+    return Waited(tta.render(settings, attempts), [target])
 
 
-def startup(threads: int, log: Log) -> Felt:
+def startup(threads: int, log: Log) -> Waited:
     import startup as module
 
     results = module.measure(tries=3, log=log)
@@ -59,10 +59,10 @@ def startup(threads: int, log: Log) -> Felt:
         "first_step": "first training step after launch (an existing store)",
         "ui": "`make ui` answers",
     }
-    return Felt(module.render(results), [f"- {texts[k]}: {verdict(v, goals[k], ' s')}" for k, v in medians.items()])
+    return Waited(module.render(results), [f"- {texts[k]}: {verdict(v, goals[k], ' s')}" for k, v in medians.items()])
 
 
-def evaluation(threads: int, log: Log) -> Felt:
+def evaluation(threads: int, log: Log) -> Waited:
     import evaluation_speed
 
     before = torch.get_num_threads()
@@ -77,10 +77,10 @@ def evaluation(threads: int, log: Log) -> Felt:
         "decoding alone costs what it does"
         for k in evaluation_speed.BEAM_SIZES
     ]
-    return Felt(evaluation_speed.render(speed), targets)
+    return Waited(evaluation_speed.render(speed), targets)
 
 
-def remote_tracking(threads: int, log: Log) -> Felt:
+def remote_tracking(threads: int, log: Log) -> Waited:
     import remote_tracking as module
 
     settings = module.Settings(train_size=12800, epochs=1, repeats=2, threads=threads)
@@ -92,10 +92,10 @@ def remote_tracking(threads: int, log: Log) -> Felt:
         f"{asynchronous:+.1%} with asynchronous logging (attnseq's default for a server; goal: measured, and "
         "asynchronous past +3%): " + ("async needed and on" if sync > 0.03 else "within 3% even waited")
     )
-    return Felt(module.render(results), [target])
+    return Waited(module.render(results), [target])
 
 
-SECTIONS: dict[str, Callable[[int, Log], Felt]] = {
+SECTIONS: dict[str, Callable[[int, Log], Waited]] = {
     "time-to-accuracy": time_to_accuracy,
     "startup": startup,
     "evaluation": evaluation,
@@ -104,11 +104,11 @@ SECTIONS: dict[str, Callable[[int, Log], Felt]] = {
 """Every section of the full run, in the order it runs them."""
 
 
-def run_sections(names: list[str], threads: int, log: Log) -> dict[str, Felt]:
-    felt = {}
+def run_sections(names: list[str], threads: int, log: Log) -> dict[str, Waited]:
+    waited = {}
     for name in names:
         began = time.perf_counter()
         log(f"== {name}")
-        felt[name] = SECTIONS[name](threads, log)
+        waited[name] = SECTIONS[name](threads, log)
         log(f"== {name}: {time.perf_counter() - began:.0f} s")
-    return felt
+    return waited
