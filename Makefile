@@ -21,8 +21,11 @@ lint: $(STAMP)
 system-deps:  ## Debian packages the tests need (PostgreSQL server); a no-op once installed
 	scripts/install-system-deps
 
-test: $(STAMP) lint system-deps  ## what CI runs: lint, every test that needs no GPU (slow ones too), the image build; lists the 25 slowest
-	$(PY) -m pytest -m "not gpu" --durations=25 $(PYTEST_ARGS)
+# workers for `make test`: more than the cores, since many end-to-end tests wait on servers, signals and timeouts
+TEST_WORKERS ?= 3
+
+test: $(STAMP) lint system-deps  ## what CI runs: lint, every test that needs no GPU (slow ones too) on $(TEST_WORKERS) workers, the image build; lists the 25 slowest
+	$(PY) -m pytest -m "not gpu" -n $(TEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
 	scripts/docker-check
 
 test-fast: $(STAMP)  ## the quick loop: slow and GPU tests deselected

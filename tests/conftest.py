@@ -21,6 +21,16 @@ import torch
 torch.set_num_threads(1)
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """The modules with the most long end-to-end tests (marked ``slow``) first, each module's tests in
+    their own order: ``make test`` hands whole modules to its workers (``--dist loadfile``), so the long
+    ones start at once instead of leaving one worker busy after the others are done."""
+    slow: dict[Path, int] = {}
+    for item in items:
+        slow[item.path] = slow.get(item.path, 0) + (item.get_closest_marker("slow") is not None)
+    items.sort(key=lambda item: -slow[item.path])  # stable: within a module, and among equals, as collected
+
+
 @dataclass(frozen=True)
 class TrainedRun:
     """One ``train.py`` invocation: its folder (store under ``root/mlflow.db``, Hydra's run folder

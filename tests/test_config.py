@@ -76,10 +76,13 @@ def corpus(tmp_path: Path) -> Path:
     return path
 
 
-def outputs(tmp_path: Path) -> list[str]:
-    """``paths.output_dir`` needs a Hydra runtime (``${hydra:runtime.output_dir}``); the default
-    tracking URI is ``./mlflow.db``. Both go to ``tmp_path`` instead."""
-    return [f"paths.output_dir={tmp_path / 'out'}", f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}"]
+def outputs(tmp_path: Path, own_store: bool = False) -> list[str]:
+    """``paths.output_dir`` needs a Hydra runtime (``${hydra:runtime.output_dir}``); it goes to
+    ``tmp_path``. The default tracking URI is ``./mlflow.db``: the tests that only check a config
+    share one store beside their ``tmp_path`` folders (``validate`` creates a store it is given, and
+    a fresh SQLite schema costs a second or two); a test that reads the store gets its own."""
+    store = tmp_path / "mlflow.db" if own_store else tmp_path.parent / "checked-configs-mlflow.db"
+    return [f"paths.output_dir={tmp_path / 'out'}", f"mlflow.tracking_uri=sqlite:///{store}"]
 
 
 def compose_train(overrides: list[str], **kwargs) -> DictConfig:
@@ -291,7 +294,7 @@ def test_train_fast_dev_run_finishes_mlflow_run(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     cfg = compose_train([
         "debug=fdr",
-        *outputs(tmp_path),
+        *outputs(tmp_path, own_store=True),
         "model.embedding_dim=16",
         "model.hidden_size=32",
         "dataset.train_lengths=[1,6]",
