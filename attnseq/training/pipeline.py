@@ -151,8 +151,9 @@ def prepare(cfg: DictConfig) -> tuple[TrainConfig, dict[str, Any], Resumption | 
                                            check_alive=not data_parallel_worker())
         config, record = validate_train(saved), config_record(saved)
     if data_parallel_worker() and OUTPUT_DIR_ENV in os.environ:  # rank 0's folder, whatever this process composed
-        config = config.model_copy(update={"paths": config.paths.model_copy(
-            update={"output_dir": os.environ[OUTPUT_DIR_ENV]})})
+        folder = os.environ[OUTPUT_DIR_ENV]
+        config = config.model_copy(update={"paths": config.paths.model_copy(update={"output_dir": folder})})
+        record["paths"]["output_dir"] = folder
     try:
         check_with_libraries(config)
     except AttnSeqError as error:
