@@ -70,6 +70,7 @@ from report import Results, fmt, machine_line, previous_ratios, render
 from torch import nn
 from waits import SECTIONS, run_sections
 
+from attnseq.config import validate_train
 from attnseq.data.sampler import padding_fraction
 from attnseq.kernels import DEFAULT_FAST_PATHS, FastPaths
 from attnseq.model import build_seq2seq
@@ -78,7 +79,7 @@ from attnseq.training.process import keep_freed_memory
 
 
 def setup_datamodule(cfg):
-    datamodule = build_datamodule(cfg)
+    datamodule = build_datamodule(validate_train(cfg))
     datamodule.setup()
     return datamodule
 
@@ -117,7 +118,7 @@ class Bench:
 
     def model(self, case: Case, fast_paths: FastPaths = DEFAULT_FAST_PATHS) -> nn.Module:
         torch.manual_seed(0)
-        return build_seq2seq(model_config(self.cfgs[case], *self.vocab), fast_paths)
+        return build_seq2seq(model_config(validate_train(self.cfgs[case]), *self.vocab), fast_paths)
 
     def textbook(self) -> nn.Module:
         torch.manual_seed(0)
@@ -154,7 +155,7 @@ class Bench:
         the loop ``minimal``, every other loop its own row, all with this run's baseline."""
         began = time.perf_counter()
         datamodule = datamodule or self.datamodule
-        module = build_module(cfg, datamodule, fast_paths=fast_paths)
+        module = build_module(validate_train(cfg), datamodule, fast_paths=fast_paths)
         self.record(label, "real", real_path(module, cfg, datamodule, loops, self.settings.steps, self.settings.device))
         baseline = loops[BASELINE].durations
         self.record(BASELINE, "minimal", baseline)

@@ -19,6 +19,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from attnseq.attention import NO_ATTENTION, SCORERS
+from attnseq.config import validate_train
 from attnseq.errors import ConfigError
 from attnseq.kernels import DEFAULT_FAST_PATHS, FastPaths
 from attnseq.model.conventions import DECODER_CONVENTIONS
@@ -110,7 +111,7 @@ def compose_case(case: Case, overrides: Iterable[str] = ()) -> DictConfig:
 def is_valid(case: Case) -> bool:
     """Whether the model config accepts the case (the check train.py runs before training)."""
     try:
-        model_config(compose_case(case), src_vocab_size=1, tgt_vocab_size=1).validate()
+        model_config(validate_train(compose_case(case)), src_vocab_size=1, tgt_vocab_size=1).validate()
     except ConfigError:
         return False
     return True

@@ -124,12 +124,12 @@ def train_tokens(settings: Settings) -> int:
     """Target tokens (EOS included) the training sees: every training example once per epoch."""
     from hydra import compose, initialize_config_dir
 
-    from attnseq.config import resolvers  # noqa: F401  (registers ${attnseq.unique:})
+    from attnseq.config import resolvers, validate_train  # noqa: F401  (resolvers registers ${attnseq.unique:})
     from attnseq.training.build import build_datamodule
 
     with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=[*training_overrides(settings), "paths.output_dir=/nonexistent"])
-    datamodule = build_datamodule(cfg)
+    datamodule = build_datamodule(validate_train(cfg))
     datamodule.setup()
     return settings.epochs * sum(len(example.tgt) + 1 for example in datamodule.train_examples)
 

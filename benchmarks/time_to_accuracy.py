@@ -197,11 +197,12 @@ def textbook_worker(seed: int, threads: int, target: float, budget_s: float, ove
     from hydra.utils import instantiate
     from loops import TextbookBahdanau, loss_fn
 
+    from attnseq.config import validate_train
     from attnseq.training.build import build_datamodule
 
     torch.set_num_threads(threads)
     cfg = compose_case(KEY_ADDITIVE, [*overrides, f"seed={seed}"])  # the default model, as train.py composes it
-    datamodule = build_datamodule(cfg)
+    datamodule = build_datamodule(validate_train(cfg))
     datamodule.setup()
     torch.manual_seed(seed)
     model = TextbookBahdanau(

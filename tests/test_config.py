@@ -106,11 +106,11 @@ def option_overrides(group: str, option: str, corpus: Path) -> list[str]:
 def test_option_composes_and_instantiates(group, option, corpus, tmp_path):
     cfg = compose_train(option_overrides(group, option, corpus) + outputs(tmp_path) + TINY)
 
-    validate(cfg)
-    datamodule = build_datamodule(cfg)
+    config = validate(cfg)
+    datamodule = build_datamodule(config)
     datamodule.setup()
     assert datamodule.train_examples and datamodule.val_examples and datamodule.test_examples
-    model = build_seq2seq(model_config(cfg, len(datamodule.src_vocab), len(datamodule.tgt_vocab)))
+    model = build_seq2seq(model_config(config, len(datamodule.src_vocab), len(datamodule.tgt_vocab)))
     optimizer = instantiate(cfg.optimizer)(model.parameters())
     assert isinstance(optimizer, torch.optim.Optimizer)
 
@@ -159,7 +159,7 @@ def test_hparams_search_optuna_sweeper_instantiates(tmp_path):
         for key, value in overrides.items():
             OmegaConf.update(trial, key, value)
         try:
-            model_config(trial, src_vocab_size=1, tgt_vocab_size=1).validate()
+            model_config(validate_train(trial), src_vocab_size=1, tgt_vocab_size=1).validate()
         except ConfigError as error:
             invalid.append((overrides, str(error)))
     assert invalid == []
@@ -182,14 +182,14 @@ def test_a_scorer_setting_reaches_the_model(tmp_path):
     for name, cls in SCORERS.items():
         if "attn_dim" in cls.Settings.model_fields:
             cfg = compose_train([f"scorer={name}", "scorer.attn_dim=24", *outputs(tmp_path)])
-            model = build_seq2seq(model_config(cfg, src_vocab_size=12, tgt_vocab_size=9))
+            model = build_seq2seq(model_config(validate_train(cfg), src_vocab_size=12, tgt_vocab_size=9))
             assert model.attention.attn_dim == 24, name
 
 
 def test_input_feeding_belongs_to_the_luong_convention(tmp_path):
     cfg = compose_train(["decoder=bahdanau", *outputs(tmp_path)])
     assert "input_feeding" not in cfg.decoder
-    assert model_config(cfg, src_vocab_size=12, tgt_vocab_size=9).feeds_input is False
+    assert model_config(validate_train(cfg), src_vocab_size=12, tgt_vocab_size=9).feeds_input is False
     cfg = compose_train(["decoder=bahdanau", "+decoder.input_feeding=true", *outputs(tmp_path)])
     with pytest.raises(ConfigError, match="decoder.input_feeding=true"):
         validate(cfg)
@@ -226,8 +226,7 @@ def test_scorer_encoder_decoder(scorer, encoder, decoder, tmp_path):
         assert "scorer=general" in caught.value.fix and "encoder=gru" in caught.value.fix
         return
 
-    validate(cfg)
-    model = build_seq2seq(model_config(cfg, src_vocab_size=12, tgt_vocab_size=9))
+    model = build_seq2seq(model_config(validate(cfg), src_vocab_size=12, tgt_vocab_size=9))
     # Forward passes of every valid combination are tested in test_model.py; here: it built
     # what the config names, with keys as wide as the encoder's file says.
     if scorer == "none":

@@ -237,13 +237,14 @@ def test_the_metrics_the_monitor_may_name_are_exactly_those_the_module_logs(tmp_
         *task, "dataset.train_size=32", "dataset.val_size=64", "dataset.batch_size=16", "dataset.train_lengths=[1,6]",
         "dataset.eval_lengths=[1,10]", "model.hidden_size=8", "model.embedding_dim=8", *outputs(tmp_path),
     ])
-    datamodule = build_datamodule(cfg)
+    config = validate_train(cfg)
+    datamodule = build_datamodule(config)
     datamodule.setup()
     trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, num_sanity_val_steps=0, default_root_dir=str(tmp_path))
-    trainer.fit(build_module(cfg, datamodule), datamodule=datamodule)
+    trainer.fit(build_module(config, datamodule), datamodule=datamodule)
     logged = set(trainer.callback_metrics) - {"train/loss_step"}
-    assert logged == set(logged_metrics(cfg))
+    assert logged == set(logged_metrics(config))
     assert ({"val/sacrebleu", "val/chrf"} <= logged) == bool(task)
 
 

@@ -23,6 +23,7 @@ from omegaconf import OmegaConf
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
+from attnseq.config import validate_train
 from attnseq.data import collate
 from attnseq.data.vocab import PAD
 from attnseq.evaluation.evaluator import EvalSettings, evaluate_run
@@ -49,10 +50,11 @@ def composed(tmp_path: Path, *overrides: str):
                          ids=["copy", "translate", "no-attention"])
 def test_validation_and_evaluation_report_the_same_numbers_on_the_same_batches(tmp_path, overrides):
     cfg = composed(tmp_path, *overrides)
-    data = build_datamodule(cfg)
+    config = validate_train(cfg)
+    data = build_datamodule(config)
     data.setup()
     torch.manual_seed(0)
-    module = build_module(cfg, data)
+    module = build_module(config, data)
     # the evaluator's batches: the examples sorted by source length, in chunks of the batch size
     ordered = sorted(data.val_examples, key=lambda example: len(example.src))
     encoded = data.encode_examples(ordered)

@@ -45,14 +45,15 @@ def composed(*overrides: str):
 
 
 def test_stop_at_null_adds_no_callback():
-    assert stop_at(composed()) == []
+    assert stop_at(check_config(composed())) == []
 
 
 def test_stop_at_is_reached_at_the_value_itself_in_the_monitor_direction():
-    (callback,) = stop_at(composed("training.stop_at=0.95", "checkpoint.monitor=val/acc"))
+    (callback,) = stop_at(check_config(composed("training.stop_at=0.95", "checkpoint.monitor=val/acc")))
     assert (callback.monitor, callback.mode, callback.value) == ("val/acc", "max", 0.95)
     assert [callback.reached(v) for v in (0.949, 0.95, 1.0)] == [False, True, True]
-    (lowest,) = stop_at(composed("training.stop_at=0.1", "checkpoint.monitor=val/loss", "checkpoint.mode=min"))
+    (lowest,) = stop_at(check_config(composed("training.stop_at=0.1", "checkpoint.monitor=val/loss",
+                                              "checkpoint.mode=min")))
     assert [lowest.reached(v) for v in (0.11, 0.1, 0.0)] == [False, True, True]
 
 

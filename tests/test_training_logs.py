@@ -12,6 +12,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from lightning.pytorch.loggers import Logger
 
+from attnseq.config import validate_train
 from attnseq.data.sampler import padding_fraction
 from attnseq.training import build
 
@@ -58,9 +59,10 @@ def fit(tmp_path: Path, log_every_n_steps: int):
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("train", overrides=overrides)
     L.seed_everything(0)
-    datamodule = build.build_datamodule(cfg)
+    config = validate_train(cfg)
+    datamodule = build.build_datamodule(config)
     datamodule.setup()
-    module = build.build_module(cfg, datamodule)
+    module = build.build_module(config, datamodule)
     logger = RecordingLogger()
     trainer = L.Trainer(
         max_epochs=EPOCHS, log_every_n_steps=log_every_n_steps, logger=logger, enable_checkpointing=False,

@@ -1,6 +1,6 @@
-"""``evaluate(cfg)``: select runs, rebuild each model from its artifacts, evaluate it, log an
-evaluation run nested under it, and compare the runs side by side. ``evaluate.py`` is the thin
-Hydra entry point over it."""
+"""``evaluate(cfg)``: validate the config once into the typed ``EvalConfig``, select runs, rebuild each
+model from its artifacts, evaluate it, log an evaluation run nested under it, and compare the runs side by
+side. ``evaluate.py`` is the thin Hydra entry point over it."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from matplotlib.figure import Figure
 from omegaconf import DictConfig
 from tqdm import tqdm
 
+from attnseq.config import EvalConfig
 from attnseq.data.tokenizers import output_text
-from attnseq.errors import ConfigError
 from attnseq.evaluation.compare import (
     HALF_WIDTH,
     INTERVAL_NOTE,
@@ -45,26 +45,19 @@ from attnseq.tracking.run import TrackedRun
 from attnseq.tracking.store import check_tracking_uri, ui_links
 
 
-def settings_for(cfg: DictConfig, trained: TrainedRun) -> EvalSettings:
-    """The evaluation settings for one run: defaults reach twice the run's longest training length."""
-    lengths = cfg.eval.lengths or [1, 2 * trained.train_lengths[1]]
-    lo, hi = int(lengths[0]), int(lengths[1])
-    if not 1 <= lo <= hi:
-        raise ConfigError(f"eval.lengths=[{lo}, {hi}] is not a length range.", "use eval.lengths=[1,80], say.")
-    width = int(cfg.eval.bucket_width or trained.config["dataset"]["bucket_width"])
-    for key, value in (("eval.size", cfg.eval.size), ("eval.batch_size", cfg.eval.batch_size),
-                       ("eval.beam_size", cfg.eval.beam_size), ("eval.bucket_width", width)):
-        if int(value) < 1:
-            raise ConfigError(f"{key}={value} must be ≥ 1.", f"set {key} to a positive whole number.")
+def settings_for(cfg: EvalConfig, trained: TrainedRun) -> EvalSettings:
+    """The evaluation settings for one run: by default, lengths up to twice the run's longest training
+    length and the run's own buckets."""
+    lo, hi = cfg.eval.lengths or (1, 2 * trained.train_lengths[1])
     return EvalSettings(
         lengths=(lo, hi),
-        bucket_width=width,
-        size=int(cfg.eval.size),
-        batch_size=int(cfg.eval.batch_size),
-        beam_size=int(cfg.eval.beam_size),
-        counterfactual=bool(cfg.eval.counterfactual),
-        seed=int(cfg.eval.seed),
-        sentences=tuple(str(text) for text in cfg.eval.get("sentences") or ()),
+        bucket_width=cfg.eval.bucket_width or int(trained.config["dataset"]["bucket_width"]),
+        size=cfg.eval.size,
+        batch_size=cfg.eval.batch_size,
+        beam_size=cfg.eval.beam_size,
+        counterfactual=cfg.eval.counterfactual,
+        seed=cfg.eval.seed,
+        sentences=tuple(cfg.eval.sentences),
     )
 
 
@@ -226,7 +219,11 @@ def same_sentence_figures(groups: list[SeedGroup]) -> list[Figure]:
 
 
 def evaluate(cfg: DictConfig) -> list[EvalResult]:
-    check_config(cfg)
+    """Evaluate the runs ``cfg`` (a composed ``conf/evaluate.yaml``) selects; their results, in order."""
+    return evaluate_config(check_config(cfg))
+
+
+def evaluate_config(cfg: EvalConfig) -> list[EvalResult]:
     check_tracking_uri(cfg.mlflow.tracking_uri)  # threads: the entry point's runtime sets them
     client = TrackingClient(cfg.mlflow.tracking_uri)
     parent, experiment_name = cfg.parent_run_id, cfg.experiment_name
@@ -235,7 +232,7 @@ def evaluate(cfg: DictConfig) -> list[EvalResult]:
     runs = select_runs(
         client,
         run_id=cfg.run_id,
-        run_ids=list(cfg.run_ids or []),
+        run_ids=cfg.run_ids,
         parent_run_id=parent,
         experiment_name=experiment_name,
         filter_string=cfg.filter,

@@ -20,8 +20,10 @@ from __future__ import annotations
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 import yaml
@@ -37,7 +39,6 @@ RESUMABLE = ("trainer.max_epochs", "threads", "trainer.enable_progress_bar", "tr
 not what it trains."""
 PROCESS_ONLY = ("resume", "resume_force", "mlflow.tracking_uri", "heartbeat")
 """Overrides that say how to reach the store or how this process behaves: taken as given."""
-DEFAULT_STALE_AFTER_S = 180.0
 
 
 @dataclass
@@ -49,9 +50,13 @@ class Resumption:
 
 
 def prepare_resume(
-    client: TrackingClient, run_id: str, current: DictConfig, check_alive: bool = True
+    client: TrackingClient, run_id: str, current: Mapping[str, Any], *, force: bool, stale_after_s: float,
+    check_alive: bool = True,
 ) -> tuple[DictConfig, Resumption]:
-    """The run's saved config (with ``resume`` and the allowed overrides set) and where to resume from."""
+    """The run's saved config (with ``resume`` and the allowed overrides set), for the caller to validate
+    again, and where to resume from. ``current`` is this process's validated config as composed (its
+    record: the values copied keep their spelling); ``force`` and ``stale_after_s`` are its
+    ``resume_force`` and ``heartbeat.stale_after_s``."""
     try:
         run = client.run(run_id)
     except NoSuchRun:
@@ -72,13 +77,13 @@ def prepare_resume(
     overrides = command_line_overrides()
     applied = check_overrides(run_id, overrides)
     if check_alive:
-        check_not_alive(run, current)
+        check_not_alive(run, stale_after_s, force)
+    current = OmegaConf.create(dict(current))
     saved = OmegaConf.create(yaml.safe_load(_download(client, run_id, paths.RESOLVED_CONFIG, "its config")))
     saved.resume = run_id
-    saved.resume_force = bool(current.get("resume_force", False))
+    saved.resume_force = force
     saved.mlflow.tracking_uri = current.mlflow.tracking_uri  # the saved one may be redacted
-    if "heartbeat" in current:
-        saved.heartbeat = current.heartbeat
+    saved.heartbeat = current.heartbeat
     for key in applied:
         OmegaConf.update(saved, key, OmegaConf.select(current, key), force_add=True)
     if applied:
@@ -132,8 +137,9 @@ def check_overrides(run_id: str, overrides: list[str]) -> list[str]:
     return [override_key(o) for o in overrides if override_key(o) in RESUMABLE]
 
 
-def check_not_alive(run, current: DictConfig) -> None:
-    """Refuse a RUNNING run whose heartbeat is fresh (unless ``resume_force=true``)."""
+def check_not_alive(run, stale_after: float, force: bool) -> None:
+    """Refuse a RUNNING run whose heartbeat is fresher than ``stale_after`` seconds, unless ``force``
+    (``resume_force=true``)."""
     if run.info.status != "RUNNING":
         return
     beat = run.data.tags.get(tags.HEARTBEAT)
@@ -141,15 +147,13 @@ def check_not_alive(run, current: DictConfig) -> None:
         age = time.time() - float(beat) if beat else None
     except ValueError:
         age = None
-    heartbeat = current.get("heartbeat") or {}
-    stale_after = float(heartbeat.get("stale_after_s", DEFAULT_STALE_AFTER_S))
     name = run.info.run_name
     if age is None or age >= stale_after:
         when = "has no heartbeat" if age is None else f"last showed a heartbeat {age:.0f} s ago"
         print(f"resume={run.info.run_id}: run '{name}' is RUNNING but {when}: its process is taken to be gone",
               file=sys.stderr, flush=True)
         return
-    if current.get("resume_force"):
+    if force:
         print(f"resume={run.info.run_id}: run '{name}' showed a heartbeat {age:.0f} s ago; resuming anyway "
               "(resume_force=true)", file=sys.stderr, flush=True)
         return

@@ -1,4 +1,7 @@
-"""A composed config as a run records it: flat params, and the resolved YAML artifact."""
+"""A run's record of its config: the composed config as resolved (``config_record``, made once per
+run), written as flat params and as the resolved YAML artifact. The record, not the typed config, is
+what a run stores: it keeps the config's own key order and spelling (``30`` stays ``30``, where the
+typed ``heartbeat.every_s`` reads ``30.0``), so params and ``config/resolved.yaml`` read as the yaml."""
 
 from __future__ import annotations
 
@@ -8,6 +11,11 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from attnseq.tracking.redaction import redact_config
+
+
+def config_record(cfg: DictConfig) -> dict[str, Any]:
+    """The composed config as plain, resolved values: what ``config_params`` and ``config_yaml`` write."""
+    return OmegaConf.to_container(cfg, resolve=True)
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -22,11 +30,11 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def config_params(cfg: DictConfig) -> dict[str, Any]:
-    """Every resolved config value by its dotted key (``TrackedRun.log_params`` masks secrets)."""
-    return dict(sorted(flatten(OmegaConf.to_container(cfg, resolve=True)).items()))
+def config_params(record: Mapping[str, Any]) -> dict[str, Any]:
+    """Every config value by its dotted key (``TrackedRun.log_params`` masks secrets)."""
+    return dict(sorted(flatten(record).items()))
 
 
-def config_yaml(cfg: DictConfig) -> str:
-    """The resolved config as saved with a run (``paths.RESOLVED_CONFIG``), secrets masked."""
-    return OmegaConf.to_yaml(OmegaConf.create(redact_config(OmegaConf.to_container(cfg, resolve=True))))
+def config_yaml(record: Mapping[str, Any]) -> str:
+    """The config as saved with a run (``paths.RESOLVED_CONFIG``), secrets masked."""
+    return OmegaConf.to_yaml(OmegaConf.create(redact_config(record)))

@@ -16,28 +16,22 @@ from attnseq.training.lit_module import Seq2SeqLitModule
 from attnseq.training.validation import arguments, check_handed_on, locate
 
 
-def typed(cfg: DictConfig | TrainConfig) -> TrainConfig:
-    return validate_train(cfg) if isinstance(cfg, DictConfig) else cfg
-
-
-def model_config(cfg: DictConfig | TrainConfig, src_vocab_size: int, tgt_vocab_size: int) -> ModelConfig:
+def model_config(cfg: TrainConfig, src_vocab_size: int, tgt_vocab_size: int) -> ModelConfig:
     """The model's typed config from the validated groups (encoder/, scorer/, decoder/, model)."""
-    return ModelConfig.from_config(typed(cfg), src_vocab_size, tgt_vocab_size)
+    return ModelConfig.from_config(cfg, src_vocab_size, tgt_vocab_size)
 
 
-def build_datamodule(cfg: DictConfig | TrainConfig) -> Seq2SeqDataModule:
-    cfg = typed(cfg)
+def build_datamodule(cfg: TrainConfig) -> Seq2SeqDataModule:
     return Seq2SeqDataModule(**cfg.dataset.model_dump(), seed=cfg.seed)
 
 
 def build_module(
-    cfg: DictConfig | TrainConfig,
+    cfg: TrainConfig,
     datamodule: Seq2SeqDataModule,
     module_class: type[Seq2SeqLitModule] = Seq2SeqLitModule,
     fast_paths: FastPaths = DEFAULT_FAST_PATHS,
 ) -> Seq2SeqLitModule:
     """The model the config describes, sized by the (set-up) data's vocabularies, in its LightningModule."""
-    cfg = typed(cfg)
     model = build_seq2seq(model_config(cfg, len(datamodule.src_vocab), len(datamodule.tgt_vocab)), fast_paths)
     return module_class(
         model,
@@ -63,10 +57,15 @@ def partial(key: str, group) -> functools.partial:
 def validate(cfg: DictConfig) -> TrainConfig:
     """The typed config, or a ``ConfigError`` before any data is generated or any run is created:
     every key attnseq owns and the monitored metrics (stage one, ``attnseq.config``), then what needs
-    the libraries — the handed-on arguments, the learning rate each epoch (stage two) — the data module (a
-    TSV file) and the store."""
+    the libraries (``check_with_libraries``)."""
     config = validate_train(cfg)
-    check_handed_on(config)
-    build_datamodule(config)
-    check_tracking_uri(config.mlflow.tracking_uri)
+    check_with_libraries(config)
     return config
+
+
+def check_with_libraries(cfg: TrainConfig) -> None:
+    """Stage two of the checks: the handed-on arguments, the learning rate each epoch, the data module
+    (a TSV file) and the store."""
+    check_handed_on(cfg)
+    build_datamodule(cfg)
+    check_tracking_uri(cfg.mlflow.tracking_uri)

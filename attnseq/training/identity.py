@@ -10,7 +10,7 @@ from typing import NamedTuple
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from attnseq.config import resolvers  # noqa: F401  (registers ${attnseq.unique:})
+from attnseq.config import TrainConfig, resolvers  # noqa: F401  (resolvers registers ${attnseq.unique:})
 from attnseq.tracking import tags
 from attnseq.tracking.redaction import redact_overrides
 from attnseq.training.sweep import sweep_context
@@ -22,8 +22,9 @@ class RunIdentity(NamedTuple):
     parent_run_id: str | None  # the sweep's parent run, when this job belongs to one
 
 
-def describe_choices(cfg: DictConfig) -> str:
-    """A default run name from the choices users sweep over: ``copy-gru-additive-bahdanau-h1``."""
+def describe_choices(cfg: TrainConfig | DictConfig) -> str:
+    """A default run name from the choices users sweep over: ``copy-gru-additive-bahdanau-h1`` (of the
+    composed config too: a sweep job rejected by validation is named the same, and has no typed one)."""
     scorer = cfg.scorer.name
     parts = [cfg.dataset.task, cfg.encoder.name, scorer]
     if scorer != "none":
@@ -39,7 +40,7 @@ def sweep_run_name(task_overrides: Iterable[str], sweep_keys: Iterable[str], job
     return f"{name} (#{job_num})" if job_num is not None else name
 
 
-def run_identity(cfg: DictConfig) -> RunIdentity:
+def run_identity(cfg: TrainConfig | DictConfig) -> RunIdentity:
     parent, keys = sweep_context()
     run_tags = {tags.KIND: tags.TRAIN, tags.CHOICES: describe_choices(cfg)}
     name = cfg.mlflow.run_name or describe_choices(cfg)

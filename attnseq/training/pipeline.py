@@ -1,6 +1,7 @@
 """``train(cfg)``: one configuration from its composed config to a finished MLflow run, in named
-steps — prepare, build the data and model, open the run, fit, finish. ``train.py`` is a thin Hydra entry point over
-it, and tests call it directly with a composed config."""
+steps — prepare (the config validated once into the typed ``TrainConfig``, which every later step
+reads), build the data and model, open the run, fit, finish. ``train.py`` is a thin Hydra entry point
+over it, and tests call it directly with a composed config."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import ContextManager, NamedTuple, Protocol
+from typing import Any, ContextManager, NamedTuple, Protocol
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from attnseq.config import TrainConfig, validate_train
 from attnseq.data import Seq2SeqDataModule
 from attnseq.errors import AttnSeqError
 from attnseq.lifecycle.guards import FiniteLossGuard, Heartbeat, InterruptCheckpoint, SignalBridge, heartbeat_value
@@ -23,14 +25,14 @@ from attnseq.lifecycle.resume import Resumption, prepare_resume
 from attnseq.lifecycle.signals import Signals, exit_code, release_interrupted_frames
 from attnseq.tracking import paths, tags
 from attnseq.tracking.client import TrackingClient
-from attnseq.tracking.params import config_params, config_yaml
+from attnseq.tracking.params import config_params, config_record, config_yaml
 from attnseq.tracking.provenance import runtime_changes, runtime_params
 from attnseq.tracking.redaction import redact
 from attnseq.tracking.retry import TrackingUnavailable
 from attnseq.tracking.run import TrackedRun
 from attnseq.tracking.store import check_tracking_uri, ui_links
 from attnseq.training.artifacts import RunArtifacts, UploadedCheckpoint
-from attnseq.training.build import build_datamodule, build_module, validate
+from attnseq.training.build import build_datamodule, build_module, check_with_libraries
 from attnseq.training.console import ResultsBar, TrainingReport
 from attnseq.training.identity import run_identity
 from attnseq.training.lit_module import Seq2SeqLitModule
@@ -38,6 +40,7 @@ from attnseq.training.logger import RunLogger
 from attnseq.training.startup import FirstStepClock
 from attnseq.training.stopping import stop_at
 from attnseq.training.sweep import sweep_context
+from attnseq.training.validation import arguments
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +79,7 @@ class TrainingRun(NamedTuple):
 
 def train(cfg: DictConfig, runtime: ProcessRuntime | None = None) -> float | None:
     """Train one configuration end to end (or resume one with ``resume=<run id>``); return
-    ``cfg.optimized_metric`` for sweepers.
+    ``cfg.optimized_metric`` for sweepers. ``cfg`` is validated first, and the typed config flows on.
 
     ``runtime`` is the entry point's (``attnseq.runtime``): its signal handler turns SIGTERM and
     Ctrl-C into a KILLED run, and it hands the run to data-parallel workers. Called without one
@@ -87,26 +90,26 @@ def train(cfg: DictConfig, runtime: ProcessRuntime | None = None) -> float | Non
 
 
 def _train(cfg: DictConfig, runtime: ProcessRuntime, signals: Signals) -> float | None:
-    cfg, resumption = prepare(cfg)
-    datamodule, module = build_data_and_model(cfg)
+    config, record, resumption = prepare(cfg)
+    datamodule, module = build_data_and_model(config)
     run = None
     try:
         with signals.held():  # the run is created and its id kept, or not created at all
-            run = open_run(cfg, resumption)
-        interrupts = InterruptCheckpoint(Path(cfg.paths.output_dir) / paths.LAST_CHECKPOINT, run.tracked, signals)
+            run = open_run(config, resumption)
+        interrupts = InterruptCheckpoint(Path(config.paths.output_dir) / paths.LAST_CHECKPOINT, run.tracked, signals)
         # inherited by data-parallel workers, which fit starts
         with runtime.handed_off({RUN_ID_ENV: run.tracked.run_id,
-                                 OUTPUT_DIR_ENV: str(Path(cfg.paths.output_dir).resolve())}):
+                                 OUTPUT_DIR_ENV: str(Path(config.paths.output_dir).resolve())}):
             if resumption is None and run.owned:
-                run.tracked.log_params(config_params(cfg))
-            result = fit(cfg, run, module, datamodule, resumption, interrupts, signals)
-        finish(run, cfg.mlflow.tracking_uri)
+                run.tracked.log_params(config_params(record))
+            result = fit(config, config_yaml(record), run, module, datamodule, resumption, interrupts, signals)
+        finish(run, config.mlflow.tracking_uri)
     except TrackingUnavailable as lost:  # the store stopped answering: nothing more can be recorded
         if run is None:
             raise
         # this process is ending, so the run's fresh heartbeat is no sign of life: resume must be forced
         resume = f"python train.py resume={run.tracked.run_id} resume_force=true"
-        raise lost.with_local_checkpoint(Path(cfg.paths.output_dir) / paths.LAST_CHECKPOINT, resume) from None
+        raise lost.with_local_checkpoint(Path(config.paths.output_dir) / paths.LAST_CHECKPOINT, resume) from None
     except BaseException as error:
         stop(run, error, signals)
         raise
@@ -128,35 +131,48 @@ def lightning_seed_environment() -> Iterator[None]:
                 os.environ[name] = value
 
 
-def prepare(cfg: DictConfig) -> tuple[DictConfig, Resumption | None]:
-    """The config to train (a resumed run's own), validated, and this process set up for it."""
+def prepare(cfg: DictConfig) -> tuple[TrainConfig, dict[str, Any], Resumption | None]:
+    """The typed config to train (a resumed run's own, validated again), its record (what the run
+    stores as params and resolved YAML: ``tracking.params``), and this process set up for it. A bad
+    config fails here, before any data or run is made (in a sweep, as a FAILED run of its own)."""
     resumption = None
-    if cfg.get("resume"):
-        check_tracking_uri(cfg.mlflow.tracking_uri)
-        client = TrackingClient(cfg.mlflow.tracking_uri)
-        # a data-parallel worker follows rank 0, which reopened the run and keeps it alive
-        cfg, resumption = prepare_resume(client, str(cfg.resume), cfg, check_alive=not data_parallel_worker())
-    if data_parallel_worker() and OUTPUT_DIR_ENV in os.environ:
-        cfg.paths.output_dir = os.environ[OUTPUT_DIR_ENV]  # rank 0's folder, whatever this process composed
     try:
-        validate(cfg)
+        config = validate_train(cfg)
+    except AttnSeqError as error:
+        record_failed_sweep_job(cfg, error)
+        raise
+    record = config_record(cfg)
+    if config.resume:
+        check_tracking_uri(config.mlflow.tracking_uri)
+        client = TrackingClient(config.mlflow.tracking_uri)
+        # a data-parallel worker follows rank 0, which reopened the run and keeps it alive
+        saved, resumption = prepare_resume(client, config.resume, record, force=config.resume_force,
+                                           stale_after_s=config.heartbeat.stale_after_s,
+                                           check_alive=not data_parallel_worker())
+        config, record = validate_train(saved), config_record(saved)
+    if data_parallel_worker() and OUTPUT_DIR_ENV in os.environ:  # rank 0's folder, whatever this process composed
+        folder = os.environ[OUTPUT_DIR_ENV]
+        config = config.model_copy(update={"paths": config.paths.model_copy(update={"output_dir": folder})})
+        record["paths"]["output_dir"] = folder
+    try:
+        check_with_libraries(config)
     except AttnSeqError as error:
         if resumption is None:
             record_failed_sweep_job(cfg, error)
         raise
-    L.seed_everything(cfg.seed, workers=True)
-    Path(cfg.paths.output_dir).mkdir(parents=True, exist_ok=True)
-    return cfg, resumption
+    L.seed_everything(config.seed, workers=True)
+    Path(config.paths.output_dir).mkdir(parents=True, exist_ok=True)
+    return config, record, resumption
 
 
-def build_data_and_model(cfg: DictConfig) -> tuple[Seq2SeqDataModule, Seq2SeqLitModule]:
+def build_data_and_model(cfg: TrainConfig) -> tuple[Seq2SeqDataModule, Seq2SeqLitModule]:
     """The data (set up: the vocabularies size the model) and the model in its LightningModule."""
     datamodule = build_datamodule(cfg)
     datamodule.setup()
     return datamodule, build_module(cfg, datamodule)
 
 
-def open_run(cfg: DictConfig, resumption: Resumption | None) -> TrainingRun:
+def open_run(cfg: TrainConfig, resumption: Resumption | None) -> TrainingRun:
     """A new run; the resumed run, RUNNING again; or, in a data-parallel worker, rank 0's run."""
     client = TrackingClient(cfg.mlflow.tracking_uri)  # for SQLite this creates the store
     experiment_id = client.ensure_experiment(cfg.mlflow.experiment_name)
@@ -180,7 +196,8 @@ def data_parallel_worker() -> bool:
 
 
 def fit(
-    cfg: DictConfig,
+    cfg: TrainConfig,
+    resolved_config: str,
     run: TrainingRun,
     module: Seq2SeqLitModule,
     datamodule: Seq2SeqDataModule,
@@ -188,7 +205,8 @@ def fit(
     interrupts: InterruptCheckpoint,
     signals: Signals,
 ) -> float | None:
-    """Fit (from the resumed checkpoint, if any), test the best checkpoint if asked; the optimized metric."""
+    """Fit (from the resumed checkpoint, if any), test the best checkpoint if asked; the optimized metric.
+    ``resolved_config`` is the run's config artifact (``config_yaml``)."""
     checkpoints = Path(cfg.paths.output_dir) / paths.CHECKPOINTS
     best = ModelCheckpoint(
         dirpath=checkpoints,
@@ -203,15 +221,16 @@ def fit(
     artifacts = RunArtifacts(
         run.tracked,
         signals,
-        config_yaml(cfg),
+        resolved_config,
         best=best,
         last=last,
         heatmap_samples=cfg.tracking.heatmap_samples,
         heatmap_every_n_epochs=cfg.tracking.heatmap_every_n_epochs,
     )
-    guard = FiniteLossGuard(interrupts.path, check_every_n_steps=cfg.trainer.get("log_every_n_steps", 50))
+    # the loss is checked as often as Lightning logs it (its default: every 50 steps)
+    guard = FiniteLossGuard(interrupts.path, check_every_n_steps=cfg.trainer.log_every_n_steps or 50)
     logged_through = resumption.logged_through if resumption else None
-    trainer_args = OmegaConf.to_container(cfg.trainer, resolve=True)
+    trainer_args = arguments(cfg.trainer)
     # the model summary is the report's start line (Lightning's table has an empty FLOPs column)
     trainer_args["enable_model_summary"] = False
     bar = [ResultsBar()] if trainer_args.get("enable_progress_bar", True) else []
@@ -220,9 +239,9 @@ def fit(
         logger=RunLogger(run.tracked, run.experiment_id, logged_through),
         callbacks=[FirstStepClock(run.tracked), RuntimeRecord(run, resumed=resumption is not None),
                    SignalBridge(signals), guard, best, last, artifacts, interrupts,
-                   Heartbeat(run.tracked, float(cfg.get("heartbeat", {}).get("every_s", 30))),
+                   Heartbeat(run.tracked, cfg.heartbeat.every_s),
                    *stop_at(cfg), *bar, TrainingReport(run.tracked.name)],
-        default_root_dir=str(cfg.paths.output_dir),
+        default_root_dir=cfg.paths.output_dir,
     )
     # Lightning's SIGTERM handler, while its loops run, calls ours after its own (see signals)
     trainer.fit(module, datamodule=datamodule, weights_only=True,  # never unpickle objects
@@ -295,7 +314,8 @@ def finish(run: TrainingRun, uri: str) -> None:
 
 
 def record_failed_sweep_job(cfg: DictConfig, error: AttnSeqError) -> None:
-    """In a sweep every job leaves a run: one rejected before training is a FAILED run that says why."""
+    """In a sweep every job leaves a run: one rejected before training is a FAILED run that says why.
+    It reads the composed config, as rejected: the typed one may not exist."""
     if not sweep_context()[0]:
         return
     try:
@@ -303,7 +323,7 @@ def record_failed_sweep_job(cfg: DictConfig, error: AttnSeqError) -> None:
         name, run_tags, parent = run_identity(cfg)
         experiment_id = client.ensure_experiment(cfg.mlflow.experiment_name)
         tracked = client.create_run(experiment_id, name, {**run_tags, tags.ERROR: str(error)}, parent)
-        tracked.log_params(config_params(cfg))
+        tracked.log_params(config_params(config_record(cfg)))
         tracked.finish("FAILED")
     except Exception:  # noqa: BLE001 - the store itself may be what failed; the job's error stands
         log.warning("could not record the failed job in MLflow", exc_info=True)

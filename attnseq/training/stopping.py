@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback
-from omegaconf import DictConfig
+
+from attnseq.config import TrainConfig
 
 
 class StopAt(Callback):
@@ -27,9 +28,8 @@ class StopAt(Callback):
         trainer.should_stop = trainer.should_stop or trainer.strategy.reduce_boolean_decision(reached, all=False)
 
 
-def stop_at(cfg: DictConfig) -> list[Callback]:
+def stop_at(cfg: TrainConfig) -> list[Callback]:
     """The callbacks that stop training once ``training.stop_at`` is reached: none when it is null."""
-    value = cfg.training.get("stop_at")
-    if value is None:
+    if cfg.training.stop_at is None:
         return []
-    return [StopAt(cfg.checkpoint.monitor, cfg.checkpoint.mode, float(value))]
+    return [StopAt(cfg.checkpoint.monitor, cfg.checkpoint.mode, cfg.training.stop_at)]

@@ -65,7 +65,7 @@ class SweepParentRun(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         uri = config.mlflow.tracking_uri
-        self.metric = str(config.get("optimized_metric") or "val/acc_best")
+        self.metric = str(config.optimized_metric)
         check_tracking_uri(uri)  # for SQLite: creates the store's schema, under its lock
         client = self.client = TrackingClient(uri)
         self.experiment_id = client.ensure_experiment(config.mlflow.experiment_name)
