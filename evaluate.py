@@ -19,7 +19,7 @@ from pathlib import Path  # noqa: E402
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from attnseq.cli import checked_command_line, user_errors  # noqa: E402
+from attnseq.cli import check_before_the_run, checked_command_line, user_errors  # noqa: E402
 from attnseq.config import resolvers  # noqa: E402, F401  (registers ${attnseq.unique:})
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"
@@ -40,4 +40,5 @@ if __name__ == "__main__":
         configs = checked_command_line("evaluate", sys.argv[1:], CONF_DIR)  # a typo fails here, before torch loads
         with user_errors():
             runtime.configure_tracking(configs, sys.argv[1:])
+        check_before_the_run("evaluate", configs, sys.argv[1:])  # the filter's syntax: before Hydra's run folder
         main()

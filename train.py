@@ -23,7 +23,13 @@ from pathlib import Path  # noqa: E402
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from attnseq.cli import checked_command_line, config_help, user_errors, wants_help  # noqa: E402
+from attnseq.cli import (  # noqa: E402
+    check_before_the_run,
+    checked_command_line,
+    config_help,
+    user_errors,
+    wants_help,
+)
 from attnseq.config import resolvers  # noqa: E402, F401  (registers ${attnseq.unique:})
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"
@@ -52,4 +58,5 @@ if __name__ == "__main__":
         # its own plain console lines (it adds its handler only while the root logger has none)
         import attnseq.training.pipeline  # noqa: F401
 
+        check_before_the_run("train", configs, sys.argv[1:])  # trainer.*, optimizer.*: before Hydra's run folder
         main()

@@ -146,6 +146,30 @@ def checked_command_line(config_name: str, argv: list[str], conf_dir: Path = CON
     return configs
 
 
+def check_before_the_run(config_name: str, configs: list[DictConfig], argv: list[str]) -> None:
+    """The checks that need torch, Lightning or MLflow, for one run, once they are imported and before
+    Hydra makes the run's folder, so a bad value there leaves nothing on disk either: for training the
+    keys handed on to Lightning and torch (``trainer.*``, ``optimizer.*``, ``scheduler.*``), the
+    learning rate each epoch and a TSV corpus; for evaluation the filter's search syntax. A sweep's
+    jobs and a resumed run (its own stored config) are checked as they start."""
+    parsed = command_line_overrides(argv)
+    if len(configs) != 1 or parsed is None or parsed[1] or configs[0].get("resume"):
+        return
+    with user_errors():
+        if config_name == "evaluate":
+            from attnseq.evaluation.validation import check_config
+
+            check_config(configs[0])
+            return
+        from attnseq.config import validate_train
+        from attnseq.training.build import build_datamodule
+        from attnseq.training.validation import check_handed_on
+
+        typed = validate_train(configs[0])
+        check_handed_on(typed)
+        build_datamodule(typed)
+
+
 def as_config_error(error: Exception, config_name: str, conf_dir: Path = CONF_DIR) -> ConfigError:
     """One of Hydra's config errors told as what is wrong and what to do, with the closest option or key."""
     from attnseq.config import closest
@@ -173,13 +197,13 @@ def as_config_error(error: Exception, config_name: str, conf_dir: Path = CONF_DI
     )
     if missing:
         key = missing.group(1)
-        match = closest(key, known_keys(config_name, conf_dir))
+        match = closest_key(key, known_keys(config_name, conf_dir))
         value = re.search(r"use \+[^=\s]+=(.*)$", message, re.MULTILINE)
         if match:
             fix = f"use {match}={value.group(1)}." if value else f"use {match}."
         else:
             fix = (f"check the spelling (`python {config_name}.py --cfg job` prints every key); a key that is "
-                   "new on purpose is added with +key=value.")
+                   f"new on purpose is added with +: +{key}={value.group(1) if value else '<value>'}.")
         return ConfigError(
             f"{key} is not a key of the config ({config_name}.yaml and its groups)."
             + (f" Did you mean {match}?" if match else ""),
@@ -194,6 +218,20 @@ def as_config_error(error: Exception, config_name: str, conf_dir: Path = CONF_DI
         )
     return ConfigError(f"the config cannot be composed: {first_line}",
                        f"check the overrides; `python {config_name}.py --cfg job` prints the composed config.")
+
+
+def closest_key(key: str, known: list[str]) -> str | None:
+    """The known key ``key`` is most likely a typo of: in a group that exists, one of the group's own
+    keys by its name (``trainer.foo`` is no typo of ``trainer.precision`` nor of ``trainer``); else
+    any key by its dotted name (``modle.heads`` → ``model.heads``)."""
+    from attnseq.config import closest
+
+    group, _, name = key.rpartition(".")
+    if group and group in known:
+        siblings = {k.rpartition(".")[2]: k for k in known if k.rpartition(".")[0] == group}
+        match = closest(name, list(siblings))
+        return siblings[match] if match else None
+    return closest(key, [k for k in known if not key.startswith(f"{k}.")])
 
 
 def known_keys(config_name: str, conf_dir: Path = CONF_DIR) -> list[str]:

@@ -359,6 +359,7 @@ def test_the_known_keys_are_those_of_the_primary_config_and_its_groups():
 CLI = [
     ("train", ["model.dropout=abc"], ["error: model.dropout=abc must be a number in [0, 1)", "Fix:"]),
     ("train", ["modle.heads=2"], ["Did you mean model.heads?", "Fix: use model.heads=2."]),
+    ("train", ["trainer.foo=1"], ["trainer.foo", "+trainer.foo=1"]),  # new keys come with +: not "meant" as trainer
     ("train", ["scorer=dott"], ["scorer=dott is not an option", "Fix: use one of them, e.g. scorer=dot."]),
     ("train", ["encoder=transformer", "encoder.heads=5"],
      ["error: encoder.heads=5 does not divide model.hidden_size=128", "Fix: set encoder.heads to one of"]),
@@ -367,6 +368,9 @@ CLI = [
      ["error: encoder.bidirectional=true with encoder=transformer", "Fix: drop encoder.bidirectional"]),
     ("train", ["scorer=multihead", "model.heads=4", "scorer.model_dim=6"],
      ["error: scorer.model_dim=6 must be a positive multiple of model.heads=4", "Fix:"]),
+    # handed on to Lightning and torch (stage two): checked once they are imported, before Hydra's run folder
+    ("train", ["+trainer.max_epoch=3"], ["trainer.max_epoch", "Did you mean", "Fix:"]),
+    ("train", ["optimizer._target_=torch.optim.Adamm"], ["optimizer._target_=torch.optim.Adamm", "Fix:"]),
     ("evaluate", ["run_id=0123456789abcdef0123456789abcdef", "eval.lengths=[1]"], ["eval.lengths=[1]", "Fix:"]),
     ("evaluate", ["experiment_name=x", "filter='params.scorer = dot'"], ["not MLflow search syntax", "Fix:"]),
     ("evaluate", ["experiment_name=x", "filter=params.a = "], ["an override cannot be parsed", "Fix:"]),
@@ -375,7 +379,7 @@ CLI = [
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("script", "overrides", "fragments"), CLI, ids=[f"{s} {' '.join(o)}" for s, o, _ in CLI])
-def test_a_bad_config_exits_2_with_one_message_and_creates_no_store(script, overrides, fragments, tmp_path):
+def test_a_bad_config_exits_2_with_one_message_and_creates_no_store_or_folder(script, overrides, fragments, tmp_path):
     path = EVALUATE_PY if script == "evaluate" else None
     args = [*overrides, *(outputs_under(tmp_path) if path is None else
                           [f"mlflow.tracking_uri=sqlite:///{tmp_path}/mlflow.db", f"hydra.run.dir={tmp_path}/out"])]
@@ -385,6 +389,7 @@ def test_a_bad_config_exits_2_with_one_message_and_creates_no_store(script, over
     for fragment in fragments:
         assert fragment in proc.stderr, proc.stderr[-3000:]
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
+    assert not (tmp_path / "out").exists()  # Hydra's run folder: the command stopped before Hydra ran
 
 
 @pytest.mark.slow
