@@ -12,8 +12,7 @@ signature once torch and Lightning are imported (``attnseq.training.validation``
 
 from __future__ import annotations
 
-import difflib
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, create_model
 
@@ -22,11 +21,10 @@ from attnseq.data.tasks import TASKS, dataset_union
 from attnseq.model.config import ModelGroup
 from attnseq.model.conventions import DECODER_CONVENTIONS
 from attnseq.model.encoders import ENCODER_KINDS
-from attnseq.problems import LengthRange, Text, What
+from attnseq.problems import LengthRange, Text
 
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
-CountOrFraction = Annotated[NonNegativeInt | Annotated[float, Field(ge=0, le=1)],
-                            What("a whole number of batches ≥ 0 or a fraction in [0, 1]")]
+CountOrFraction = NonNegativeInt | Annotated[float, Field(ge=0, le=1)]  # batches, or a fraction of them
 
 
 class Group(BaseModel):
@@ -35,16 +33,14 @@ class Group(BaseModel):
 
 class Optimizer(Group):
     target: Text = Field(alias="_target_", description="the optimizer class", examples=["torch.optim.Adam"])
-    partial: Annotated[Literal[True], What("true (the model's parameters are passed later)")] = Field(
-        alias="_partial_", examples=[True])
+    partial: Literal[True] = Field(alias="_partial_", description="the model's parameters are passed later")
     lr: PositiveFloat | None = Field(None, description="the learning rate", examples=[0.003])
 
 
 class Scheduler(Group):
     target: Text = Field(alias="_target_", description="stepped once per epoch; scheduler=null: a constant rate",
                          examples=["torch.optim.lr_scheduler.ExponentialLR"])
-    partial: Annotated[Literal[True], What("true (the optimizer is passed later)")] = Field(
-        alias="_partial_", examples=[True])
+    partial: Literal[True] = Field(alias="_partial_", description="the optimizer is passed later")
     gamma: PositiveFloat | None = Field(None, description="the rate's factor per epoch (above 1 it grows)",
                                         examples=[0.6])
 
@@ -104,15 +100,13 @@ class Trainer(Group):
 
     max_epochs: PositiveInt | None = Field(None, description="epochs to train", examples=[5])
     min_epochs: NonNegativeInt | None = Field(None, examples=[1])
-    max_steps: Annotated[int, Field(ge=-1), What("a whole number ≥ 1, or -1 (no limit)")] = Field(-1, examples=[-1])
+    max_steps: int = Field(-1, ge=-1, examples=[-1])  # -1: no limit
     log_every_n_steps: PositiveInt | None = Field(None, examples=[50])
     check_val_every_n_epoch: PositiveInt | None = Field(None, examples=[1])
     accumulate_grad_batches: PositiveInt | None = Field(None, examples=[1])
     gradient_clip_val: Annotated[float, Field(ge=0)] | None = Field(None, examples=[1.0])
-    num_sanity_val_steps: Annotated[int, Field(ge=-1), What("a whole number ≥ 0, or -1 (all batches)")] | None = \
-        Field(None, examples=[2])
-    fast_dev_run: Annotated[bool | PositiveInt, What("true, false or a whole number of batches ≥ 1")] = \
-        Field(False, examples=[True])
+    num_sanity_val_steps: Annotated[int, Field(ge=-1)] | None = Field(None, examples=[2])  # -1: all
+    fast_dev_run: bool | PositiveInt = Field(False, examples=[True])
     overfit_batches: CountOrFraction = Field(0, examples=[4])
     limit_train_batches: CountOrFraction | None = Field(None, examples=[1.0])
     limit_val_batches: CountOrFraction | None = Field(None, examples=[1.0])
@@ -157,6 +151,7 @@ def train_config_model() -> type[TrainBase]:
 
 
 _MODELS: dict[tuple, type[TrainBase]] = {}
+HANDED_ON = (Trainer, Optimizer, Scheduler)  # their other keys: the callable's signature (stage two)
 TrainConfig = TrainBase  # the type to annotate with; its instances come from train_config_model()
 
 
@@ -188,20 +183,3 @@ class EvalConfig(Group):
     threads: PositiveInt | None = Field(description="torch CPU threads; null = every core", examples=[1])
     mlflow: Mlflow
     paths: Paths
-
-
-def near_misses(model: type[BaseModel], data: Any, prefix: str = "") -> list[tuple[str, str]]:
-    """``(added key, the key it is a typo of)`` for each key of ``data`` that ``model`` (and its
-    groups) do not have but have one very like; keys of the groups handed on are not judged here."""
-    if not (isinstance(data, dict) and isinstance(model, type) and issubclass(model, BaseModel)
-            and model.model_config.get("extra") == "allow") or model in (Trainer, Optimizer, Scheduler):
-        return []
-    known = {field.alias or name: field for name, field in model.model_fields.items()}
-    found = []
-    for key, value in data.items():
-        if key in known:
-            found += near_misses(known[key].annotation, value, f"{prefix}{key}.")
-        else:
-            match = difflib.get_close_matches(key, list(known), n=1, cutoff=0.8)
-            found += [(f"{prefix}{key}", f"{prefix}{match[0]}")] if match else []
-    return found
