@@ -92,7 +92,7 @@ def walk(model: Any, data: Any, loc: Sequence[Any]) -> tuple[list[str], Any, Fie
     out), the value there, its field and the model holding it."""
     path, value, field, owner, annotation = [], data, None, None, model
     for part in loc:
-        models = _models(annotation)
+        models = models_in(annotation)
         tagged = [m for m in models if getattr(m, "choice_name", lambda: None)() == part]
         if tagged:  # a discriminated union's tag
             annotation = tagged[0]
@@ -106,18 +106,18 @@ def walk(model: Any, data: Any, loc: Sequence[Any]) -> tuple[list[str], Any, Fie
     return path, value, field, owner
 
 
-def _models(annotation: Any) -> list[type[BaseModel]]:
+def models_in(annotation: Any) -> list[type[BaseModel]]:
     """The pydantic models an annotation is or holds (a union's, an ``Annotated``'s, an optional's)."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return [annotation]
-    return [m for arg in typing.get_args(annotation) for m in _models(arg)]
+    return [m for arg in typing.get_args(annotation) for m in models_in(arg)]
 
 
 def one(item: dict, key: str, value: Any, field: FieldInfo | None, owner: Any, unset: Sequence[str]) -> ConfigError:
     kind, (group, _, name) = item["type"], key.rpartition(".")
     if kind == "union_tag_invalid":
         try:
-            _models(field.annotation)[0].registry.lookup(item["ctx"]["tag"])
+            models_in(field.annotation)[0].registry.lookup(item["ctx"]["tag"])
         except ConfigError as error:
             return error
     example = shown(example_of(field, item))
@@ -166,7 +166,7 @@ def describe(annotation: Any, field: FieldInfo | None = None) -> str:
     ``PositiveInt | None`` → "a whole number ≥ 1, or null"."""
     meta = [Field(json_schema_extra=field.json_schema_extra), *field.metadata] if field is not None else [Field()]
     try:
-        config = None if _models(annotation) else ConfigDict(arbitrary_types_allowed=True)
+        config = None if models_in(annotation) else ConfigDict(arbitrary_types_allowed=True)
         return words(TypeAdapter(Annotated[(annotation, *meta)], config=config).json_schema())
     except Exception:  # noqa: BLE001 - a type with no JSON schema
         return "a valid value"
