@@ -55,10 +55,6 @@ def raise_all(problems: Sequence[ConfigError]) -> None:
 
 def shown(value: Any) -> str:
     """A value as the command line writes it: ``null``, ``true``, ``''``, ``[1, 2]``."""
-    if type(value).__module__.startswith("omegaconf"):  # a DictConfig or ListConfig
-        from omegaconf import OmegaConf
-
-        value = OmegaConf.to_container(value, resolve=True)
     if value is None or isinstance(value, bool):
         return {None: "null", True: "true", False: "false"}[value]
     if isinstance(value, str):
@@ -68,22 +64,22 @@ def shown(value: Any) -> str:
     return str(value)
 
 
-def validated(model: Any, data: Any, prefix: str = "", unset: Sequence[str] = ()) -> Any:
+def validated(model: Any, data: Any, prefix: str = "") -> Any:
     """``data`` validated by ``model`` (a model class or a union), or ``ConfigError`` naming every problem."""
     try:
         return TypeAdapter(model).validate_python(data)
     except ValidationError as error:
-        problems = told(error, model, data, prefix, unset)
+        problems = told(error, model, data, prefix)
     raise_all(problems)
 
 
-def told(error: ValidationError, model: Any, data: Any, prefix: str = "", unset: Sequence[str] = ()) -> list:
+def told(error: ValidationError, model: Any, data: Any, prefix: str = "") -> list[ConfigError]:
     """Each of pydantic's errors as a ``ConfigError`` in the user's keys, one per key."""
     problems: dict[str, ConfigError] = {}
     for item in error.errors():
         path, value, field, owner = walk(model, data, item["loc"])
         key = ".".join([prefix] * bool(prefix) + path)
-        problems[key] = problems.get(key) or one(item, key, value, field, owner, unset)
+        problems[key] = problems.get(key) or one(item, key, value, field, owner)
     return list(problems.values())
 
 
@@ -113,7 +109,7 @@ def models_in(annotation: Any) -> list[type[BaseModel]]:
     return [m for arg in typing.get_args(annotation) for m in models_in(arg)]
 
 
-def one(item: dict, key: str, value: Any, field: FieldInfo | None, owner: Any, unset: Sequence[str]) -> ConfigError:
+def one(item: dict, key: str, value: Any, field: FieldInfo | None, owner: Any) -> ConfigError:
     kind, (group, _, name) = item["type"], key.rpartition(".")
     if kind == "union_tag_invalid":
         try:
@@ -121,14 +117,9 @@ def one(item: dict, key: str, value: Any, field: FieldInfo | None, owner: Any, u
         except ConfigError as error:
             return error
     example = shown(example_of(field, item))
-    if kind == "missing" and str(item["loc"][-1]) != name:  # an item of a list or tuple
-        kind = "too_short"
-    if kind == "missing" and key in unset:
-        return ConfigError(f"{key} is not set (???), and this config needs it.",
-                           f"add it on the command line, e.g. {key}={example}.")
-    if kind == "missing":
-        return ConfigError(f"{key} is missing from the config (was it deleted with ~{key}?).",
-                           f"keep it, e.g. {key}={example}.")
+    if kind == "missing" and str(item["loc"][-1]) == name:  # not an item of a list or tuple
+        return ConfigError(f"{key} is missing: this config needs it (it is ??? or was deleted with ~{key}).",
+                           f"set it, e.g. {key}={example}.")
     if kind == "extra_forbidden":
         known = [f.alias or n for n, f in owner.model_fields.items()]
         choice, registry = getattr(owner, "choice_name", lambda: None)(), getattr(owner, "registry", None)

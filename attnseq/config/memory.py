@@ -60,21 +60,18 @@ class MemoryBudget(NamedTuple):
         return f"this machine's {_size(self.host)} of memory{device}"
 
 
-def physical_memory() -> int | None:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # the platform does not say
-        return None
-
-
 def on_accelerator(cfg: Any) -> bool:
     return str(getattr(cfg.trainer, "accelerator", "cpu")) in ("gpu", "cuda")
 
 
-def memory_budget(cfg: Any) -> MemoryBudget | None:
-    """The host's memory; None on an accelerator (stage two reads its memory once torch is imported)."""
-    host = physical_memory()
-    return MemoryBudget(host) if host and not on_accelerator(cfg) else None
+def memory_budget(cfg: Any, device: int | None = None) -> MemoryBudget | None:
+    """This machine's memory (None where the platform does not say), with the accelerator's ``device``
+    memory; None on an accelerator whose memory is not given (stage two reads it once torch is imported)."""
+    try:
+        host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+    return None if device is None and on_accelerator(cfg) else MemoryBudget(host, device)
 
 
 def check_memory(cfg: Any, budget: MemoryBudget | None = None) -> None:

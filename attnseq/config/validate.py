@@ -25,10 +25,10 @@ AT_RUN_TIME = "<set by Hydra at run time>"  # a ${hydra:...} value in a config c
 
 def validate_train(cfg: DictConfig) -> TrainBase:
     """The typed ``TrainConfig`` of a composed ``conf/train.yaml``, or ``ConfigError`` naming every problem."""
-    data, unset, problems = plain(cfg)
+    data, problems = plain(cfg)
     if isinstance(data.get("plugins"), list) and all(isinstance(p, str) for p in data["plugins"]):
         import_plugins(data["plugins"])
-    return _validated(train_config_model(), data, unset, problems)
+    return _validated(train_config_model(), data, problems)
 
 
 def validate_evaluate(cfg: DictConfig) -> EvalConfig:
@@ -36,14 +36,14 @@ def validate_evaluate(cfg: DictConfig) -> EvalConfig:
     return _validated(EvalConfig, *plain(cfg))
 
 
-def _validated(model: type, data: dict, unset: list[str], problems: list[ConfigError]):
+def _validated(model: type, data: dict, problems: list[ConfigError]):
     problems += [ConfigError(f"{key} is not read by attnseq. Did you mean {match}?",
                              f"use {match}=<value> (without +), and drop {key}, e.g. ~{key}.")
                  for key, match in near_misses(model, data)]
     try:
         typed = model.model_validate(data)
     except ValidationError as error:
-        typed, problems = None, problems + told(error, model, data, unset=unset)
+        typed, problems = None, problems + told(error, model, data)
     if isinstance(typed, TrainBase):
         problems += architecture_problems(typed.model, typed.encoder, typed.scorer, typed.decoder)
         problems += metric_problems(typed)
@@ -107,14 +107,12 @@ def metric_problems(cfg: TrainBase) -> list[ConfigError]:
     return problems
 
 
-def plain(node: DictConfig, prefix: str = "") -> tuple[dict[str, Any], list[str], list[ConfigError]]:
-    """A composed config as plain values, with the keys left unset (``???``) and the values that cannot
-    be resolved (each a problem); a ``${hydra:...}`` value without a Hydra run reads ``AT_RUN_TIME``."""
-    values, unset, problems = {}, [], []
+def plain(node: DictConfig, prefix: str = "") -> tuple[dict[str, Any], list[ConfigError]]:
+    """A composed config as plain values (a key left ``???`` left out, so that it reads as missing), and
+    the values that cannot be resolved, each a problem; ``${hydra:...}`` without a Hydra run reads ``AT_RUN_TIME``."""
+    values, problems = {}, []
     for key in node:
-        dotted = f"{prefix}{key}"
-        if dotted == "hydra" or OmegaConf.is_missing(node, key):  # Hydra's own settings; a key left unset
-            unset += [dotted] * (dotted != "hydra")
+        if f"{prefix}{key}" == "hydra" or OmegaConf.is_missing(node, key):  # Hydra's own settings; a key unset
             continue
         try:
             value = node[key]
@@ -123,13 +121,13 @@ def plain(node: DictConfig, prefix: str = "") -> tuple[dict[str, Any], list[str]
             if isinstance(raw, str) and "${hydra:" in raw:
                 values[key] = AT_RUN_TIME
             else:
-                problems.append(ConfigError(f"{dotted}={raw} cannot be resolved: {str(error).splitlines()[0]}",
-                                            f"set {dotted} to a plain value, or make what it refers to exist "
+                problems.append(ConfigError(f"{prefix}{key}={raw} cannot be resolved: {str(error).splitlines()[0]}",
+                                            f"set {prefix}{key} to a plain value, or make what it refers to exist "
                                             "(e.g. the environment variable)."))
             continue
         if isinstance(value, DictConfig):
-            values[key], more_unset, more = plain(value, f"{dotted}.")
-            unset, problems = unset + more_unset, problems + more
+            values[key], more = plain(value, f"{prefix}{key}.")
+            problems += more
         else:
             values[key] = OmegaConf.to_container(value, resolve=True) if isinstance(value, ListConfig) else value
-    return values, unset, problems
+    return values, problems

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from pydantic import ConfigDict, Field, ValidationError, create_model
 
-from attnseq.config.memory import MemoryBudget, check_memory, on_accelerator, physical_memory
+from attnseq.config.memory import check_memory, memory_budget, on_accelerator
 from attnseq.config.models import TrainBase
 from attnseq.errors import ConfigError
 from attnseq.problems import raise_all, shown, told
@@ -56,7 +56,7 @@ def check_handed_on(cfg: TrainBase) -> None:
         raise ConfigError(f"the optimizer or scheduler config is rejected: {error}",
                           "fix the optimizer.* / scheduler.* value it names, e.g. optimizer.lr=0.001.") from None
     if on_accelerator(cfg) and torch.cuda.is_available():
-        check_memory(cfg, MemoryBudget(physical_memory() or 0, torch.cuda.get_device_properties(0).total_memory))
+        check_memory(cfg, memory_budget(cfg, torch.cuda.get_device_properties(0).total_memory))
 
 
 def arguments(group: Any) -> dict[str, Any]:
