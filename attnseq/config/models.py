@@ -1,14 +1,8 @@
 """The typed configs of ``conf/train.yaml`` and ``conf/evaluate.yaml``: each key's type, range and
-meaning on one line (the yaml holds the defaults). The encoder, scorer, decoder and dataset groups
-are the registered choices' own settings models, picked by a discriminated union on their name
-(``train_config_model`` builds it after ``plugins`` registered theirs). Torch-free.
-
-Groups attnseq owns accept a key added with ``+`` (``+tracking.api_token=…``: only the run's params
-read it) unless it is a near-miss of one they have (``+model.dropuot=0.1``: ``near_misses``); the
-choices' settings reject any key they do not have. ``trainer.*``, ``optimizer.*`` and
-``scheduler.*`` are handed on as arguments, so their other keys are checked against the callable's
-signature once torch and Lightning are imported (``attnseq.training.validation``).
-"""
+meaning on one line (the yaml holds the defaults). The encoder, scorer, decoder and dataset groups are
+the registered choices' own settings, a discriminated union on their name (``train_config_model``).
+attnseq's own groups take a key added with ``+`` (only the run's params read it); the groups handed on
+as arguments (``HANDED_ON``) are checked against their callable's signature in stage two. Torch-free."""
 
 from __future__ import annotations
 
@@ -96,7 +90,7 @@ class Paths(Group):
 
 
 class Trainer(Group):
-    """``lightning.Trainer``'s arguments; these also need a sensible range (the others: its signature)."""
+    """The ``lightning.Trainer`` arguments that need a sensible range (the others: its signature)."""
 
     max_epochs: PositiveInt | None = Field(None, description="epochs to train", examples=[5])
     min_epochs: NonNegativeInt | None = Field(None, examples=[1])
