@@ -79,7 +79,7 @@ def told(error: ValidationError, model: Any, data: Any, prefix: str = "") -> lis
     for item in error.errors():
         path, value, field, owner = walk(model, data, item["loc"])
         key = ".".join([prefix] * bool(prefix) + path)
-        problems[key] = problems.get(key) or one(item, key, value, field, owner)
+        problems[key] = problems.get(key) or one(item, key, value, field, owner, field.annotation if field else model)
     return list(problems.values())
 
 
@@ -109,11 +109,11 @@ def models_in(annotation: Any) -> list[type[BaseModel]]:
     return [m for arg in typing.get_args(annotation) for m in models_in(arg)]
 
 
-def one(item: dict, key: str, value: Any, field: FieldInfo | None, owner: Any) -> ConfigError:
+def one(item: dict, key: str, value: Any, field: FieldInfo | None, owner: Any, annotation: Any) -> ConfigError:
     kind, (group, _, name) = item["type"], key.rpartition(".")
-    if kind == "union_tag_invalid":
+    if kind == "union_tag_invalid":  # a choice's name: the registry says which it knows
         try:
-            models_in(field.annotation)[0].registry.lookup(item["ctx"]["tag"])
+            models_in(annotation)[0].registry.lookup(item["ctx"]["tag"])
         except ConfigError as error:
             return error
     example = shown(example_of(field, item))
