@@ -118,8 +118,8 @@ def one(item: dict, key: str, value: Any, field: FieldInfo | None, owner: Any, a
             return error
     example = shown(example_of(field, item))
     if kind == "missing" and str(item["loc"][-1]) == name:  # not an item of a list or tuple
-        return ConfigError(f"{key} is missing: this config needs it (it is ??? or was deleted with ~{key}).",
-                           f"set it, e.g. {key}={example}.")
+        return ConfigError(f"{key} is missing (left ??? or deleted with ~{key}), and this config needs it.",
+                           f"set it on the command line, e.g. {key}={example}.")
     if kind == "extra_forbidden":
         known = [f.alias or n for n, f in owner.model_fields.items()]
         choice, registry = getattr(owner, "choice_name", lambda: None)(), getattr(owner, "registry", None)
