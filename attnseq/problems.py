@@ -67,7 +67,7 @@ def shown(value: Any) -> str:
 def validated(model: Any, data: Any, prefix: str = "") -> Any:
     """``data`` validated by ``model`` (a model class or a union), or ``ConfigError`` naming every problem."""
     try:
-        return TypeAdapter(model).validate_python(data)
+        return model.model_validate(data) if models_in(model) == [model] else TypeAdapter(model).validate_python(data)
     except ValidationError as error:
         problems = told(error, model, data, prefix)
     raise_all(problems)

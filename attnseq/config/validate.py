@@ -5,10 +5,11 @@ those libraries, is ``attnseq.training.validation``."""
 from __future__ import annotations
 
 import difflib
+from types import SimpleNamespace
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from attnseq.attention.settings import NO_ATTENTION
 from attnseq.config.memory import check_memory, memory_budget
@@ -21,6 +22,7 @@ from attnseq.problems import raise_all, shown, told
 from attnseq.registry import closest, did_you_mean, import_plugins
 
 AT_RUN_TIME = "<set by Hydra at run time>"  # a ${hydra:...} value in a config composed without a Hydra run
+METRIC_KEYS = ("dataset", "scorer", "training", "checkpoint", "optimized_metric")  # what metric_problems reads
 
 
 def validate_train(cfg: DictConfig) -> TrainBase:
@@ -44,6 +46,10 @@ def _validated(model: type, data: dict, problems: list[ConfigError]):
         typed = model.model_validate(data)
     except ValidationError as error:
         typed, problems = None, problems + told(error, model, data)
+        if issubclass(model, TrainBase) and not {item["loc"][0] for item in error.errors()} & set(METRIC_KEYS):
+            view = {key: TypeAdapter(model.model_fields[key].annotation).validate_python(data[key])
+                    for key in METRIC_KEYS}  # what the monitored metrics need is sound: judge them all the same
+            problems += metric_problems(SimpleNamespace(**view))
     if isinstance(typed, TrainBase):
         problems += architecture_problems(typed.model, typed.encoder, typed.scorer, typed.decoder)
         problems += metric_problems(typed)
