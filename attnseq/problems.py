@@ -121,7 +121,7 @@ def one(item: dict, key: str, value: Any, field: FieldInfo | None, owner: Any, a
         return ConfigError(f"{key} is missing (left ??? or deleted with ~{key}), and this config needs it.",
                            f"set it on the command line, e.g. {key}={example}.")
     if kind == "extra_forbidden":
-        known = [f.alias or n for n, f in owner.model_fields.items()]
+        known = [f.alias or n for n, f in getattr(owner, "model_fields", {}).items()]
         choice, registry = getattr(owner, "choice_name", lambda: None)(), getattr(owner, "registry", None)
         whose = f"{registry.key.partition('.')[0] if registry.names_options else registry.key}={choice}" if choice \
             else f"this {group or 'config'}"
