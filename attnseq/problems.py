@@ -64,22 +64,23 @@ def shown(value: Any) -> str:
     return str(value)
 
 
-def validated(model: Any, data: Any, prefix: str = "") -> Any:
+def validated(model: Any, data: Any, prefix: str = "", unset: Sequence[str] = ()) -> Any:
     """``data`` validated by ``model`` (a model class or a union), or ``ConfigError`` naming every problem."""
     try:
         return model.model_validate(data) if models_in(model) == [model] else TypeAdapter(model).validate_python(data)
     except ValidationError as error:
-        problems = told(error, model, data, prefix)
+        problems = told(error, model, data, prefix, unset)
     raise_all(problems)
 
 
-def told(error: ValidationError, model: Any, data: Any, prefix: str = "") -> list[ConfigError]:
-    """Each of pydantic's errors as a ``ConfigError`` in the user's keys, one per key."""
+def told(error: ValidationError, model: Any, data: Any, prefix: str = "", unset: Sequence[str] = ()) -> list:
+    """Each of pydantic's errors as a ``ConfigError`` in the user's keys, one per key (``unset``: left ``???``)."""
     problems: dict[str, ConfigError] = {}
     for item in error.errors():
         path, value, field, owner = walk(model, data, item["loc"])
         key = ".".join([prefix] * bool(prefix) + path)
-        problems[key] = problems.get(key) or one(item, key, value, field, owner, field.annotation if field else model)
+        problems[key] = problems.get(key) or one(item, key, value, field, owner, field.annotation if field else model,
+                                                 key in unset)
     return list(problems.values())
 
 
@@ -109,7 +110,8 @@ def models_in(annotation: Any) -> list[type[BaseModel]]:
     return [m for arg in typing.get_args(annotation) for m in models_in(arg)]
 
 
-def one(item: dict, key: str, value: Any, field: FieldInfo | None, owner: Any, annotation: Any) -> ConfigError:
+def one(item: dict, key: str, value: Any, field: FieldInfo | None, owner: Any, annotation: Any,
+        unset: bool = False) -> ConfigError:
     kind, (group, _, name) = item["type"], key.rpartition(".")
     if kind == "union_tag_invalid":  # a choice's name: the registry says which it knows
         try:
@@ -117,9 +119,12 @@ def one(item: dict, key: str, value: Any, field: FieldInfo | None, owner: Any, a
         except ConfigError as error:
             return error
     example = shown(example_of(field, item))
-    if kind == "missing" and str(item["loc"][-1]) == name:  # not an item of a list or tuple
-        return ConfigError(f"{key} is missing (left ??? or deleted with ~{key}), and this config needs it.",
-                           f"set it on the command line, e.g. {key}={example}.")
+    if kind == "missing" and str(item["loc"][-1]) == name and unset:  # not an item of a list or tuple
+        return ConfigError(f"{key} is not set (???), and this config needs it.",
+                           f"add it on the command line, e.g. {key}={example}.")
+    if kind == "missing" and str(item["loc"][-1]) == name:
+        return ConfigError(f"{key} is missing from the config (was it deleted with ~{key}?).",
+                           f"keep it, e.g. {key}={example}.")
     if kind == "extra_forbidden":
         known = [f.alias or n for n, f in getattr(owner, "model_fields", {}).items()]
         choice, registry = getattr(owner, "choice_name", lambda: None)(), getattr(owner, "registry", None)

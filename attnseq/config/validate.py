@@ -27,10 +27,10 @@ METRIC_KEYS = ("dataset", "scorer", "training", "checkpoint", "optimized_metric"
 
 def validate_train(cfg: DictConfig) -> TrainBase:
     """The typed ``TrainConfig`` of a composed ``conf/train.yaml``, or ``ConfigError`` naming every problem."""
-    data, problems = plain(cfg)
+    data, unset, problems = plain(cfg)
     if isinstance(data.get("plugins"), list) and all(isinstance(p, str) for p in data["plugins"]):
         import_plugins(data["plugins"])
-    return _validated(train_config_model(), data, problems)
+    return _validated(train_config_model(), data, unset, problems)
 
 
 def validate_evaluate(cfg: DictConfig) -> EvalConfig:
@@ -38,14 +38,14 @@ def validate_evaluate(cfg: DictConfig) -> EvalConfig:
     return _validated(EvalConfig, *plain(cfg))
 
 
-def _validated(model: type, data: dict, problems: list[ConfigError]):
+def _validated(model: type, data: dict, unset: list[str], problems: list[ConfigError]):
     problems += [ConfigError(f"{key} is not read by attnseq. Did you mean {match}?",
                              f"use {match}=<value> (without +), and drop {key}, e.g. ~{key}.")
                  for key, match in near_misses(model, data)]
     try:
         typed = model.model_validate(data)
     except ValidationError as error:
-        typed, problems = None, problems + told(error, model, data)
+        typed, problems = None, problems + told(error, model, data, unset=unset)
         if issubclass(model, TrainBase) and not {item["loc"][0] for item in error.errors()} & set(METRIC_KEYS):
             view = {key: TypeAdapter(model.model_fields[key].annotation).validate_python(data[key])
                     for key in METRIC_KEYS}  # what the monitored metrics need is sound: judge them all the same
@@ -113,12 +113,15 @@ def metric_problems(cfg: TrainBase) -> list[ConfigError]:
     return problems
 
 
-def plain(node: DictConfig, prefix: str = "") -> tuple[dict[str, Any], list[ConfigError]]:
-    """A composed config as plain values (a key left ``???`` left out, so that it reads as missing), and
-    the values that cannot be resolved, each a problem; ``${hydra:...}`` without a Hydra run reads ``AT_RUN_TIME``."""
-    values, problems = {}, []
+def plain(node: DictConfig, prefix: str = "") -> tuple[dict[str, Any], list[str], list[ConfigError]]:
+    """A composed config as plain values, the keys left ``???`` (left out: they read as missing), and the
+    values that cannot be resolved, each a problem; ``${hydra:...}`` without a Hydra run reads ``AT_RUN_TIME``."""
+    values, unset, problems = {}, [], []
     for key in node:
-        if f"{prefix}{key}" == "hydra" or OmegaConf.is_missing(node, key):  # Hydra's own settings; a key unset
+        if f"{prefix}{key}" == "hydra":  # Hydra's own settings (a config composed with return_hydra_config)
+            continue
+        if OmegaConf.is_missing(node, key):
+            unset.append(f"{prefix}{key}")
             continue
         try:
             value = node[key]
@@ -132,8 +135,8 @@ def plain(node: DictConfig, prefix: str = "") -> tuple[dict[str, Any], list[Conf
                                             "(e.g. the environment variable)."))
             continue
         if isinstance(value, DictConfig):
-            values[key], more = plain(value, f"{prefix}{key}.")
-            problems += more
+            values[key], more_unset, more = plain(value, f"{prefix}{key}.")
+            unset, problems = unset + more_unset, problems + more
         else:
             values[key] = OmegaConf.to_container(value, resolve=True) if isinstance(value, ListConfig) else value
-    return values, problems
+    return values, unset, problems
