@@ -15,10 +15,11 @@ from attnseq.data.tasks import TASKS, dataset_union
 from attnseq.model.config import ModelGroup
 from attnseq.model.conventions import DECODER_CONVENTIONS
 from attnseq.model.encoders import ENCODER_KINDS
-from attnseq.problems import LengthRange, Text
+from attnseq.problems import LengthRange, Text, What
 
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
-CountOrFraction = NonNegativeInt | Annotated[float, Field(ge=0, le=1)]  # batches, or a fraction of them
+CountOrFraction = Annotated[NonNegativeInt | Annotated[float, Field(ge=0, le=1)],
+                            What("a whole number of batches ≥ 0 or a fraction in [0, 1]")]
 
 
 class Group(BaseModel):
@@ -27,14 +28,16 @@ class Group(BaseModel):
 
 class Optimizer(Group):
     target: Text = Field(alias="_target_", description="the optimizer class", examples=["torch.optim.Adam"])
-    partial: Literal[True] = Field(alias="_partial_", description="the model's parameters are passed later")
+    partial: Annotated[Literal[True], What("true (the model's parameters are passed later)")] = Field(
+        alias="_partial_", examples=[True])
     lr: PositiveFloat | None = Field(None, description="the learning rate", examples=[0.003])
 
 
 class Scheduler(Group):
     target: Text = Field(alias="_target_", description="stepped once per epoch; scheduler=null: a constant rate",
                          examples=["torch.optim.lr_scheduler.ExponentialLR"])
-    partial: Literal[True] = Field(alias="_partial_", description="the optimizer is passed later")
+    partial: Annotated[Literal[True], What("true (the optimizer is passed later)")] = Field(
+        alias="_partial_", examples=[True])
     gamma: PositiveFloat | None = Field(None, description="the rate's factor per epoch (above 1 it grows)",
                                         examples=[0.6])
 
@@ -94,13 +97,15 @@ class Trainer(Group):
 
     max_epochs: PositiveInt | None = Field(None, description="epochs to train", examples=[5])
     min_epochs: NonNegativeInt | None = Field(None, examples=[1])
-    max_steps: int = Field(-1, ge=-1, examples=[-1])  # -1: no limit
+    max_steps: Annotated[int, Field(ge=-1), What("a whole number ≥ 1, or -1 (no limit)")] = Field(-1, examples=[-1])
     log_every_n_steps: PositiveInt | None = Field(None, examples=[50])
     check_val_every_n_epoch: PositiveInt | None = Field(None, examples=[1])
     accumulate_grad_batches: PositiveInt | None = Field(None, examples=[1])
     gradient_clip_val: Annotated[float, Field(ge=0)] | None = Field(None, examples=[1.0])
-    num_sanity_val_steps: Annotated[int, Field(ge=-1)] | None = Field(None, examples=[2])  # -1: all
-    fast_dev_run: bool | PositiveInt = Field(False, examples=[True])
+    num_sanity_val_steps: Annotated[int, Field(ge=-1), What("a whole number ≥ 0, or -1 (all batches)")] | None = \
+        Field(None, examples=[2])
+    fast_dev_run: Annotated[bool | PositiveInt, What("true, false or a whole number of batches ≥ 1")] = \
+        Field(False, examples=[True])
     overfit_batches: CountOrFraction = Field(0, examples=[4])
     limit_train_batches: CountOrFraction | None = Field(None, examples=[1.0])
     limit_val_batches: CountOrFraction | None = Field(None, examples=[1.0])
