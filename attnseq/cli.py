@@ -316,6 +316,6 @@ def quiet_libraries() -> Callable[[], None]:
     return undo
 
 
-# -- --help: attnseq.config.help (the typed config's field descriptions) -----------------------------
+# -- --help: attnseq.cli_help (the typed config's field descriptions) ------------------------------
 
-from attnseq.config.help import HELP_FLAGS, config_help, wants_help  # noqa: E402, F401
+from attnseq.cli_help import HELP_FLAGS, config_help, wants_help  # noqa: E402, F401

@@ -16,7 +16,7 @@ from cli_helpers import REPO, all_runs, clean_env, explain, outputs_under, run_c
 from mlflow.tracking import MlflowClient
 
 from attnseq.attention.settings import ScorerSettings
-from attnseq.config.help import config_help
+from attnseq.cli_help import config_help
 from attnseq.data.tasks import TASKS
 from attnseq.model.conventions import DECODER_CONVENTIONS
 from attnseq.model.encoders import ENCODER_KINDS

@@ -156,17 +156,17 @@ def test_the_default_config_and_every_learning_rate_schedule_step_are_accepted(t
 
 
 def test_every_problem_is_reported_at_once_each_with_its_key_and_fix(tmp_path):
-    cfg = compose_config("train", ["model.heads=-1", "model.dropout=2", "seed=x", "dataset.bucket_width=0",
-                                   *outputs(tmp_path)])
+    cfg = compose_config("train", ["model.heads=-1", "model.dropout=2", "seed=x", "trainer.max_epochs=0",
+                                   "checkpoint.monitor=val/exact_matc", *outputs(tmp_path)])
     with pytest.raises(ConfigError) as caught:
         validate_train(cfg)
     problems = caught.value.problems
-    keys = {p.problem.split("=")[0] for p in problems}
-    assert keys == {"model.heads", "model.dropout", "seed", "dataset.bucket_width"}
+    keys = {p.problem.split("=")[0] for p in problems}  # the monitored metric too: what it needs is sound
+    assert keys == {"model.heads", "model.dropout", "seed", "trainer.max_epochs", "checkpoint.monitor"}
     for p in problems:
         key, value = p.problem.split(" ")[0].split("=")
         assert f"{key}=" in p.fix and value != ""
-    assert str(caught.value).count("Fix:") == 4
+    assert str(caught.value).count("Fix:") == 5
 
 
 def test_stage_one_answers_without_importing_torch_lightning_or_mlflow(tmp_path):

@@ -1,21 +1,10 @@
 """The typed config: ``validate_train``/``validate_evaluate`` turn a composed config into a
-``TrainConfig``/``EvalConfig`` or one ``ConfigError`` naming every problem. Torch-free; names are
-imported on first use (the choices' settings models import ``attnseq.problems``)."""
+``TrainConfig``/``EvalConfig`` or one ``ConfigError`` naming every problem. Torch-free."""
 
-from __future__ import annotations
+from attnseq.config.models import EvalConfig, TrainBase, TrainConfig, train_config_model
+from attnseq.config.validate import logged_metrics, suite_spec, validate_evaluate, validate_train
+from attnseq.problems import shown
+from attnseq.registry import closest, did_you_mean
 
-import importlib
-from typing import Any
-
-_HOMES = {
-    "EvalConfig": "models", "TrainConfig": "models", "shown": "attnseq.problems", "validate_evaluate": "validate",
-    "validate_train": "validate", "closest": "attnseq.registry", "did_you_mean": "attnseq.registry",
-}
-__all__ = sorted(_HOMES)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    home = _HOMES[name]
-    return getattr(importlib.import_module(home if "." in home else f"attnseq.config.{home}"), name)
+__all__ = ["EvalConfig", "TrainBase", "TrainConfig", "closest", "did_you_mean", "logged_metrics", "shown",
+           "suite_spec", "train_config_model", "validate_evaluate", "validate_train"]

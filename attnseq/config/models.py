@@ -1,19 +1,12 @@
 """The typed configs of ``conf/train.yaml`` and ``conf/evaluate.yaml``: each key's type, range and
-meaning on one line (the yaml holds the defaults). The encoder, scorer, decoder and dataset groups
-are the registered choices' own settings models, picked by a discriminated union on their name
-(``train_config_model`` builds it after ``plugins`` registered theirs). Torch-free.
-
-Groups attnseq owns accept a key added with ``+`` (``+tracking.api_token=…``: only the run's params
-read it) unless it is a near-miss of one they have (``+model.dropuot=0.1``: ``near_misses``); the
-choices' settings reject any key they do not have. ``trainer.*``, ``optimizer.*`` and
-``scheduler.*`` are handed on as arguments, so their other keys are checked against the callable's
-signature once torch and Lightning are imported (``attnseq.training.validation``).
-"""
+meaning on one line (the yaml holds the defaults). The encoder, scorer, decoder and dataset groups are
+the registered choices' own settings, a discriminated union on their name (``train_config_model``).
+attnseq's own groups take a key added with ``+`` (only the run's params read it); the groups handed on
+as arguments (``HANDED_ON``) are checked against their callable's signature in stage two. Torch-free."""
 
 from __future__ import annotations
 
-import difflib
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, create_model
 
@@ -100,7 +93,7 @@ class Paths(Group):
 
 
 class Trainer(Group):
-    """``lightning.Trainer``'s arguments; these also need a sensible range (the others: its signature)."""
+    """The ``lightning.Trainer`` arguments that need a sensible range (the others: its signature)."""
 
     max_epochs: PositiveInt | None = Field(None, description="epochs to train", examples=[5])
     min_epochs: NonNegativeInt | None = Field(None, examples=[1])
@@ -157,6 +150,7 @@ def train_config_model() -> type[TrainBase]:
 
 
 _MODELS: dict[tuple, type[TrainBase]] = {}
+HANDED_ON = (Trainer, Optimizer, Scheduler)  # their other keys: the callable's signature (stage two)
 TrainConfig = TrainBase  # the type to annotate with; its instances come from train_config_model()
 
 
@@ -188,20 +182,3 @@ class EvalConfig(Group):
     threads: PositiveInt | None = Field(description="torch CPU threads; null = every core", examples=[1])
     mlflow: Mlflow
     paths: Paths
-
-
-def near_misses(model: type[BaseModel], data: Any, prefix: str = "") -> list[tuple[str, str]]:
-    """``(added key, the key it is a typo of)`` for each key of ``data`` that ``model`` (and its
-    groups) do not have but have one very like; keys of the groups handed on are not judged here."""
-    if not (isinstance(data, dict) and isinstance(model, type) and issubclass(model, BaseModel)
-            and model.model_config.get("extra") == "allow") or model in (Trainer, Optimizer, Scheduler):
-        return []
-    known = {field.alias or name: field for name, field in model.model_fields.items()}
-    found = []
-    for key, value in data.items():
-        if key in known:
-            found += near_misses(known[key].annotation, value, f"{prefix}{key}.")
-        else:
-            match = difflib.get_close_matches(key, list(known), n=1, cutoff=0.8)
-            found += [(f"{prefix}{key}", f"{prefix}{match[0]}")] if match else []
-    return found

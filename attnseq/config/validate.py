@@ -1,18 +1,19 @@
-"""Stage one of checking a composed config: every key attnseq owns, every problem at once, before
-torch, Lightning or MLflow is imported (a typo is answered in well under two seconds), the monitored
-metrics included (their names are declared torch-free, ``attnseq.metrics.declarations``). Stage two,
-the keys handed on to those libraries, is ``attnseq.training.validation``."""
+"""Stage one of checking a composed config, before torch, Lightning or MLflow is imported: every key
+attnseq owns and the monitored metrics, every problem at once. Stage two, the keys handed on to
+those libraries, is ``attnseq.training.validation``."""
 
 from __future__ import annotations
 
+import difflib
+from types import SimpleNamespace
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
-from pydantic import ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from attnseq.attention.settings import NO_ATTENTION
 from attnseq.config.memory import check_memory, memory_budget
-from attnseq.config.models import EvalConfig, TrainBase, near_misses, train_config_model
+from attnseq.config.models import HANDED_ON, EvalConfig, TrainBase, train_config_model
 from attnseq.data.tasks import TASKS
 from attnseq.errors import ConfigError
 from attnseq.metrics.declarations import SuiteSpec, lower_is_better, names
@@ -20,44 +21,41 @@ from attnseq.model.config import architecture_problems
 from attnseq.problems import raise_all, shown, told
 from attnseq.registry import closest, did_you_mean, import_plugins
 
-AT_RUN_TIME = "<set by Hydra at run time>"
-"""What a ``${hydra:...}`` value reads as in a config composed without a Hydra run (a test, a notebook)."""
+AT_RUN_TIME = "<set by Hydra at run time>"  # a ${hydra:...} value in a config composed without a Hydra run
+METRIC_KEYS = ("dataset", "scorer", "training", "checkpoint", "optimized_metric")  # what metric_problems reads
 
 
 def validate_train(cfg: DictConfig) -> TrainBase:
     """The typed ``TrainConfig`` of a composed ``conf/train.yaml``, or ``ConfigError`` naming every problem."""
     data, unset, problems = plain(cfg)
-    plugins = data.get("plugins")
-    if isinstance(plugins, list) and all(isinstance(p, str) for p in plugins):
-        import_plugins(plugins)
+    if isinstance(data.get("plugins"), list) and all(isinstance(p, str) for p in data["plugins"]):
+        import_plugins(data["plugins"])
     return _validated(train_config_model(), data, unset, problems)
 
 
 def validate_evaluate(cfg: DictConfig) -> EvalConfig:
     """The typed ``EvalConfig`` of a composed ``conf/evaluate.yaml``, or ``ConfigError`` naming every problem."""
-    data, unset, problems = plain(cfg)
-    return _validated(EvalConfig, data, unset, problems)
+    return _validated(EvalConfig, *plain(cfg))
 
 
 def _validated(model: type, data: dict, unset: list[str], problems: list[ConfigError]):
     problems += [ConfigError(f"{key} is not read by attnseq. Did you mean {match}?",
                              f"use {match}=<value> (without +), and drop {key}, e.g. ~{key}.")
                  for key, match in near_misses(model, data)]
-    typed = None
     try:
         typed = model.model_validate(data)
     except ValidationError as error:
-        problems += told(error, model, data, unset=unset)
-    if typed is not None and isinstance(typed, TrainBase):
+        typed, problems = None, problems + told(error, model, data, unset=unset)
+        if issubclass(model, TrainBase) and not {item["loc"][0] for item in error.errors()} & set(METRIC_KEYS):
+            view = {key: TypeAdapter(model.model_fields[key].annotation).validate_python(data[key])
+                    for key in METRIC_KEYS}  # what the monitored metrics need is sound: judge them all the same
+            problems += metric_problems(SimpleNamespace(**view))
+    if isinstance(typed, TrainBase):
         problems += architecture_problems(typed.model, typed.encoder, typed.scorer, typed.decoder)
         problems += metric_problems(typed)
-        budget = memory_budget(typed)
-        if budget is not None and not problems:
-            try:
-                check_memory(typed, budget)
-            except ConfigError as error:
-                problems.append(error)
     raise_all(problems)
+    if isinstance(typed, TrainBase):
+        check_memory(typed, memory_budget(typed))
     return typed
 
 
@@ -73,6 +71,18 @@ def logged_metrics(cfg: TrainBase, stage: str = "val") -> list[str]:
     """The epoch metrics ``Seq2SeqLitModule`` logs for ``cfg`` in ``stage`` (val or test), then the
     training ones (``train/loss``, ``train/padding_fraction``: the last two), the plugins' included."""
     return names(suite_spec(cfg, stage)) + names(suite_spec(cfg, "train"))
+
+
+def near_misses(model: Any, data: Any, prefix: str = "") -> list[tuple[str, str]]:
+    """``(key, the key it is a typo of)`` for each key added with ``+`` to a group that takes added keys
+    (``+model.dropuot``); the groups handed on are judged by their callable's signature instead."""
+    if not (isinstance(model, type) and issubclass(model, BaseModel) and isinstance(data, dict)) \
+            or model.model_config.get("extra") != "allow" or model in HANDED_ON:
+        return []
+    known = {field.alias or name: field for name, field in model.model_fields.items()}
+    return [pair for key, value in data.items() for pair in (
+        near_misses(known[key].annotation, value, f"{prefix}{key}.") if key in known else
+        [(f"{prefix}{key}", f"{prefix}{m}") for m in difflib.get_close_matches(key, list(known), n=1, cutoff=0.8)])]
 
 
 def metric_problems(cfg: TrainBase) -> list[ConfigError]:
@@ -104,15 +114,14 @@ def metric_problems(cfg: TrainBase) -> list[ConfigError]:
 
 
 def plain(node: DictConfig, prefix: str = "") -> tuple[dict[str, Any], list[str], list[ConfigError]]:
-    """A composed config as plain values, with the keys left unset (``???``) and the values that cannot
-    be resolved (each a problem); a ``${hydra:...}`` value without a Hydra run reads ``AT_RUN_TIME``."""
+    """A composed config as plain values, the keys left ``???`` (left out: they read as missing), and the
+    values that cannot be resolved, each a problem; ``${hydra:...}`` without a Hydra run reads ``AT_RUN_TIME``."""
     values, unset, problems = {}, [], []
     for key in node:
-        dotted = f"{prefix}{key}"
-        if dotted == "hydra":
-            continue  # Hydra's own settings (a config composed with return_hydra_config)
+        if f"{prefix}{key}" == "hydra":  # Hydra's own settings (a config composed with return_hydra_config)
+            continue
         if OmegaConf.is_missing(node, key):
-            unset.append(dotted)
+            unset.append(f"{prefix}{key}")
             continue
         try:
             value = node[key]
@@ -120,16 +129,14 @@ def plain(node: DictConfig, prefix: str = "") -> tuple[dict[str, Any], list[str]
             raw = OmegaConf.to_container(node, resolve=False)[key]
             if isinstance(raw, str) and "${hydra:" in raw:
                 values[key] = AT_RUN_TIME
-                continue
-            problems.append(ConfigError(
-                f"{dotted}={raw} cannot be resolved: {str(error).splitlines()[0]}",
-                f"set {dotted} to a plain value, or make what it refers to exist (e.g. the environment variable).",
-            ))
+            else:
+                problems.append(ConfigError(f"{prefix}{key}={raw} cannot be resolved: {str(error).splitlines()[0]}",
+                                            f"set {prefix}{key} to a plain value, or make what it refers to exist "
+                                            "(e.g. the environment variable)."))
             continue
         if isinstance(value, DictConfig):
-            values[key], more_unset, more = plain(value, f"{dotted}.")
-            unset += more_unset
-            problems += more
+            values[key], more_unset, more = plain(value, f"{prefix}{key}.")
+            unset, problems = unset + more_unset, problems + more
         else:
             values[key] = OmegaConf.to_container(value, resolve=True) if isinstance(value, ListConfig) else value
     return values, unset, problems

@@ -58,8 +58,8 @@ class BahdanauConvention(DecoderSettings):
     convention: Literal["bahdanau"] = "bahdanau"
     input_feeding: Annotated[None, What(
         "null with decoder=bahdanau (input feeding passes Luong's h̃_{t-1} into the next step; use decoder=luong "
-        "for it)", repair=lambda value: None,
-    )] = Field(None, description="Luong only: the Bahdanau convention has nothing to feed")
+        "for it)",
+    )] = Field(None, description="Luong only: the Bahdanau convention has nothing to feed", examples=[None])
 
     def build(self, attention: nn.Module, **shared: Any) -> nn.Module:
         from attnseq.model.decoders import BahdanauDecoder

@@ -1,0 +1,116 @@
+"""``--help``: the config groups with their options (the first comment of each option's file), and the
+keys of the primary config and its default options with their defaults (the yaml) and meaning (the
+typed config's field descriptions, else the comment on the key's line). Reads the YAML files' text and
+the torch-free settings models: nothing heavy is imported."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+HELP_FLAGS = ("--help", "-h")
+_KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z_][\w-]*):(?P<value>[^#]*?)\s*(?:#\s*(?P<comment>.*))?$")
+
+
+def wants_help(argv: list[str]) -> bool:
+    return any(arg in HELP_FLAGS for arg in argv)
+
+
+def field_descriptions(config_name: str) -> dict[str, str]:
+    """Every dotted key the typed config declares, with its description (the choices' settings included)."""
+    from attnseq.attention.settings import ScorerSettings
+    from attnseq.config.models import EvalConfig, TrainBase
+    from attnseq.data.tasks import TASKS, DatasetKeys
+    from attnseq.model.conventions import DECODER_CONVENTIONS
+    from attnseq.model.encoders import ENCODER_KINDS
+    from attnseq.problems import models_in
+
+    found: dict[str, str] = {}
+
+    def walk(model: type, prefix: str) -> None:
+        for name, field in model.model_fields.items():
+            key, nested = f"{prefix}{field.alias or name}", models_in(field.annotation)
+            if nested:
+                walk(nested[0], f"{key}.")
+            elif field.description:
+                found.setdefault(key, field.description)
+
+    walk(EvalConfig if config_name == "evaluate" else TrainBase, "")
+    if config_name != "evaluate":
+        for group, registry in (("encoder", ENCODER_KINDS), ("scorer", ScorerSettings.registry),
+                                ("decoder", DECODER_CONVENTIONS), ("dataset", TASKS)):
+            for cls in [*registry.values(), *([DatasetKeys] if group == "dataset" else [])]:
+                walk(cls, f"{group}.")
+    return found
+
+
+def config_help(config_name: str, conf_dir: Path = CONF_DIR) -> str:
+    """The config groups with their options and the keys with their defaults and meaning."""
+    primary = conf_dir / f"{config_name}.yaml"
+    meanings = field_descriptions(config_name)
+    lines = [f"python {config_name}.py [key=value ...] [group=option ...]   (-m: a sweep over a,b,c values)", ""]
+    lines += [_leading_comment(primary), ""] if _leading_comment(primary) else []
+    groups = [(group, option) for entry in _defaults(primary) if isinstance(entry, dict)
+              for group, option in entry.items() if not group.startswith(("override", "hydra"))
+              and (conf_dir / group).is_dir()]
+    if groups:
+        lines.append("Config groups (group=option; * = the default):")
+        for group, default in groups:
+            lines.append(f"  {group}:")
+            lines += [f"   {'*' if path.stem == default else ' '} {path.stem:22s} {_leading_comment(path)}".rstrip()
+                      for path in sorted((conf_dir / group).glob("*.yaml"))]
+        lines.append("")
+    keys: dict[str, tuple[str, str]] = {}  # dotted key → (default, meaning); a later file sets the default
+    files = [(primary, "")] + [(path, f"{group}.") for group, default in groups if default not in (None, "null")
+                               for path in _option_files(conf_dir / group, default)]
+    for path, prefix in files:
+        for dotted, value, comment in _keys(path, prefix):
+            earlier = keys.get(dotted, ("", ""))
+            keys[dotted] = (value or earlier[0], meanings.get(dotted) or comment or earlier[1])
+    lines.append("Keys (key=value; the default follows the key):")
+    lines += [f"  {f'{dotted} = {value}' if value else f'{dotted}.*':38s} {meaning}".rstrip()
+              for dotted, (value, meaning) in keys.items()]
+    return "\n".join([*lines, "", f"Every key with its current value: python {config_name}.py --cfg job   "
+                      "(Hydra's own help: --hydra-help)"])
+
+
+def _defaults(path: Path) -> list:
+    return (yaml.safe_load(path.read_text()) or {}).get("defaults") or []
+
+
+def _leading_comment(path: Path) -> str:
+    """The first comment line of a config file that is not a ``# @package`` directive."""
+    for line in path.read_text().splitlines():
+        text = line.strip().lstrip("#").strip()
+        if not line.strip().startswith("#") and line.strip():
+            return ""
+        if text and not text.startswith("@package"):
+            return text
+    return ""
+
+
+def _option_files(group_dir: Path, option: str) -> list[Path]:
+    """An option's file, after the shared files it pulls in (``- base/x@_here_``)."""
+    path = group_dir / f"{option}.yaml"
+    shared = [group_dir / f"{entry.partition('@')[0]}.yaml" for entry in _defaults(path) if isinstance(entry, str)] \
+        if path.is_file() else []
+    return [p for p in shared if p.is_file()] + [path] * path.is_file()
+
+
+def _keys(path: Path, prefix: str) -> list[tuple[str, str, str]]:
+    """``(dotted key, default, comment)`` of each key of a file outside its ``defaults`` and ``hydra``;
+    a section appears (default ``""``) only when a comment says what it is."""
+    found, parents, skipping = [], [], False
+    for match in filter(None, map(_KEY_LINE.match, path.read_text().splitlines())):
+        depth, key = len(match["indent"]) // 2, match["key"]
+        skipping = key in ("defaults", "hydra") if depth == 0 else skipping
+        if skipping or key.startswith("_"):
+            continue
+        parents = parents[:depth] + [key]
+        value, meaning = match["value"].strip(), (match["comment"] or "").strip()
+        if value or meaning:
+            found.append((prefix + ".".join(parents), value, meaning))
+    return found
