@@ -144,13 +144,14 @@ def options_in_readme(group: str) -> set[str]:
 @pytest.mark.parametrize("group", [*REGISTERED, "encoder"])
 def test_help_and_the_readme_list_every_registered_option(group):
     files = {path.stem for path in (CONF / group).glob("*.yaml")}
-    registered = set(REGISTERED[group]) if group in REGISTERED else set()
+    # attnseq's own choices: other tests in this process register plugin choices of their own
+    built_in = {name for name, cls in REGISTERED.get(group, {}).items() if cls.__module__.startswith("attnseq.")}
     if group == "encoder":
         from omegaconf import OmegaConf
 
         kinds = {OmegaConf.load(CONF / group / f"{name}.yaml").get("kind", ENCODER_KINDS.default) for name in files}
-        assert kinds == set(ENCODER_KINDS)  # every kind has an option, every option a kind
-    assert registered <= files  # every registered choice has its yaml
+        assert kinds == {k for k, cls in ENCODER_KINDS.items() if cls.__module__.startswith("attnseq.")}  # one each
+    assert built_in <= files  # every registered choice has its yaml
     assert files <= options_in_help(group), (group, options_in_help(group))
     assert files <= options_in_readme(group), (group, options_in_readme(group))
 

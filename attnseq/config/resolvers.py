@@ -11,6 +11,14 @@ import secrets
 
 from omegaconf import OmegaConf
 
-if not OmegaConf.has_resolver("attnseq.unique"):
-    OmegaConf.register_new_resolver("attnseq.unique", functools.cache(lambda: f"{os.getpid()}-{secrets.token_hex(2)}"),
-                                    use_cache=True)
+UNIQUE_RESOLVER = "attnseq.unique"
+
+
+@functools.cache
+def process_unique() -> str:
+    """A module-level function, not a lambda: a sweep launcher (joblib, submitit) pickles the resolvers."""
+    return f"{os.getpid()}-{secrets.token_hex(2)}"
+
+
+if not OmegaConf.has_resolver(UNIQUE_RESOLVER):
+    OmegaConf.register_new_resolver(UNIQUE_RESOLVER, process_unique, use_cache=True)

@@ -1,7 +1,7 @@
 """A run's record of its config: the composed config as resolved (``config_record``, made once per
-run), written as flat params and as the resolved YAML artifact. The record, not the typed config, is
-what a run stores: it keeps the config's own key order and spelling (``30`` stays ``30``, where the
-typed ``heartbeat.every_s`` reads ``30.0``), so params and ``config/resolved.yaml`` read as the yaml."""
+run), written as flat params and as the resolved YAML artifact (``paths.RESOLVED_CONFIG``). The record,
+not the typed config, is what a run stores: it keeps the config's own key order and spelling (``30``
+stays ``30``, where the typed ``heartbeat.every_s`` reads ``30.0``), so both read as the yaml."""
 
 from __future__ import annotations
 
