@@ -65,6 +65,7 @@ def test_the_quick_cases_cover_every_scorer_decoder_and_encoder(bench, cases):
     assert len(quick) == len(set(quick))
 
 
+@pytest.mark.slow
 def test_the_full_matrix_is_every_combination_the_config_accepts(bench, cases, tmp_path):
     """Every registered scorer × decoder × encoder is a case unless ``validate`` rejects it;
     without attention, one case per encoder."""
@@ -84,6 +85,7 @@ def test_the_full_matrix_is_every_combination_the_config_accepts(bench, cases, t
     assert set(full) == expected
 
 
+@pytest.mark.slow
 def test_every_case_trains_through_the_real_path_the_minimal_loop_and_the_baseline(quick):
     settings, results, _ = quick
     rows = results.rows
@@ -124,6 +126,7 @@ def test_the_report_has_every_row_and_every_target(quick):
         assert report_module.header_field(report, field), field
 
 
+@pytest.mark.slow
 def test_every_variant_trains_and_is_reported_against_its_case(bench, cases, tmp_path):
     """The full run's variants (fast paths off, config overrides), at the quick mode's sizes."""
     quick = bench.make_settings(argparse.Namespace(quick=True, device="cpu", threads=1, compile=False))

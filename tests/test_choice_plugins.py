@@ -97,6 +97,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("group", CASES)
 def test_a_choice_defined_outside_attnseq_trains_through_the_cli(group, tmp_path):
     source, yaml, key, registry = CASES[group]

@@ -137,6 +137,7 @@ def test_train_help_answers_before_the_heavy_imports(tmp_path):
 NOISE = ("litlogger", "LeafSpec", "FLOPs", "Trainer.fit` stopped", "INFO mlflow", "alembic", "v_num")
 
 
+@pytest.mark.slow
 def test_a_run_prints_its_epochs_table_and_url_without_library_noise(tmp_path):
     proc = run_cli(tmp_path, *tiny(), "trainer.enable_progress_bar=true", "trainer.enable_model_summary=true",
                    *outputs_under(tmp_path))

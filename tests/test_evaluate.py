@@ -64,6 +64,7 @@ def evaluated(tmp_path_factory):
     }
 
 
+@pytest.mark.slow
 def test_one_evaluation_run_nested_under_each_evaluated_run(evaluated):
     assert len(evaluated["eval"]) == len(SCORERS)
     train_ids = {r.info.run_id for r in evaluated["train"].values()}
@@ -205,6 +206,7 @@ def test_a_run_id_that_does_not_exist_is_a_clear_error(evaluated):
     assert "0123456789abcdef" in proc.stderr and "Fix:" in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_run_without_a_model_is_a_clear_error(evaluated):
     root, client = evaluated["root"], evaluated["client"]
     parent_id = evaluated["parent"].info.run_id  # the sweep's parent holds no model
@@ -215,6 +217,7 @@ def test_a_run_without_a_model_is_a_clear_error(evaluated):
     assert client.get_run(parent_id).info.status == "FINISHED"  # untouched
 
 
+@pytest.mark.slow
 def test_latest_sweep_is_resolved_for_the_comparison_too(evaluated):
     """``parent_run_id=latest`` puts the comparison run under the sweep itself, never under a
     literal parent id "latest" (an orphan the MLflow UI cannot place). Runs last: it adds runs."""

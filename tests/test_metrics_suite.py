@@ -308,6 +308,7 @@ def plugin(tmp_path, registry, monkeypatch):
     sys.modules.pop(module, None)
 
 
+@pytest.mark.slow
 def test_a_new_metric_is_monitored_and_logged_through_the_cli(plugin, tmp_path):
     """Registered by ``plugins=[module]``, the metric is one checkpoint.monitor may name (better lower:
     checkpoint.mode=min), is logged every epoch, and equals 1 - val/acc."""

@@ -81,6 +81,7 @@ BAD_TSV = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(BAD_TSV))
 def test_a_bad_tsv_corpus_names_file_and_line(tmp_path, case):
     content, fragments = BAD_TSV[case]
@@ -214,11 +215,13 @@ def test_after_sigkill_resume_continues_the_same_run_without_logging_a_step_twic
     assert run.data.metrics["val/acc"] == pytest.approx(uninterrupted["val/acc"], abs=0.05)
 
 
+@pytest.mark.slow
 def test_resume_of_an_unknown_run_is_a_clear_error(tmp_path):
     proc = run_cli(tmp_path, "resume=feedfacefeedface", *outputs_under(tmp_path), env=user_env())
     assert_clear_error(proc, "resume=feedfacefeedface", "no such run", "Fix:")
 
 
+@pytest.mark.slow
 def test_a_nan_loss_stops_the_run_failed_and_keeps_the_last_good_checkpoint(nan_run):
     # epoch 0 trains normally; the schedule then makes the learning rate finite but absurd (conftest)
     proc = nan_run.proc
@@ -248,6 +251,7 @@ def test_in_a_sweep_a_failing_job_is_failed_the_others_finish_and_the_sweep_says
     assert row.split()[2] == "FAILED", row
 
 
+@pytest.mark.slow
 def test_the_same_seed_and_config_give_identical_validation_metrics(tiny_run, tmp_path):
     """The session's tiny run (conftest) trained again, in another folder and process."""
     proc = run_cli(tmp_path, *tiny(), *outputs_under(tmp_path))

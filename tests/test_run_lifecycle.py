@@ -284,6 +284,7 @@ def fake_run(root: Path, status: str, heartbeat_age_s: float | None) -> str:
     return run.info.run_id
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_run_whose_process_is_still_alive(tmp_path):
     run_id = fake_run(tmp_path, "RUNNING", heartbeat_age_s=5)
     proc = run_cli(tmp_path, f"resume={run_id}", *outputs_under(tmp_path), env=user_env())

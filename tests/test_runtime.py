@@ -64,6 +64,7 @@ def compose_train(overrides: list[str], name: str = "train"):
 
 
 # -- train(cfg) from Python changes nothing process-wide ---------------------------------------------
+@pytest.mark.slow
 def test_train_and_evaluate_called_in_process_leave_the_process_as_they_found_it(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # MLflow puts a SQLite store's artifacts under ./mlruns
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

@@ -155,6 +155,7 @@ def test_a_new_scorer_teacher_forced_equals_step_by_step(plugin, dec, heads):
     assert_same_outputs_and_gradients(*teacher_forced_and_stepped(model))
 
 
+@pytest.mark.slow
 def test_a_new_scorer_trains_through_the_cli_and_its_saved_model_loads_again(plugin, tmp_path):
     from attnseq.model import load_model_file
 

@@ -325,6 +325,7 @@ def sweep(stack, single):  # after `single`, so each fixture can tell its own ru
 
 
 # -- one run ---------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_run_finishes_with_one_metric_value_per_epoch(stack, single):
     assert single.info.status == "FINISHED"
     assert single.data.params["model.hidden_size"] == "16"
@@ -389,6 +390,7 @@ def test_runs_are_rows_in_postgres(stack, single):
 
 
 # -- the README's sweep ------------------------------------------------------------------------
+@pytest.mark.slow
 def test_sweep_parent_and_children(stack, sweep):
     parent, children = sweep["parent"], sweep["children"]
     assert parent.data.tags["attnseq.kind"] == "sweep" and parent.info.status == "FINISHED"

@@ -93,6 +93,7 @@ def single(tiny_run, tmp_path_factory):
     return {"root": root, "client": client, "run": run, "local": local, "resolved": resolved, "data": data}
 
 
+@pytest.mark.slow
 def test_single_run_finishes(single):
     run = single["run"]
     assert run.info.status == "FINISHED"
@@ -271,6 +272,7 @@ def sweep(tmp_path_factory):
     return {"root": root, "client": client, "parent": parents[0], "children": children, "stdout": proc.stdout}
 
 
+@pytest.mark.slow
 def test_sweep_parent(sweep):
     parent, client = sweep["parent"], sweep["client"]
     assert parent.data.tags["attnseq.kind"] == "sweep"
@@ -351,6 +353,7 @@ def test_joblib_sweep_children_share_one_parent(tmp_path):
 
 
 # -- failures ----------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_failing_run_is_marked_failed(nan_run):
     # A bad learning rate is rejected before any run exists (tests/test_reliability.py); to fail
     # mid-way, after the MLflow run exists, the schedule makes the learning rate absurd (conftest).
