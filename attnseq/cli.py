@@ -162,12 +162,9 @@ def check_before_the_run(config_name: str, configs: list[DictConfig], argv: list
             check_config(configs[0])
             return
         from attnseq.config import validate_train
-        from attnseq.training.build import build_datamodule
-        from attnseq.training.validation import check_handed_on
+        from attnseq.training.build import check_with_libraries
 
-        typed = validate_train(configs[0])
-        check_handed_on(typed)
-        build_datamodule(typed)
+        check_with_libraries(validate_train(configs[0]))
 
 
 def as_config_error(error: Exception, config_name: str, conf_dir: Path = CONF_DIR) -> ConfigError:

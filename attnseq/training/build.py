@@ -57,15 +57,15 @@ def partial(key: str, group) -> functools.partial:
 def validate(cfg: DictConfig) -> TrainConfig:
     """The typed config, or a ``ConfigError`` before any data is generated or any run is created:
     every key attnseq owns and the monitored metrics (stage one, ``attnseq.config``), then what needs
-    the libraries (``check_with_libraries``)."""
+    the libraries (``check_with_libraries``), then the store."""
     config = validate_train(cfg)
     check_with_libraries(config)
+    check_tracking_uri(config.mlflow.tracking_uri)
     return config
 
 
 def check_with_libraries(cfg: TrainConfig) -> None:
     """Stage two of the checks: the handed-on arguments, the learning rate each epoch, the data module
-    (a TSV file) and the store."""
+    (a TSV file). Nothing is written (the entry points run it before Hydra makes the run's folder)."""
     check_handed_on(cfg)
     build_datamodule(cfg)
-    check_tracking_uri(cfg.mlflow.tracking_uri)

@@ -156,6 +156,7 @@ def prepare(cfg: DictConfig) -> tuple[TrainConfig, dict[str, Any], Resumption | 
         record["paths"]["output_dir"] = folder
     try:
         check_with_libraries(config)
+        check_tracking_uri(config.mlflow.tracking_uri)
     except AttnSeqError as error:
         if resumption is None:
             record_failed_sweep_job(cfg, error)
