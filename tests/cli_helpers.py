@@ -3,11 +3,15 @@ subprocesses, with every output — MLflow store, Hydra directories — under th
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
 import resource
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -64,9 +68,31 @@ def tracking_uri(root: Path) -> str:
     return f"sqlite:///{root}/mlflow.db"
 
 
-def outputs_under(root: Path) -> list[str]:
-    """Send the MLflow store and Hydra's run and sweep directories under ``root``."""
-    return [f"mlflow.tracking_uri={tracking_uri(root)}", f"hydra.run.dir={root}/out", f"hydra.sweep.dir={root}/multi"]
+def seeded_store(root: Path) -> str:
+    """The tracking URI of a store under ``root`` that already has MLflow's schema: a copy of one made
+    once per test process, since making a fresh SQLite schema costs about 2 s of CPU (MLflow's
+    migrations) and the suite makes dozens. Only for tests whose subject is not the store's creation,
+    nor a config rejected before any store exists (those use ``tracking_uri`` and check the file)."""
+    store = root / "mlflow.db"
+    if not store.exists():
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(_schema_template(), store)
+    return tracking_uri(root)
+
+
+@functools.cache
+def _schema_template() -> Path:
+    folder = Path(tempfile.mkdtemp(prefix="attnseq-schema-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    MlflowClient(tracking_uri(folder)).search_experiments()  # creates the schema and the Default experiment
+    return folder / "mlflow.db"
+
+
+def outputs_under(root: Path, seeded: bool = False) -> list[str]:
+    """Send the MLflow store and Hydra's run and sweep directories under ``root`` (``seeded``: the
+    store starts as a copy of an empty one, see ``seeded_store``)."""
+    uri = seeded_store(root) if seeded else tracking_uri(root)
+    return [f"mlflow.tracking_uri={uri}", f"hydra.run.dir={root}/out", f"hydra.sweep.dir={root}/multi"]
 
 
 def clean_env() -> dict[str, str]:

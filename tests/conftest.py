@@ -63,20 +63,20 @@ def train_once(root: Path, *overrides: str, env: dict | None = None) -> TrainedR
     from cli_helpers import outputs_under, run_cli
 
     launched = time.time()
-    proc = run_cli(root, *overrides, *outputs_under(root), env=env)
+    proc = run_cli(root, *overrides, *outputs_under(root, seeded=True), env=env)
     return TrainedRun(root, proc, launched)
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     """A fresh SQLite store for one module's in-process tracking tests: (client, experiment id)."""
-    from cli_helpers import tracking_uri
+    from cli_helpers import seeded_store
     from mlflow.tracking import MlflowClient
 
     from attnseq.tracking.store import ensure_experiment
 
     root = tmp_path_factory.mktemp("store")
-    client = MlflowClient(tracking_uri=tracking_uri(root))
+    client = MlflowClient(tracking_uri=seeded_store(root))
     return client, ensure_experiment(client, "tests")
 
 

@@ -110,7 +110,8 @@ def test_a_choice_defined_outside_attnseq_trains_through_the_cli(group, tmp_path
     env = clean_env()
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(REPO), env.get("PYTHONPATH", "")])
     proc = run_cli(tmp_path, f"hydra.searchpath=[file://{tmp_path / 'conf'}]", f"{group}={name}",
-                   f"plugins=[{module}]", *tiny(max_epochs=1, heatmaps=False), *outputs_under(tmp_path), env=env)
+                   f"plugins=[{module}]", *tiny(max_epochs=1, heatmaps=False), *outputs_under(tmp_path, seeded=True),
+                   env=env)
     assert proc.returncode == 0, explain(proc)
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     (run,) = all_runs(client)

@@ -45,7 +45,8 @@ def expected_buckets(lo_hi=EVAL_LENGTHS, width=WIDTH) -> list[str]:
 @pytest.fixture(scope="module")
 def evaluated(tmp_path_factory):
     root = tmp_path_factory.mktemp("evaluate")
-    trained = run_cli(root, "-m", f"scorer={','.join(SCORERS)}", *tiny(heatmaps=False), *outputs_under(root))
+    trained = run_cli(root, "-m", f"scorer={','.join(SCORERS)}", *tiny(heatmaps=False),
+                      *outputs_under(root, seeded=True))
     assert trained.returncode == 0, explain(trained)
     client = MlflowClient(tracking_uri(root))
     [parent] = [r for r in all_runs(client) if MLFLOW_PARENT_RUN_ID not in r.data.tags]
@@ -319,7 +320,7 @@ def subword_run(tmp_path_factory):
         root, "dataset=tsv", f"dataset.path={root / 'corpus'}", "dataset.tokenizer=bpe", "dataset.vocab_size=120",
         "dataset.train_lengths=[1,30]", "dataset.eval_lengths=[1,30]", "dataset.bucket_width=10",
         "model.hidden_size=16", "model.embedding_dim=8", "trainer.max_epochs=2", "trainer.enable_progress_bar=false",
-        "trainer.enable_model_summary=false", "tracking.heatmap_samples=1", *outputs_under(root),
+        "trainer.enable_model_summary=false", "tracking.heatmap_samples=1", *outputs_under(root, seeded=True),
     )
     assert trained.returncode == 0, explain(trained)
     client = MlflowClient(tracking_uri(root))

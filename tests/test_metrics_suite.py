@@ -317,7 +317,7 @@ def test_a_new_metric_is_monitored_and_logged_through_the_cli(plugin, tmp_path):
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
     proc = run_cli(
         tmp_path, f"plugins=[{module}]", f"checkpoint.monitor=val/{name}", "checkpoint.mode=min",
-        *tiny(max_epochs=2, heatmaps=False), *outputs_under(tmp_path), env=env,
+        *tiny(max_epochs=2, heatmaps=False), *outputs_under(tmp_path, seeded=True), env=env,
     )
     assert proc.returncode == 0, explain(proc)
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")

@@ -53,7 +53,7 @@ def ui(tmp_path_factory):
     chromium = chromium_executable()
     assert chromium, "no chromium on PATH: scripts/install-system-deps installs it"
     root = tmp_path_factory.mktemp("mlflow_ui")
-    trained = run_cli(root, "-m", f"scorer={','.join(SCORERS)}", *tiny(), *outputs_under(root))
+    trained = run_cli(root, "-m", f"scorer={','.join(SCORERS)}", *tiny(), *outputs_under(root, seeded=True))
     assert trained.returncode == 0, explain(trained)
     evaluated = run_cli(root, "parent_run_id=latest", "eval.size=60", f"mlflow.tracking_uri={tracking_uri(root)}",
                         f"hydra.run.dir={root}/eval", script=EVALUATE_PY)

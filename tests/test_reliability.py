@@ -112,7 +112,7 @@ def start_training(root: Path, *overrides: str, log_name: str = "cli.log",
                    env: dict | None = None) -> tuple[subprocess.Popen, Path]:
     log = root / log_name
     proc = subprocess.Popen(
-        [sys.executable, str(TRAIN_PY), *overrides, *outputs_under(root)],
+        [sys.executable, str(TRAIN_PY), *overrides, *outputs_under(root, seeded=True)],
         cwd=root, env=clean_env() if env is None else env, stdout=log.open("w"), stderr=subprocess.STDOUT,
     )
     return proc, log
@@ -209,7 +209,7 @@ def test_after_sigkill_resume_continues_the_same_run_without_logging_a_step_twic
     # the same config without the interruption reaches the same result, within noise
     straight = tmp_path / "straight"
     straight.mkdir()
-    proc = run_cli(straight, *overrides, *outputs_under(straight))
+    proc = run_cli(straight, *overrides, *outputs_under(straight, seeded=True))
     assert proc.returncode == 0, explain(proc)
     uninterrupted = the_run(straight).data.metrics
     assert run.data.metrics["val/acc"] == pytest.approx(uninterrupted["val/acc"], abs=0.05)
@@ -254,7 +254,7 @@ def test_in_a_sweep_a_failing_job_is_failed_the_others_finish_and_the_sweep_says
 @pytest.mark.slow
 def test_the_same_seed_and_config_give_identical_validation_metrics(tiny_run, tmp_path):
     """The session's tiny run (conftest) trained again, in another folder and process."""
-    proc = run_cli(tmp_path, *tiny(), *outputs_under(tmp_path))
+    proc = run_cli(tmp_path, *tiny(), *outputs_under(tmp_path, seeded=True))
     assert proc.returncode == 0, explain(proc)
     results = [{k: v for k, v in the_run(root).data.metrics.items() if k.startswith("val/")}
                for root in (tiny_run.root, tmp_path)]
@@ -282,7 +282,7 @@ def test_nothing_secret_reaches_params_tags_or_the_saved_config(tmp_path):
     secret = "hunter2-s3cr3t"
     env = clean_env() | {"MLFLOW_TRACKING_PASSWORD": secret, "AWS_SECRET_ACCESS_KEY": secret}
     proc = run_cli(tmp_path, *tiny(max_epochs=1, heatmaps=False), f"+db_password={secret}",
-                   f"+tracking.api_token={secret}", *outputs_under(tmp_path), env=env)
+                   f"+tracking.api_token={secret}", *outputs_under(tmp_path, seeded=True), env=env)
     assert proc.returncode == 0, explain(proc)
     client = MlflowClient(tracking_uri(tmp_path))
     run = the_run(tmp_path)

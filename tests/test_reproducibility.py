@@ -135,7 +135,7 @@ GUARANTEE = [*tiny(heatmaps=False), "seed=7"]
 
 def train_once(root: Path, threads: int):
     root.mkdir()
-    proc = run_cli(root, *GUARANTEE, f"threads={threads}", *outputs_under(root))
+    proc = run_cli(root, *GUARANTEE, f"threads={threads}", *outputs_under(root, seeded=True))
     assert proc.returncode == 0, explain(proc)
     client = MlflowClient(tracking_uri(root))
     [run] = all_runs(client)
@@ -165,7 +165,8 @@ def test_same_seed_threads_and_versions_give_bit_identical_validation_metrics(tm
 @pytest.mark.slow
 def test_a_resume_with_another_thread_count_finishes_and_says_so(tmp_path):
     log = tmp_path / "first.log"
-    proc = subprocess.Popen([sys.executable, str(TRAIN_PY), *GUARANTEE, "threads=1", *outputs_under(tmp_path)],
+    proc = subprocess.Popen([sys.executable, str(TRAIN_PY), *GUARANTEE, "threads=1",
+                             *outputs_under(tmp_path, seeded=True)],
                             cwd=tmp_path, env=pause_at("training", clean_env()), stdout=log.open("w"),
                             stderr=subprocess.STDOUT)
     try:

@@ -60,7 +60,7 @@ def runs_in(root: Path) -> list:
 def start_paused(root: Path, phase: str, *overrides: str) -> tuple[subprocess.Popen, Path]:
     log = root / f"{phase}.log"
     proc = subprocess.Popen(
-        [sys.executable, str(TRAIN_PY), *overrides, *outputs_under(root)],
+        [sys.executable, str(TRAIN_PY), *overrides, *outputs_under(root, seeded=True)],
         cwd=root, env=pause_at(phase, clean_env()), stdout=log.open("w"), stderr=subprocess.STDOUT,
     )
     return proc, log
@@ -138,7 +138,7 @@ def test_a_signal_after_the_trainer_is_built_kills_the_run(tmp_path):
 def never_stopped(tmp_path_factory) -> Path:
     """The folder of one ``PHASED`` run trained straight through: what each resumed run must equal."""
     straight = tmp_path_factory.mktemp("straight")
-    proc = run_cli(straight, *PHASED, *outputs_under(straight))
+    proc = run_cli(straight, *PHASED, *outputs_under(straight, seeded=True))
     assert proc.returncode == 0, explain(proc)
     return straight
 

@@ -28,7 +28,7 @@ VAL_SIZE = 48
 def train_into(root, *extra):
     root.mkdir(exist_ok=True)
     overrides = [*tiny(max_epochs=2), "dataset.train_size=256", f"dataset.val_size={VAL_SIZE}", *extra]
-    proc = run_cli(root, *overrides, *outputs_under(root))
+    proc = run_cli(root, *overrides, *outputs_under(root, seeded=True))
     assert proc.returncode == 0, explain(proc)
     client = MlflowClient(tracking_uri(root))
     return client, all_runs(client)
@@ -56,7 +56,7 @@ def test_ddp_on_two_cpu_processes_writes_one_run_with_the_single_process_structu
 @pytest.mark.slow
 def test_a_sweep_through_submitit_local_jobs_lands_under_one_parent(tmp_path):
     proc = run_cli(tmp_path, "-m", "hydra/launcher=submitit_local", "scorer=additive,general",
-                   *tiny(max_epochs=1, heatmaps=False), *outputs_under(tmp_path))
+                   *tiny(max_epochs=1, heatmaps=False), *outputs_under(tmp_path, seeded=True))
     assert proc.returncode == 0, explain(proc)
     runs = all_runs(MlflowClient(tracking_uri(tmp_path)))
     [parent] = [r for r in runs if MLFLOW_PARENT_RUN_ID not in r.data.tags]

@@ -168,7 +168,7 @@ def test_a_new_scorer_trains_through_the_cli_and_its_saved_model_loads_again(plu
         f"scorer={name}",
         f"plugins=[{module}]",
         *tiny(max_epochs=1, heatmaps=False),
-        *outputs_under(tmp_path),
+        *outputs_under(tmp_path, seeded=True),
         env=env,
     )
     assert proc.returncode == 0, explain(proc)

@@ -261,7 +261,7 @@ def sweep(tmp_path_factory):
         f"scorer={','.join(SCORERS)}",
         f"model.heads={','.join(map(str, HEADS))}",
         *tiny(max_epochs=1, heatmaps=False),
-        *outputs_under(root),
+        *outputs_under(root, seeded=True),
     )
     assert proc.returncode == 0, explain(proc)
     client = MlflowClient(tracking_uri(root))
@@ -335,7 +335,7 @@ def test_joblib_sweep_children_share_one_parent(tmp_path):
         "hydra.launcher.n_jobs=2",
         f"scorer={','.join(SCORERS)}",
         *tiny(max_epochs=1, heatmaps=False),
-        *outputs_under(tmp_path),
+        *outputs_under(tmp_path, seeded=True),
     )
     assert proc.returncode == 0, explain(proc)
     runs = all_runs(MlflowClient(tracking_uri(tmp_path)))
@@ -382,7 +382,7 @@ def test_sigterm_mid_training_kills_the_run_and_exits_non_zero(tmp_path):
     """A scheduler's SIGTERM during fit: the run is KILLED, and the CLI does not report success."""
     log = (tmp_path / "cli.log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, str(TRAIN_PY), *tiny(max_epochs=1000, heatmaps=False), *outputs_under(tmp_path)],
+        [sys.executable, str(TRAIN_PY), *tiny(max_epochs=1000, heatmaps=False), *outputs_under(tmp_path, seeded=True)],
         cwd=tmp_path, env=clean_env(), stdout=log, stderr=subprocess.STDOUT,
     )
     try:
@@ -422,7 +422,7 @@ def test_optuna_search_runs_trials_under_one_parent_and_reports_the_best(tmp_pat
     proc = run_cli(
         tmp_path, "-m", "hparams_search=optuna", f"hydra.sweeper.n_trials={trials}",
         # the documented search space as shipped: with 128 examples a trial takes seconds at any size
-        *tiny(max_epochs=1, heatmaps=False), *outputs_under(tmp_path),
+        *tiny(max_epochs=1, heatmaps=False), *outputs_under(tmp_path, seeded=True),
     )
     assert proc.returncode == 0, explain(proc)
     runs = all_runs(MlflowClient(tracking_uri(tmp_path)))
