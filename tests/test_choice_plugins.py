@@ -14,6 +14,7 @@ import uuid
 import pytest
 from cli_helpers import REPO, all_runs, clean_env, explain, outputs_under, run_cli, tiny  # noqa: E402
 from mlflow.tracking import MlflowClient
+from test_readme import config_table
 
 from attnseq.attention.settings import ScorerSettings
 from attnseq.cli_help import config_help
@@ -139,8 +140,7 @@ def options_in_help(group: str) -> set[str]:
 
 
 def options_in_readme(group: str) -> set[str]:
-    row = next(line for line in (REPO / "README.md").read_text().splitlines() if line.startswith(f"| `{group}=`"))
-    return set(re.findall(r"(?:\| |, )`([\w-]+)`", row))
+    return set(config_table()[group])  # the table's own parser; test_readme.py holds the table to conf/ exactly
 
 
 @pytest.mark.parametrize("group", [*REGISTERED, "encoder"])
