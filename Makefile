@@ -1,21 +1,33 @@
 # The two set-up commands: `make train` (the main job) and `make test` (the test suite).
-# Each creates .venv on first use and installs the project into it.
+# Each creates .venv on first use: `make train` installs the project with what training needs,
+# `make test` adds the test and lint tools (the [dev] extra). A stamp file per install redoes it
+# when pyproject.toml changes.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+PIP_INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check
+STAMP := $(VENV)/.installed-run
+DEV_STAMP := $(VENV)/.installed-dev
 
 .PHONY: train lint system-deps test test-fast test-slow test-gpu ui bottleneck bottleneck-transformer reverse-alignment messages-corpus messages-results bench docker-check clean
 
-$(STAMP): pyproject.toml
+$(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+
+$(STAMP): pyproject.toml | $(PY)
+	@echo "Installing attnseq and what it needs to train into $(VENV)/ (the first install takes a few minutes) ..."
+	$(PIP_INSTALL) -e .
 	touch $(STAMP)
+
+$(DEV_STAMP): $(STAMP)
+	@echo "Installing the test and lint tools (attnseq[dev]) into $(VENV)/ ..."
+	$(PIP_INSTALL) -e '.[dev]'
+	touch $(DEV_STAMP)
 
 train: $(STAMP)  ## the main job; pass Hydra overrides as ARGS="scorer=dot model.heads=2"
 	$(PY) train.py $(ARGS)
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check attnseq tests benchmarks train.py evaluate.py
 
 system-deps:  ## Debian packages the tests need (PostgreSQL server); a no-op once installed
@@ -24,17 +36,17 @@ system-deps:  ## Debian packages the tests need (PostgreSQL server); a no-op onc
 # workers for `make test`: more than the cores, since many end-to-end tests wait on servers, signals and timeouts
 TEST_WORKERS ?= 3
 
-test: $(STAMP) lint system-deps  ## what CI runs: lint, every test that needs no GPU (slow ones too) on $(TEST_WORKERS) workers, the image build; lists the 25 slowest
+test: $(DEV_STAMP) lint system-deps  ## what CI runs: lint, every test that needs no GPU (slow ones too) on $(TEST_WORKERS) workers, the image build; lists the 25 slowest
 	$(PY) -m pytest -m "not gpu" -n $(TEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
 	scripts/docker-check
 
-test-fast: $(STAMP)  ## the quick loop: slow and GPU tests deselected
+test-fast: $(DEV_STAMP)  ## the quick loop: slow and GPU tests deselected
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-slow: $(STAMP) system-deps  ## only the tests marked slow
+test-slow: $(DEV_STAMP) system-deps  ## only the tests marked slow
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
 
-test-gpu: $(STAMP)  ## only the tests that need a CUDA device
+test-gpu: $(DEV_STAMP)  ## only the tests that need a CUDA device
 	$(PY) -m pytest -m gpu $(PYTEST_ARGS)
 
 bottleneck: $(STAMP)  ## no attention vs every scorer in conf/scorer/, 3 seeds each (2 trainings at a time), evaluation to length 80, comparison with 95% intervals
@@ -52,7 +64,7 @@ reverse-alignment: $(STAMP)  ## additive attention on reverse (GRU, biGRU × bot
 messages-corpus: $(STAMP)  ## English → French pairs from the installed gettext catalogs → data/messages_en-fr/ (ARGS="--lang de" for another language)
 	$(PY) -m attnseq.data.messages $(ARGS)
 
-messages-results: $(STAMP)  ## the README's real-text table: messages corpus en→fr, no attention / additive / general / multihead / transformer encoder (~25 min on 2 cores)
+messages-results: $(STAMP)  ## docs/experiments.md's real-text table: messages corpus en→fr, no attention / additive / general / multihead / transformer encoder (~25 min on 2 cores)
 	$(PY) -m attnseq.data.messages --lang fr
 	$(PY) train.py -m experiment=messages_en_fr scorer=none,additive,general hydra/launcher=joblib hydra.launcher.n_jobs=2 threads=1 trainer.enable_progress_bar=false
 	$(PY) train.py -m experiment=messages_en_fr encoder=bigru,transformer scorer=multihead model.heads=4 hydra/launcher=joblib hydra.launcher.n_jobs=2 threads=1 trainer.enable_progress_bar=false
