@@ -44,7 +44,7 @@ ENV_EXAMPLE = REPO / "docker" / ".env.example"
 TRAIN_PY = REPO / "train.py"
 EXPERIMENT = "attnseq"
 MAX_EPOCHS = 2
-SWEEP_SCORERS = ("additive", "dot")  # the README's example sweep
+SWEEP_SCORERS = ("additive", "dot")  # the example sweep of docs/operations.md (Docker)
 START_TIMEOUT_S = 90
 CLI_TIMEOUT_S = 300
 
@@ -389,7 +389,7 @@ def test_runs_are_rows_in_postgres(stack, single):
         assert count == (MAX_EPOCHS,)
 
 
-# -- the README's sweep ------------------------------------------------------------------------
+# -- the Docker stack's sweep -------------------------------------------------------------------
 @pytest.mark.slow
 def test_sweep_parent_and_children(stack, sweep):
     parent, children = sweep["parent"], sweep["children"]

@@ -45,7 +45,7 @@ KEEP_SIGMA_BYTES = 256 * 2**20
 """Up to this size the σ_t of every step are kept for the backward pass; past it, recomputed. Keeping
 them is the faster choice in training, where freed memory is kept for reuse
 (``attnseq.training.process.keep_freed_memory``); a 30 MiB limit, recomputing on every long batch,
-trained slower (README, "Performance")."""
+trained slower (benchmarks/README.md, "Where the speed comes from")."""
 
 
 def keeps_sigmas(steps: int, doubled_keys: Tensor) -> bool:

@@ -1,6 +1,6 @@
 """Token accuracy and exact match, overall and bucketed by source length.
 
-The x-axis of the bottleneck curve (the README's bottleneck experiment) is the *source* length: a plain
+The x-axis of the bottleneck curve (docs/experiments.md, the bottleneck experiment) is the *source* length: a plain
 encoder-decoder degrades as inputs grow, attention much less. This metric accumulates, per
 source-length bucket, the counts needed for that curve, as fixed-size tensor states summed
 across processes, so it is exact under DDP and under ``merge_state``.
