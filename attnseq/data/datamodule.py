@@ -35,6 +35,7 @@ from attnseq.data.sampler import LengthBucketBatchSampler
 from attnseq.data.splits import split_examples
 from attnseq.data.tasks import TASKS, DatasetKeys, Task, dataset_model, generate
 from attnseq.data.tokenizers import (
+    LONGEST_PIECE,
     SUBWORD_TOKENIZERS,
     RuleTokenizer,
     SubwordTokenizer,
@@ -137,7 +138,8 @@ class Seq2SeqDataModule(L.LightningDataModule):
         # A pair whose source is surely longer than any split keeps is dropped before tokenising (and
         # before subword training): a line of megabytes would cost gigabytes in tokens.
         longest = max(self.train_lengths[1], self.eval_lengths[1])
-        learned_from = [pair for pair in pairs["train"] if not surely_longer(pair.source, longest)]
+        learned_from = [pair for pair in pairs["train"]
+                        if not surely_longer(pair.source, longest, LONGEST_PIECE.get(self.tokenizer))]
         self._src_tokenizer, self._tgt_tokenizer = self.text_tokenizers or self._train_tokenizers(learned_from)
         longest_token = getattr(self._src_tokenizer, "longest_token", None)
         examples = {}

@@ -40,6 +40,10 @@ SYMBOLS = "symbols"
 
 DEFAULT_VOCAB_SIZE = 2000
 """Subword pieces per side (``dataset.vocab_size``), the unknown-piece token included."""
+LONGEST_PIECE = {"bpe": 32, "unigram": 16}
+"""The most characters a learned piece holds (``SPACE_TOKEN`` included; the unigram trainer's own
+default), so a line's length in characters bounds its pieces before any model exists. The messages
+corpus's longest BPE piece is 17."""
 
 # A word (letters/digits/underscore, with inner apostrophes kept: "don't", "l'homme") or a
 # single punctuation mark: "Hello, world!" -> ["Hello", ",", "world", "!"].
@@ -169,11 +173,11 @@ class SubwordTokenizer:
         tokenizer = _untrained(kind, lowercase)
         _check_vocab_size(tokenizer, texts, vocab_size)
         if kind == "bpe":
-            trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[UNK_TOKEN], show_progress=False)
+            trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[UNK_TOKEN], show_progress=False,
+                                          max_token_length=LONGEST_PIECE[kind])
         else:
-            trainer = trainers.UnigramTrainer(
-                vocab_size=vocab_size, special_tokens=[UNK_TOKEN], unk_token=UNK_TOKEN, show_progress=False
-            )
+            trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=[UNK_TOKEN], unk_token=UNK_TOKEN,
+                                              show_progress=False, max_piece_length=LONGEST_PIECE[kind])
         tokenizer.train_from_iterator(texts, trainer)
         return cls(tokenizer)
 
