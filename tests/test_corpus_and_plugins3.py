@@ -6,6 +6,7 @@ plugins are imported by evaluate.py only when named; an over-long line never rea
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,7 +19,6 @@ from cli_helpers import EVALUATE_PY, REPO, clean_env, explain, outputs_under, ru
 from mo_writer import write_mo  # noqa: E402
 
 from attnseq.data.errors import DataError
-from attnseq.data.messages import replace_folder
 from attnseq.data.tsv import read_split_folder
 
 CORPUS_FILES = ["corpus.json", "test.tsv", "train.tsv", "val.tsv"]
@@ -96,6 +96,9 @@ def test_a_signal_mid_build_keeps_the_old_corpus_whole_and_leaves_nothing_beside
     assert contents(out) == before  # not one new split beside the old ones
     assert [path.name for path in data.iterdir()] == ["messages_en-fr"]  # no folder or .partial left
 
+    killed = data / ".messages_en-fr.4194999-0badf00d.building"  # left by a SIGKILLed build (pid above pid_max)
+    killed.mkdir()
+    (killed / "train.tsv").write_text("half\tmoitié\n")
     done = build("--locale-dir", str(locale_dir), "--out", str(out))
     assert done.returncode == 0, done.stderr
     after = contents(out)
@@ -128,26 +131,38 @@ def test_a_bad_out_exits_2_before_reading_any_catalog(case, tmp_path):
         assert contents(out) == {"notes.txt": b"keep me\n"}
 
 
+def swap_in(folder: Path, files: dict[str, str]) -> None:
+    """What a rebuild does to a corpus folder: a new folder renamed into its place, the old one deleted."""
+    new, old = folder.with_name("new"), folder.with_name("old")
+    new.mkdir()
+    for name, text in files.items():
+        (new / name).write_text(text)
+    if folder.exists():
+        folder.rename(old)
+    new.rename(folder)
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def test_a_reader_never_gets_splits_of_two_builds(tmp_path, monkeypatch):
     """A rebuild that lands between the reads of two splits: the reader gets the old set or a
     DataError saying the folder was replaced, never the old train split with the new val split."""
     import attnseq.data.tsv as tsv
 
     folder = tmp_path / "corpus"
-    old = {name: f"old {name}\tancien\n" for name in CORPUS_FILES}
-    replace_folder(folder, old)
+    swap_in(folder, {name: f"old {name}\tancien\n" for name in CORPUS_FILES})
     read_pairs, calls = tsv.read_pairs, []
 
     def rebuild_after_the_first_split(path, *args, **kwargs):
         pairs = read_pairs(path, *args, **kwargs)
         calls.append(path)
         if len(calls) == 1:
-            replace_folder(folder, {name: f"new {name}\tnouveau\n" for name in CORPUS_FILES})
+            swap_in(folder, {name: f"new {name}\tnouveau\n" for name in CORPUS_FILES})
         return pairs
 
     monkeypatch.setattr(tsv, "read_pairs", rebuild_after_the_first_split)
     try:
         pairs = read_split_folder(folder)
+        assert len(calls) == 3
     except DataError as error:
         assert "replaced" in str(error)
     else:

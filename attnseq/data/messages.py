@@ -58,16 +58,7 @@ def check_output_dir(output_dir: Path, make_parent: bool = False) -> None:
             "give a folder that is new or holds an earlier corpus, e.g. "
             f"--out {shlex.quote(str(output_dir.parent / 'corpus'))}",
         )
-    if target.is_dir():
-        others = sorted(path.name for path in target.iterdir() if path.name not in CORPUS_FILES)
-        if others:
-            listed = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
-            raise ConfigError(
-                f"--out {shown} holds files that are not part of a corpus ({listed}); a build replaces "
-                "the whole folder",
-                "give a new folder, or one that holds only an earlier corpus, e.g. "
-                f"--out {shlex.quote(str(output_dir / 'messages'))}",
-            )
+    _refuse_foreign_files(target, shown)
     parent = target.parent
     if make_parent and not parent.exists():
         try:
@@ -86,6 +77,23 @@ def check_output_dir(output_dir: Path, make_parent: bool = False) -> None:
             f"--out {shown}: cannot write in {parent} (the corpus is built beside the folder, then renamed "
             "into place)",
             "give --out a folder whose parent you can write, e.g. --out data/messages_en-fr",
+        )
+
+
+def _refuse_foreign_files(target: Path, shown: str) -> None:
+    """``ConfigError`` if the folder ``target`` holds anything but a corpus's files (a build would delete it)."""
+    try:
+        names = [path.name for path in target.iterdir()] if target.is_dir() else []
+    except OSError as error:
+        raise ConfigError(f"--out {shown}: cannot list the folder ({error.strerror})",
+                          "give --out a folder you can read and write") from None
+    others = sorted(name for name in names if name not in CORPUS_FILES)
+    if others:
+        listed = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        raise ConfigError(
+            f"--out {shown} holds files that are not part of a corpus ({listed}); a build replaces the whole folder",
+            "give a new folder, or one that holds only an earlier corpus, e.g. "
+            f"--out {shlex.quote(str(target / 'corpus'))}",
         )
 
 
@@ -111,6 +119,7 @@ def replace_folder(target: Path, files: Mapping[str, str]) -> None:
                 os.fsync(file.fileno())  # on disk before the rename makes it the corpus
         with _locked(target.parent), _signals_held():
             _remove_leftovers(target)
+            _refuse_foreign_files(target, shlex.quote(str(target)))  # again: files may have come since the check
             replaced = None
             if target.exists():
                 replaced = target.with_name(f".{target.name}.{os.getpid()}-{secrets.token_hex(4)}.{_REPLACED}")
