@@ -119,8 +119,19 @@ class Choice(BaseModel):
         return typing.get_args(field.annotation)[0]
 
 
+PLUGINS_ENV = "ATTNSEQ_PLUGINS"
+"""The served model's opt-in: the comma-separated plugins it may import (``evaluate.py`` takes ``plugins=[...]``)."""
+
+
 def import_plugins(modules: Iterable[str]) -> None:
-    """Import each module (dotted name) so that the choices it defines register themselves."""
+    """Import each module (dotted name) so that the choices it defines register themselves.
+
+    Importing runs the module's code: only modules the user names (``plugins=[...]``) are imported.
+
+    Raises:
+        ConfigError: a module cannot be imported, raises, or exits (``sys.exit``) while imported;
+            the message names it, with no traceback. A signal's exit (a subclass) goes through.
+    """
     import importlib
 
     for module in modules:
@@ -130,4 +141,45 @@ def import_plugins(modules: Iterable[str]) -> None:
             raise ConfigError(
                 f"plugins: cannot import {module!r} ({error}).",
                 "put the module's directory on PYTHONPATH, or fix the name in plugins=[...].",
-            ) from error
+            ) from None
+        except SystemExit as error:
+            if type(error) is not SystemExit:
+                raise  # an interrupt (SIGTERM, Ctrl-C) that landed during the import
+            raise ConfigError(
+                f"plugins: importing {module!r} called sys.exit({error.code!r}); a plugin's import must only "
+                "define its choices.",
+                f"move the exit under `if __name__ == '__main__':` in {module}, or drop it from plugins=[...].",
+            ) from None
+        except Exception as error:  # noqa: BLE001 - a plugin may raise anything; the user must see which one
+            raise ConfigError(
+                f"plugins: importing {module!r} raised {type(error).__name__}: {error}{_where(error)}.",
+                f"fix the module (`python -c 'import {module}'` shows the traceback), or drop it from plugins=[...].",
+            ) from None
+
+
+def require_plugins(modules: Iterable[str]) -> None:
+    """A saved run's plugins, which whoever loads it (evaluation, the served model) must have
+    imported on request: loading a run never runs the code it names on its own.
+
+    Raises:
+        ConfigError: naming the plugins not imported and how to ask for them.
+    """
+    import sys
+
+    missing = [module for module in modules if module not in sys.modules]
+    if missing:
+        listed = ",".join(missing)
+        raise ConfigError(
+            f"the run was trained with plugins=[{listed}], not imported here: importing a plugin runs its code, "
+            "so it is imported only when asked for.",
+            f"if you trust that code, ask for it: evaluate.py ... plugins=[{listed}]; for the served model, "
+            f"{PLUGINS_ENV}={listed} in its environment (each on PYTHONPATH).",
+        )
+
+
+def _where(error: BaseException) -> str:
+    """`` (file:line)`` where ``error`` was raised, past the import machinery's own frames."""
+    import traceback
+
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if not frame.filename.startswith("<")]
+    return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""

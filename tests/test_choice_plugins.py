@@ -159,10 +159,13 @@ def test_help_and_the_readme_list_every_registered_option(group):
 
 
 def test_a_run_of_a_plugin_task_is_evaluated_after_its_plugins_are_imported(tmp_path, monkeypatch):
-    """``evaluate.py`` rebuilds a run's data from its saved config: the run's ``plugins`` register
-    its task first, so a run of a task defined outside attnseq can be evaluated."""
+    """``evaluate.py`` rebuilds a run's data from its saved config: once the run's ``plugins`` are
+    imported on request (``plugins=[...]``), they register its task, so a run of a task defined
+    outside attnseq can be evaluated; before that, the evaluation refuses and names them."""
+    import importlib
     from types import SimpleNamespace
 
+    from attnseq.errors import ConfigError
     from attnseq.evaluation.evaluator import EvalSettings, evaluation_examples
 
     tag = uuid.uuid4().hex[:8]
@@ -174,6 +177,10 @@ def test_a_run_of_a_plugin_task_is_evaluated_after_its_plugins_are_imported(tmp_
     trained = SimpleNamespace(config={"plugins": [module], "seed": 0, "dataset": dataset},
                               src_tokenizer=None, tgt_tokenizer=None)
     try:
+        with pytest.raises(ConfigError, match=f"plugins=\\[{module}\\]"):
+            evaluation_examples(trained, EvalSettings(lengths=(1, 12), bucket_width=5, size=16))
+        assert module not in sys.modules  # its code did not run
+        importlib.import_module(module)  # what evaluate.py plugins=[module] does
         examples = evaluation_examples(trained, EvalSettings(lengths=(1, 12), bucket_width=5, size=16))
         assert len(examples) == 16
         for example in examples:  # target i copies source i + 1, the last copies the first

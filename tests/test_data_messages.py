@@ -321,28 +321,35 @@ def test_the_installed_french_catalogs_give_a_corpus_of_thousands_of_pairs(tmp_p
     assert not {line.split("\t")[0] for line in train} & {line.split("\t")[0] for line in val}
 
 
-def test_a_split_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
-    """An interruption while a split is written (Ctrl-C, a full disk) keeps the previous file as it
-    was and leaves no partial file behind; a finished write replaces it whole."""
-    from attnseq.data.messages import write_whole
+def test_the_corpus_folder_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
+    """An interruption while the new set is written (Ctrl-C, a full disk) keeps the previous folder as
+    it was and leaves nothing beside it; a finished build replaces all four files at once."""
+    from attnseq.data.messages import replace_folder
 
-    target = tmp_path / "train.tsv"
-    target.write_text("old\tancien\n", encoding="utf-8")
+    target = tmp_path / "corpus"
+    old = {"train.tsv": "old\tancien\n", "val.tsv": "v\tv\n", "test.tsv": "t\tt\n", "corpus.json": "{}\n"}
+    replace_folder(target, old)
+    new = {name: text.replace("\n", " new\n") for name, text in old.items()}
 
     class Interrupted(KeyboardInterrupt):
         pass
 
-    def interrupted(*args):
-        raise Interrupted
-
     import attnseq.data.messages as messages
 
-    monkeypatch.setattr(messages.os, "replace", interrupted)  # the signal lands once the text is written
+    real_fsync, calls = messages.os.fsync, []
+
+    def interrupted_at_the_third(descriptor):
+        calls.append(descriptor)
+        if len(calls) == 3:  # two new files written aside, the signal lands
+            raise Interrupted
+        real_fsync(descriptor)
+
+    monkeypatch.setattr(messages.os, "fsync", interrupted_at_the_third)
     with pytest.raises(Interrupted):
-        write_whole(target, "new\tnouveau\n")
+        replace_folder(target, new)
     monkeypatch.undo()
-    assert target.read_text(encoding="utf-8") == "old\tancien\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.tsv"]
-    write_whole(target, "new\tnouveau\n")
-    assert target.read_text(encoding="utf-8") == "new\tnouveau\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.tsv"]
+    assert {path.name: path.read_text(encoding="utf-8") for path in target.iterdir()} == old
+    assert [path.name for path in tmp_path.iterdir()] == ["corpus"]
+    replace_folder(target, new)
+    assert {path.name: path.read_text(encoding="utf-8") for path in target.iterdir()} == new
+    assert [path.name for path in tmp_path.iterdir()] == ["corpus"]

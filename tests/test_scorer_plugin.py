@@ -177,6 +177,7 @@ def test_a_new_scorer_trains_through_the_cli_and_its_saved_model_loads_again(plu
     assert run.info.status == "FINISHED"
     assert run.data.params["scorer.name"] == name and run.data.params["scorer.attn_dim"] == "8"
     saved = load_model_file(Path(client.download_artifacts(run.info.run_id, "weights/model.pt", str(tmp_path / "dl"))))
+    __import__(module)  # a saved model's plugins are imported on request only
     config = ModelConfig.from_saved(saved["model_config"])
     assert config.scorer == name and config.scorer_options == {"attn_dim": 8} and config.plugins == (module,)
     model = build_seq2seq(config)

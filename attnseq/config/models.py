@@ -180,5 +180,7 @@ class EvalConfig(Group):
     compare: bool = Field(description="with several runs: comparison figure + table + a comparison run",
                           examples=[True])
     threads: PositiveInt | None = Field(description="torch CPU threads; null = every core", examples=[1])
+    plugins: list[Text] = Field(description="modules to import (runs their code): those the runs were trained with",
+                                examples=[["my_scorers"]])
     mlflow: Mlflow
     paths: Paths

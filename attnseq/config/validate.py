@@ -35,7 +35,10 @@ def validate_train(cfg: DictConfig) -> TrainBase:
 
 def validate_evaluate(cfg: DictConfig) -> EvalConfig:
     """The typed ``EvalConfig`` of a composed ``conf/evaluate.yaml``, or ``ConfigError`` naming every problem."""
-    return _validated(EvalConfig, *plain(cfg))
+    data, unset, problems = plain(cfg)
+    if isinstance(data.get("plugins"), list) and all(isinstance(p, str) for p in data["plugins"]):
+        import_plugins(data["plugins"])  # asked for: the runs' saved plugins are never imported on their own
+    return _validated(EvalConfig, data, unset, problems)
 
 
 def _validated(model: type, data: dict, unset: list[str], problems: list[ConfigError]):

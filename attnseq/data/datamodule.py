@@ -35,10 +35,12 @@ from attnseq.data.sampler import LengthBucketBatchSampler
 from attnseq.data.splits import split_examples
 from attnseq.data.tasks import TASKS, DatasetKeys, Task, dataset_model, generate
 from attnseq.data.tokenizers import (
+    LONGEST_PIECE,
     SUBWORD_TOKENIZERS,
     RuleTokenizer,
     SubwordTokenizer,
     TextTokenizer,
+    surely_longer,
     tokenizer_for,
 )
 from attnseq.data.tsv import TextPair, read_pairs, read_split_folder, split_files
@@ -133,14 +135,21 @@ class Seq2SeqDataModule(L.LightningDataModule):
             corpus = read_pairs(self.path)
             total = sum(sizes.values())
             pairs = dict(zip(sizes, split_examples(corpus, [size / total for size in sizes.values()], seed=self.seed)))
-        self._src_tokenizer, self._tgt_tokenizer = self.text_tokenizers or self._train_tokenizers(pairs["train"])
+        # A pair whose source is surely longer than any split keeps is dropped before tokenising (and
+        # before subword training): a line of megabytes would cost gigabytes in tokens.
+        longest = max(self.train_lengths[1], self.eval_lengths[1])
+        learned_from = [pair for pair in pairs["train"]
+                        if not surely_longer(pair.source, longest, LONGEST_PIECE.get(self.tokenizer))]
+        self._src_tokenizer, self._tgt_tokenizer = self.text_tokenizers or self._train_tokenizers(learned_from)
+        longest_token = getattr(self._src_tokenizer, "longest_token", None)
         examples = {}
         for split, size in sizes.items():
-            part = self._tokenized(pairs[split])
             lengths = self.train_lengths if split == "train" else self.eval_lengths
-            kept = filter_by_source_length(part, lengths)[:size]
+            short = [pair for pair in pairs[split] if not surely_longer(pair.source, lengths[1], longest_token)]
+            kept = filter_by_source_length(self._tokenized(short), lengths)[:size]
             if not kept:
-                read = f"{len(part)} pairs in this split" + ("" if Path(self.path).is_dir() else " of the corpus")
+                read = f"{len(pairs[split])} pairs in this split" + (
+                    "" if Path(self.path).is_dir() else " of the corpus")
                 raise DataError(
                     self.path,
                     f"the {split} split has no pair with source length in {list(lengths)} ({read}, "

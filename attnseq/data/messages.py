@@ -8,38 +8,172 @@ the English side's length in words, and splits by message: each English message 
 of train/val/test, chosen by a hash of it and the seed. Writes the three splits as
 ``source<TAB>target`` lines (what ``attnseq.data.tsv`` reads) and ``corpus.json``: the settings,
 the catalogs read and how many pairs each rule dropped. It prints the same counts as it goes.
-docs/messages_corpus.md describes the rules.
+The four files are written into a folder beside ``--out`` and renamed into place as one set
+(``replace_folder``), so an interrupted or concurrent build never leaves splits of two builds
+together. docs/messages_corpus.md describes the rules.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
+import re
+import secrets
+import shlex
+import shutil
+import signal
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from attnseq.data.message_cleaning import DROP_REASONS, SPLITS, clean_pair, deduplicate, split_by_message, word_count
 from attnseq.data.mo_catalogs import Catalog, CatalogFormatError, read_catalog
+from attnseq.data.tsv import SPLIT_FILES
 from attnseq.errors import AttnSeqError, ConfigError
 
 DEFAULT_LOCALE_DIR = Path("/usr/share/locale")
 LENGTH_HISTOGRAM_BIN = 5  # English words per bin of corpus.json's length histogram
+MANIFEST = "corpus.json"
+CORPUS_FILES = (*SPLIT_FILES.values(), MANIFEST)
+"""Everything a corpus folder holds: a build replaces these four as one set."""
+_BUILDING, _REPLACED = "building", "replaced"  # the suffixes of the folders beside --out during a build
 
 
-def write_whole(path: Path, text: str) -> None:
-    """``text`` to ``path`` all at once: written beside it under a name of this process, then moved
-    into place, so an interrupted build never leaves a cut-off split and two builds at once never
-    interleave (the last one's file wins whole)."""
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+def check_output_dir(output_dir: Path, make_parent: bool = False) -> None:
+    """Fail before any catalog is read if the corpus cannot be written to ``output_dir``: it is a
+    file, it holds files that are not a corpus's (a build replaces the whole folder), or its parent
+    is missing (created if ``make_parent``, as for the default folder) or not writable.
+
+    Raises:
+        ConfigError: naming the folder and the fix.
+    """
+    shown, target = shlex.quote(str(output_dir)), output_dir.resolve()
+    if target.exists() and not target.is_dir():
+        raise ConfigError(
+            f"--out {shown} is a file, not a folder: the corpus is a folder of {', '.join(CORPUS_FILES)}",
+            "give a folder that is new or holds an earlier corpus, e.g. "
+            f"--out {shlex.quote(str(output_dir.parent / 'corpus'))}",
+        )
+    _refuse_foreign_files(target, shown)
+    parent = target.parent
+    if make_parent and not parent.exists():
+        try:
+            parent.mkdir(parents=True)
+        except OSError as error:
+            raise ConfigError(f"--out {shown}: cannot create its parent folder {parent} ({error.strerror})",
+                              "give --out a folder whose parent exists and is writable") from None
+    if not parent.is_dir():
+        raise ConfigError(
+            f"--out {shown}: its parent {parent} is not a folder" if parent.exists()
+            else f"--out {shown}: its parent folder {parent} does not exist",
+            f"create it first (mkdir -p {shlex.quote(str(parent))}), or correct the path",
+        )
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"--out {shown}: cannot write in {parent} (the corpus is built beside the folder, then renamed "
+            "into place)",
+            "give --out a folder whose parent you can write, e.g. --out data/messages_en-fr",
+        )
+
+
+def _refuse_foreign_files(target: Path, shown: str) -> None:
+    """``ConfigError`` if the folder ``target`` holds anything but a corpus's files (a build would delete it)."""
     try:
-        with open(partial, "w", encoding="utf-8", newline="\n") as file:
-            file.write(text)
-        os.replace(partial, path)
+        names = [path.name for path in target.iterdir()] if target.is_dir() else []
+    except OSError as error:
+        raise ConfigError(f"--out {shown}: cannot list the folder ({error.strerror})",
+                          "give --out a folder you can read and write") from None
+    others = sorted(name for name in names if name not in CORPUS_FILES)
+    if others:
+        listed = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        raise ConfigError(
+            f"--out {shown} holds files that are not part of a corpus ({listed}); a build replaces the whole folder",
+            "give a new folder, or one that holds only an earlier corpus, e.g. "
+            f"--out {shlex.quote(str(target / 'corpus'))}",
+        )
+
+
+def replace_folder(target: Path, files: Mapping[str, str]) -> None:
+    """Make ``target`` a folder holding exactly ``files`` (name → text), replacing what it held as one set.
+
+    The files are written into a new folder beside ``target``, then, under a lock on the parent
+    folder and with SIGINT/SIGTERM held back, the old folder is renamed aside, the new one renamed
+    to ``target`` and the old one deleted. So a reader finds the old set whole, then the new set
+    whole (a reader that opened the old folder keeps reading the old files it opened, as POSIX
+    keeps deleted files that are open); an interrupted build leaves the old folder as it was and
+    nothing beside it; of two builds at once, the one that finishes last wins whole. What a build
+    killed outright (SIGKILL) left beside ``target`` is deleted by the next one.
+    """
+    target = target.resolve()
+    building = target.with_name(f".{target.name}.{os.getpid()}-{secrets.token_hex(4)}.{_BUILDING}")
+    os.mkdir(building)
+    try:
+        for name, text in files.items():
+            with open(building / name, "w", encoding="utf-8", newline="\n") as file:
+                file.write(text)
+                file.flush()
+                os.fsync(file.fileno())  # on disk before the rename makes it the corpus
+        with _locked(target.parent), _signals_held():
+            _remove_leftovers(target)
+            _refuse_foreign_files(target, shlex.quote(str(target)))  # again: files may have come since the check
+            replaced = None
+            if target.exists():
+                replaced = target.with_name(f".{target.name}.{os.getpid()}-{secrets.token_hex(4)}.{_REPLACED}")
+                os.rename(target, replaced)
+            os.rename(building, target)
+            if replaced is not None:
+                shutil.rmtree(replaced, ignore_errors=True)
     finally:
-        partial.unlink(missing_ok=True)
+        shutil.rmtree(building, ignore_errors=True)  # gone already once renamed
+
+
+@contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """An exclusive lock on ``folder`` (flock on the folder itself: no lock file; the kernel drops it
+    when its holder dies)."""
+    descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM held back for the block (a few renames): a signal that lands in it acts
+    when it ends, so the swap is never cut between its two renames."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _remove_leftovers(target: Path) -> None:
+    """Delete what killed builds left beside ``target`` (call it under the lock): any replaced
+    folder (a swap cut by SIGKILL; ``target`` is written right after), and the folders being built
+    by processes that no longer exist."""
+    pattern = re.compile(rf"\.{re.escape(target.name)}\.(\d+)-[0-9a-f]+\.({_BUILDING}|{_REPLACED})")
+    for path in target.parent.iterdir():
+        found = pattern.fullmatch(path.name)
+        if found and (found.group(2) == _REPLACED or not _process_exists(int(found.group(1)))):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's
+    return True
 
 
 def default_output_dir(lang: str) -> Path:
@@ -120,7 +254,9 @@ def build_corpus(
     """
     _check_settings(min_words, max_words, val_fraction, test_fraction)
     locale_dir = Path(locale_dir)
-    output_dir = Path(output_dir) if output_dir is not None else default_output_dir(lang)
+    default = output_dir is None
+    output_dir = default_output_dir(lang) if default else Path(output_dir)
+    check_output_dir(output_dir, make_parent=default)
     paths = catalog_paths(locale_dir, lang)
     catalogs, unreadable = read_catalogs(paths, log=log)
     reading = sum((catalog.counts for catalog in catalogs), Counter())
@@ -153,9 +289,6 @@ def build_corpus(
     log(f"kept: {len(kept)} pairs")
 
     splits = split_by_message(kept, seed=seed, val_fraction=val_fraction, test_fraction=test_fraction)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    for split in SPLITS:
-        write_whole(output_dir / f"{split}.tsv", "".join(f"{source}\t{target}\n" for source, target in splits[split]))
     summary = {
         "language": lang,
         "source_language": "en",
@@ -170,7 +303,10 @@ def build_corpus(
         "splits": {split: len(splits[split]) for split in SPLITS},
         "source_words": length_histogram(kept),
     }
-    write_whole(output_dir / "corpus.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    files = {SPLIT_FILES[split]: "".join(f"{source}\t{target}\n" for source, target in splits[split])
+             for split in SPLITS}
+    files[MANIFEST] = json.dumps(summary, indent=2, ensure_ascii=False) + "\n"
+    replace_folder(output_dir, files)
     log("splits (by English message): " + ", ".join(f"{split} {len(splits[split])}" for split in SPLITS))
     log(f"wrote {output_dir.resolve()}/{{train,val,test}}.tsv and corpus.json")
     return summary
@@ -210,15 +346,25 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    from attnseq.lifecycle.signals import Interrupted
+    from attnseq.runtime import Runtime  # the entry point's process-wide effects: the signal handler
+
     args = parse_args(argv)
-    try:
-        build_corpus(
-            args.lang, locale_dir=args.locale_dir, output_dir=args.out, seed=args.seed, min_words=args.min_words,
-            max_words=args.max_words, val_fraction=args.val_fraction, test_fraction=args.test_fraction,
-        )
-    except AttnSeqError as error:
-        print(f"error: {error}", file=sys.stderr, flush=True)
-        raise SystemExit(error.exit_code) from None
+    with Runtime():
+        try:
+            build_corpus(
+                args.lang, locale_dir=args.locale_dir, output_dir=args.out, seed=args.seed, min_words=args.min_words,
+                max_words=args.max_words, val_fraction=args.val_fraction, test_fraction=args.test_fraction,
+            )
+        except AttnSeqError as error:
+            print(f"error: {error}", file=sys.stderr, flush=True)
+            raise SystemExit(error.exit_code) from None
+        except Interrupted as interrupted:
+            where = args.out if args.out is not None else default_output_dir(args.lang)
+            print(f"\ninterrupted ({signal.Signals(interrupted.signum).name}): the build stopped and removed its "
+                  f"files; {where} holds the corpus it held before (or this one whole, if it had just been put "
+                  "in place)", file=sys.stderr, flush=True)
+            raise SystemExit(interrupted.code) from None
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ Tokens are strings in every kind, so vocabularies and heatmap axes treat them al
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -39,6 +40,10 @@ SYMBOLS = "symbols"
 
 DEFAULT_VOCAB_SIZE = 2000
 """Subword pieces per side (``dataset.vocab_size``), the unknown-piece token included."""
+LONGEST_PIECE = {"bpe": 32, "unigram": 16}
+"""The most characters a learned piece holds (``SPACE_TOKEN`` included; the unigram trainer's own
+default), so a line's length in characters bounds its pieces before any model exists. The messages
+corpus's longest BPE piece is 17."""
 
 # A word (letters/digits/underscore, with inner apostrophes kept: "don't", "l'homme") or a
 # single punctuation mark: "Hello, world!" -> ["Hello", ",", "world", "!"].
@@ -47,6 +52,9 @@ WORD_PATTERN = re.compile(r"\w+(?:['\u2019]\w+)*|[^\w\s]")
 # Character and subword tokens write a space as this visible mark (as SentencePiece does), so
 # spaces stay readable on attention heatmap axes.
 SPACE_TOKEN = "\u2581"
+
+_ASCII_WORD = re.compile(r"[^ \t\n\r\f\v]+")  # every kind splits at these (and maybe more): a token each at least
+_WHITESPACE = re.compile(r"\s+")  # Python's whitespace: at least what any kind's normaliser collapses
 
 def check_tokenizer(tokenizer: str) -> str:
     if tokenizer not in TOKENIZERS:
@@ -81,8 +89,22 @@ def detokenize(tokens: Sequence[str], tokenizer: str) -> str:
     raise ValueError(f"unknown tokenizer {tokenizer!r}; valid tokenizers: {', '.join((*TOKENIZERS, SYMBOLS))}")
 
 
+def surely_longer(text: str, limit: int, longest_token: int | None = None) -> bool:
+    """Whether ``text`` gives more than ``limit`` tokens, told without tokenising it (a line of
+    megabytes costs gigabytes in tokens): every kind gives a token at least per word between ASCII
+    whitespace, and, when no token is longer than ``longest_token`` characters, one per that many
+    characters that are not whitespace. False means "maybe not": tokenise to know."""
+    if len(text) <= limit:
+        return False  # no kind gives more tokens than characters (a subword model adds one leading space)
+    if sum(1 for _ in itertools.islice(_ASCII_WORD.finditer(text), limit + 1)) > limit:
+        return True
+    return bool(longest_token) and len(text) > limit * longest_token and (
+        len(_WHITESPACE.sub("", text)) > limit * longest_token)
+
+
 class TextTokenizer(Protocol):
-    """One side's reading of text: ``tokenize`` and its inverse ``detokenize``."""
+    """One side's reading of text: ``tokenize`` and its inverse ``detokenize``; ``longest_token``
+    (characters, None if unbounded) lets ``surely_longer`` drop over-long lines before tokenising."""
 
     kind: str
 
@@ -103,6 +125,10 @@ class RuleTokenizer:
     def __post_init__(self) -> None:
         if self.kind not in (*RULE_TOKENIZERS, SYMBOLS):
             raise ValueError(f"a rule tokenizer is one of {', '.join((*RULE_TOKENIZERS, SYMBOLS))}, got {self.kind!r}")
+
+    @property
+    def longest_token(self) -> int | None:
+        return 1 if self.kind == "char" else None
 
     def tokenize(self, text: str) -> list[str]:
         if self.kind == SYMBOLS:
@@ -126,6 +152,8 @@ class SubwordTokenizer:
             raise ValueError(f"a subword tokenizer is one of {', '.join(SUBWORD_TOKENIZERS)}, got a {kind!r} model")
         self.kind = kind
         self.model = model
+        self.longest_token = max(map(len, model.get_vocab()), default=1)
+        """The longest piece, in characters (an unseen character is a piece of one)."""
 
     @classmethod
     def train(cls, kind: str, texts: Iterable[str], vocab_size: int, lowercase: bool = True) -> SubwordTokenizer:
@@ -145,11 +173,11 @@ class SubwordTokenizer:
         tokenizer = _untrained(kind, lowercase)
         _check_vocab_size(tokenizer, texts, vocab_size)
         if kind == "bpe":
-            trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[UNK_TOKEN], show_progress=False)
+            trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[UNK_TOKEN], show_progress=False,
+                                          max_token_length=LONGEST_PIECE[kind])
         else:
-            trainer = trainers.UnigramTrainer(
-                vocab_size=vocab_size, special_tokens=[UNK_TOKEN], unk_token=UNK_TOKEN, show_progress=False
-            )
+            trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=[UNK_TOKEN], unk_token=UNK_TOKEN,
+                                              show_progress=False, max_piece_length=LONGEST_PIECE[kind])
         tokenizer.train_from_iterator(texts, trainer)
         return cls(tokenizer)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from pathlib import Path
 from typing import NamedTuple
 
@@ -31,7 +32,11 @@ _LONE_CR = re.compile(r"\r(?!\n)")
 _CR_FIX = "tr '\\r' '\\n' < in.tsv > out.tsv"
 
 
-def _read_text(path: Path) -> str:
+def _read_text(path: Path, folder: int | None = None) -> str:
+    """The text of ``path``; with ``folder`` (a descriptor of the folder ``path`` is in), the file of
+    that name in the very folder the descriptor holds, even if another folder took its path since."""
+    if folder is not None:
+        return _read_in_folder(path, folder)
     if not path.exists():
         raise DataError(
             path,
@@ -43,7 +48,24 @@ def _read_text(path: Path) -> str:
         raise DataError(path, "is a directory, not a file", "point to the tab-separated file inside it")
     if not path.is_file():
         raise DataError(path, "not a regular file", "point to a tab-separated text file")
-    data = path.read_bytes()
+    return _decode(path, path.read_bytes())
+
+
+def _read_in_folder(path: Path, folder: int) -> str:
+    try:
+        info = os.stat(path.name, dir_fd=folder)
+    except FileNotFoundError:
+        raise DataError(
+            path, "vanished while the corpus folder was read: the folder was replaced meanwhile (a corpus "
+            "rebuild finished)", "run again: the rebuilt corpus is read whole",
+        ) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise DataError(path, "not a regular file", "point to a tab-separated text file")
+    with open(path.name, "rb", opener=lambda name, flags: os.open(name, flags, dir_fd=folder)) as file:
+        return _decode(path, file.read())
+
+
+def _decode(path: Path, data: bytes) -> str:
     if data.startswith(_UTF8_BOM):
         data = data[len(_UTF8_BOM) :]
     if data.strip() == b"":
@@ -114,23 +136,31 @@ def split_files(folder: str | Path) -> dict[str, Path]:
 
 
 def read_split_folder(folder: str | Path) -> dict[str, list[TextPair]]:
-    """The pairs of each split of a corpus folder (``SPLIT_FILES``).
+    """The pairs of each split of a corpus folder (``SPLIT_FILES``), all three from one folder: the
+    folder is opened once, so a rebuild that renames a new folder into its place meanwhile
+    (``python -m attnseq.data.messages``) cannot mix splits of two builds.
 
     Raises:
         DataError: as ``split_files`` and ``read_pairs``.
     """
-    return {split: read_pairs(path) for split, path in split_files(folder).items()}
+    files = split_files(folder)
+    descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        return {split: read_pairs(path, folder=descriptor) for split, path in files.items()}
+    finally:
+        os.close(descriptor)
 
 
-def read_pairs(path: str | Path) -> list[TextPair]:
-    """All (source, target) text pairs of ``path``, in file order, as written.
+def read_pairs(path: str | Path, folder: int | None = None) -> list[TextPair]:
+    """All (source, target) text pairs of ``path``, in file order, as written (with ``folder``, a
+    descriptor of its folder: the file of that name in that very folder).
 
     Raises:
         DataError: the file is missing, empty or not UTF-8; a line has not exactly one tab; or
             one side of a pair is blank. The message names the path, the line and the fix.
     """
     path = Path(path)
-    text = _read_text(path)
+    text = _read_text(path, folder)
     _reject_old_mac_line_endings(path, text)
     lines = text.split("\n")
     if lines[-1] == "":

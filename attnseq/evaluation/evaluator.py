@@ -22,7 +22,7 @@ from attnseq.metrics.translation import signature_params
 from attnseq.model import Decoded, decode_length_limit, greedy_decode
 from attnseq.model.beam import beam_search
 from attnseq.model.decoding import Encoded
-from attnseq.registry import import_plugins
+from attnseq.registry import require_plugins
 
 __all__ = ["TEXT_TASKS", "EvalResult", "EvalSettings", "decode", "decoded_row", "evaluate_run", "evaluation_examples",
            "length_limit", "metric_suite", "sentence_samples"]
@@ -53,8 +53,8 @@ class EvalResult:
 
 def evaluation_examples(trained: TrainedRun, settings: EvalSettings) -> list[Example]:
     """A held-out test split at ``settings.lengths``, made the way the run made its data (its
-    ``plugins`` imported first: a task defined outside attnseq registers itself)."""
-    import_plugins(trained.config.get("plugins") or ())
+    ``plugins``, imported on request first: a task defined outside attnseq registers itself)."""
+    require_plugins(trained.config.get("plugins") or ())
     dataset = dict(trained.config["dataset"])
     dataset.update(eval_lengths=list(settings.lengths), test_size=settings.size)
     data = Seq2SeqDataModule(**dataset, seed=int(trained.config["seed"]) + settings.seed,
@@ -72,7 +72,7 @@ def length_limit(trained: TrainedRun, batch: Batch) -> int:
 
 def metric_suite(trained: TrainedRun, settings: EvalSettings) -> MetricSuite:
     """The suite of ``eval/`` metrics for ``trained`` at ``settings`` (with the metrics its ``plugins`` define)."""
-    import_plugins(trained.config.get("plugins") or ())
+    require_plugins(trained.config.get("plugins") or ())
     task = trained.config["dataset"]["task"]
     text = TASKS.lookup(task).is_text
     return MetricSuite(SuiteSpec(

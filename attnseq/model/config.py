@@ -14,7 +14,7 @@ from attnseq.attention.settings import NO_ATTENTION, ScorerSettings, size_proble
 from attnseq.errors import ConfigError
 from attnseq.model.conventions import DecoderSettings
 from attnseq.model.encoders import RNN, EncoderSettings
-from attnseq.registry import import_plugins
+from attnseq.registry import import_plugins, require_plugins
 
 
 class ModelGroup(BaseModel):
@@ -81,7 +81,8 @@ class ModelConfig:
     @classmethod
     def from_saved(cls, saved: Mapping[str, Any]) -> ModelConfig:
         """The config a run saved with its weights (``dataclasses.asdict``), including those saved
-        before the scorer's settings moved to its own group (a top-level ``attn_dim``)."""
+        before the scorer's settings moved to its own group (a top-level ``attn_dim``). Its plugins
+        must be imported already, on request (``require_plugins``): a saved file never runs code."""
         fields = dict(saved)
         options = dict(fields.pop("scorer_options", None) or {})
         attn_dim = fields.pop("attn_dim", None)
@@ -90,6 +91,7 @@ class ModelConfig:
         if fields.get("decoder") == "bahdanau":
             fields["input_feeding"] = None  # saved as a meaningless True/False before
         fields["plugins"] = tuple(fields.get("plugins", ()))
+        require_plugins(fields["plugins"])
         return cls(**fields, scorer_options=options)
 
     @property

@@ -30,6 +30,12 @@ from attnseq.tracking.logged_model import (
 
 class TranslatorModel(PythonModel):
     def load_context(self, context) -> None:
+        import os
+
+        from attnseq.registry import PLUGINS_ENV, import_plugins
+
+        # a run's plugins run code: imported only when the one serving names them (PLUGINS_ENV)
+        import_plugins(name.strip() for name in os.environ.get(PLUGINS_ENV, "").split(",") if name.strip())
         files = context.artifacts
         self.translator = Translator.from_files(files[MODEL_FILE], files[CONFIG], files[SRC_VOCAB], files[TGT_VOCAB],
                                                 files.get(SRC_TOKENIZER), files.get(TGT_TOKENIZER))
