@@ -9,6 +9,7 @@ import re
 
 import numpy as np
 import pytest
+from cli_helpers import HEATMAP_LABELS, artifact_paths
 from matplotlib.text import Text
 
 from attnseq.tracking import paths, tags
@@ -50,21 +51,14 @@ def test_title_verdict_and_legend_lie_inside_the_heatmap(length, heads):
     assert clipped_texts(figure) == []
 
 
-LABELS = ("short", "medium", "long")  # the heatmap samples of a default run (tracking.heatmap_samples=3)
-
-
-def artifact_paths(client, run_id: str, folder: str) -> set[str]:
-    return {info.path for info in client.list_artifacts(run_id, folder)}
-
-
 def test_a_trained_run_holds_its_last_and_best_heatmaps_as_plain_files(tiny_run, tmp_path):
     from PIL import Image
 
     run_id = tiny_run.runs[0].info.run_id
-    held = artifact_paths(tiny_run.client, run_id, paths.folder(paths.heatmap_file("long")))
-    expected = {paths.heatmap_file(label) for label in LABELS} | {paths.best_heatmap_file(label) for label in LABELS}
-    assert expected <= held, sorted(held)
-    assert paths.LENGTH_FIGURE in artifact_paths(tiny_run.client, run_id, paths.folder(paths.LENGTH_FIGURE))
+    held = artifact_paths(tiny_run.client, run_id)
+    for label in HEATMAP_LABELS:
+        assert {paths.heatmap_file(label), paths.best_heatmap_file(label)} <= held, label
+    assert paths.LENGTH_FIGURE in held  # beside the heatmaps
     local = tiny_run.client.download_artifacts(run_id, paths.heatmap_file("short"), str(tmp_path))
     with Image.open(local) as image:
         assert image.width >= HEATMAP_MIN_WIDTH_IN * HEATMAP_DPI  # a short source's heatmap is not squeezed
@@ -77,5 +71,4 @@ def test_the_run_note_says_what_the_run_is_and_where_each_picture_is(tiny_run):
     assert str(run.data.params["model.num_parameters"]) in note.replace(",", "")
     named = [name for name in re.findall(r"`([^`]+)`", note) if name.endswith(".png")]
     assert paths.heatmap_file("long") in named and paths.LENGTH_FIGURE in named
-    for name in named:  # every picture the note names is where it says
-        assert name in artifact_paths(tiny_run.client, run.info.run_id, paths.folder(name)), name
+    assert set(named) <= artifact_paths(tiny_run.client, run.info.run_id)  # every picture it names is there
