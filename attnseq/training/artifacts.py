@@ -79,6 +79,10 @@ def heatmap_title(label: str, source_length: int, when: str, correct: bool) -> s
     return f"{label} sample (source length {source_length}), {when}: {'correct' if correct else 'wrong'}"
 
 
+def epochs(count: int) -> str:
+    return f"{count} epoch{'' if count == 1 else 's'}"
+
+
 def run_note(data: Seq2SeqDataModule, module: Seq2SeqLitModule, heatmap_labels: list[str]) -> str:
     """The run's description (MLflow's note, Markdown) in two lines: what was trained, and where its
     pictures are."""
@@ -217,7 +221,7 @@ class RunArtifacts(Callback):
 
     def log_final_heatmaps(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
         """The last epoch's heatmaps and the best checkpoint's, as plain files in ``attention/``."""
-        when = f"after {trainer.current_epoch} epochs"
+        when = f"after {epochs(trainer.current_epoch)}"
         for label, image in self.heatmap_images(trainer, pl_module, when).items():
             self.run.log_image(image, paths.heatmap_file(label))
         best = self.best.best_model_path
@@ -226,7 +230,7 @@ class RunArtifacts(Callback):
         checkpoint = torch.load(best, map_location="cpu", weights_only=True)
         model = copy.deepcopy(pl_module.model)
         model.load_state_dict(model_weights(checkpoint["state_dict"]))
-        when = f"best checkpoint, after {checkpoint['epoch'] + 1} epochs"
+        when = f"best checkpoint, after {epochs(checkpoint['epoch'] + 1)}"
         for label, image in self.heatmap_images(trainer, pl_module, when, model=model).items():
             self.run.log_image(image, paths.best_heatmap_file(label))
 
