@@ -48,6 +48,17 @@ def attention_image(label: str) -> str:
     return f"attention/{label}"
 
 
+def heatmap_file(label: str) -> str:
+    """A training run's heatmap of its last epoch's model, as a plain file: the trained heatmap found in
+    the Artifacts tab, without the time-stepped image's slider."""
+    return f"attention/{label}.png"
+
+
+def best_heatmap_file(label: str) -> str:
+    """A training run's heatmap of its best checkpoint (the one its MLflow model serves)."""
+    return f"attention/best_{label}.png"
+
+
 EVAL_TABLES = "eval"
 """An evaluation run's per-bucket tables (``buckets.json``, ``buckets.csv``)."""
 

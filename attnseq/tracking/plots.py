@@ -28,6 +28,10 @@ image cards show a copy scaled to at most 256 px (``mlflow.tracking.multimedia.c
 the full image opens when a card is clicked."""
 HEATMAP_CELL_IN = 0.32
 HEATMAP_LABEL_PT = 9
+HEATMAP_MIN_WIDTH_IN = 4.0
+"""The narrowest heatmap (600 px): room for the legend on one line and a title in two."""
+TITLE_CHAR_PT = 6.0  # a generous mean width of a 10-pt title character: the title wraps at width / this
+TITLE_LINE_IN = 0.2  # the height a further title line adds
 PANEL_TITLE_CHARS = 28  # a side-by-side panel's title wraps at this width, so neighbours never overlap
 
 
@@ -67,22 +71,27 @@ def same_sample_heatmaps(
 
 def _heatmap_row(panels: Sequence[tuple], title: str) -> Figure:
     """Heatmap panels ``(label, matrix (T_out, T_src), src tokens, out tokens, gold or None)`` in a
-    row, each sized by its own tokens, one shared colour bar."""
+    row, each sized by its own tokens, one shared colour bar. The figure is at least
+    ``HEATMAP_MIN_WIDTH_IN`` wide and its title wraps to its width, so that a short sequence's title,
+    verdict and legend are never cut off; the layout engine keeps every label inside the figure."""
     widths = [max(3.0, HEATMAP_CELL_IN * len(src) + 1.8) for _, _, src, _, _ in panels]
+    width = max(HEATMAP_MIN_WIDTH_IN, sum(widths))
+    title_lines = textwrap.wrap(title, max(1, int(width * 72 / TITLE_CHAR_PT)))
     height = max(2.5, HEATMAP_CELL_IN * max(len(out) for _, _, _, out, _ in panels) + 1.9)
-    fig, axes = plt.subplots(1, len(panels), figsize=(sum(widths), height), squeeze=False, dpi=HEATMAP_DPI,
-                             gridspec_kw={"width_ratios": widths})
+    height += TITLE_LINE_IN * (len(title_lines) - 1)  # (each further title line)
+    fig, axes = plt.subplots(1, len(panels), figsize=(width, height), squeeze=False, dpi=HEATMAP_DPI,
+                             gridspec_kw={"width_ratios": widths}, layout="constrained")
     longest = max(len(out) for _, _, _, out, _ in panels)
     for ax, (label, matrix, src_tokens, out_tokens, gold) in zip(axes[0], panels):
         image = _heatmap_panel(ax, label, matrix, src_tokens, out_tokens, gold)
         ax.set_ylim(longest - 0.5, -0.5)  # every panel's rows the same height, the first at the top
     axes[0][0].set_ylabel("output")
     fig.colorbar(image, ax=axes[0][-1], fraction=0.046, pad=0.02, label="weight")
-    fig.suptitle(title, fontsize=HEATMAP_LABEL_PT + 1)
+    fig.suptitle("\n".join(title_lines), fontsize=HEATMAP_LABEL_PT + 1)
     handles, labels = axes[0][0].get_legend_handles_labels()
     if handles:
-        fig.legend(handles, labels, loc="lower center", ncol=len(handles), fontsize=HEATMAP_LABEL_PT, frameon=False)
-    fig.tight_layout(rect=(0, 0.05 if handles else 0, 1, 1))
+        fig.legend(handles, labels, loc="outside lower center", ncol=len(handles), fontsize=HEATMAP_LABEL_PT,
+                   frameon=False)
     return fig
 
 

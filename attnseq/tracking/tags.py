@@ -7,7 +7,7 @@ named in ``provenance``.
 
 from __future__ import annotations
 
-from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NOTE
 
 KIND = "attnseq.kind"
 """What a run is: one of the kinds below."""
@@ -34,6 +34,8 @@ HEARTBEAT = "attnseq.heartbeat"
 FIRST_STEP_S = "attnseq.first_step_s"
 """Seconds from the training process's start to its first training step (``training.startup``); a
 resumed run holds its latest start's."""
+NOTE = MLFLOW_RUN_NOTE
+"""A run's description, Markdown, shown on its page's Overview: what the run is, where its pictures are."""
 
 SWEEP_ID = "attnseq.sweep_id"
 """The sweep's parent run id, on the parent and on every job."""

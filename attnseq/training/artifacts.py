@@ -15,10 +15,13 @@ paths are ``attnseq.tracking.paths``).
   run's copy is never an epoch behind): that checkpoint, so ``resume=`` works from another machine;
 - at the end of training: the last validation's curves ``val/acc_by_length`` and
   ``val/exact_by_length`` (``attnseq.tracking.length_curves``: step = a bucket's upper length);
-- at the end: the accuracy-vs-length figure, the best and last checkpoints, a portable
+- at the end: the accuracy-vs-length figure, the heatmaps of the last epoch's model and of the best
+  checkpoint as plain files (``attention/long.png``, ``attention/best_long.png``: found in the
+  Artifacts tab without the slider), the best and last checkpoints, a portable
   model file (config + weights, loadable with ``torch.load(weights_only=True)``), and the same
   model as an MLflow model (``attnseq.serving``: ``runs:/<run id>/model``).
 
+The run's note (its description on the run page) says what the run is and where these pictures are.
 All of it happens on rank 0 only, and never inside a training step.
 """
 
@@ -30,6 +33,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import lightning as L
+import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
@@ -40,7 +44,7 @@ from attnseq.data.vocab import EOS
 from attnseq.lifecycle.signals import Signals
 from attnseq.metrics.translation import signature_params
 from attnseq.model import Seq2Seq, greedy_decode
-from attnseq.tracking import paths
+from attnseq.tracking import paths, tags
 from attnseq.tracking.length_curves import log_length_curves
 from attnseq.tracking.logged_model import log_translator
 from attnseq.tracking.plots import accuracy_vs_length, attention_heatmap, figure_to_array
@@ -68,6 +72,32 @@ def pick_heatmap_samples(
 
 MODEL_INPUT_EXAMPLES = 2
 """Validation sources stored as the MLflow model's input example."""
+
+
+def heatmap_title(label: str, source_length: int, when: str, correct: bool) -> str:
+    """A heatmap's title: which sample, when, and the verdict on its decoded output."""
+    return f"{label} sample (source length {source_length}), {when}: {'correct' if correct else 'wrong'}"
+
+
+def epochs(count: int) -> str:
+    return f"{count} epoch{'' if count == 1 else 's'}"
+
+
+def run_note(data: Seq2SeqDataModule, module: Seq2SeqLitModule, heatmap_labels: list[str]) -> str:
+    """The run's description (MLflow's note, Markdown) in two lines: what was trained, and where its
+    pictures are."""
+    model = module.model.config
+    heads = f"{model.heads} head{'s' if model.heads > 1 else ''}"
+    lo, hi = module.train_lengths
+    what = (f"Training run: {data.task} task, {model.encoder} encoder ({model.cell}), {model.scorer} attention "
+            f"({heads}), {model.decoder} decoder, {module.model.num_parameters():,} parameters, trained on "
+            f"source lengths {lo}-{hi}.")
+    pictures = [paths.heatmap_file(label) for label in heatmap_labels] + [paths.LENGTH_FIGURE]
+    where = (f"Pictures (Artifacts tab, at the end of training): {', '.join(f'`{p}`' for p in pictures)}"
+             + (f"; the best checkpoint's heatmaps: `{paths.best_heatmap_file(heatmap_labels[0])}`, ...; every "
+                f"epoch's: Model metrics, `{paths.attention_image(heatmap_labels[0])}` (slider)." if heatmap_labels
+                else "."))
+    return f"{what}\n\n{where}"
 
 
 def metric_step(trainer: L.Trainer) -> int:
@@ -126,6 +156,7 @@ class RunArtifacts(Callback):
             self.run.log_params(signature_params())
         if self.heatmap_samples and pl_module.model.attention is not None:
             self.samples = pick_heatmap_samples(data.val_examples, pl_module.train_lengths, self.heatmap_samples)
+        self.run.set_tags({tags.NOTE: run_note(data, pl_module, list(self.samples))})
 
     # -- every epoch ---------------------------------------------------------------------
     def on_validation_end(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
@@ -156,13 +187,19 @@ class RunArtifacts(Callback):
             untrained, self.untrained = self.untrained, None
             self.log_heatmaps(trainer, pl_module, "before training (step 0)", model=untrained, step=0)
 
-    @torch.no_grad()
     def log_heatmaps(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule, when: str,
                      model: Seq2Seq | None = None, step: int | None = None) -> None:
-        """The samples' heatmaps, decoded by ``model`` (the module's own by default) at ``step``
-        (``metric_step`` by default)."""
-        data = trainer.datamodule
+        """The samples' heatmaps, decoded by ``model`` (the module's own by default), as time-stepped
+        images at ``step`` (``metric_step`` by default)."""
         step = metric_step(trainer) if step is None else step
+        for label, image in self.heatmap_images(trainer, pl_module, when, model).items():
+            self.run.log_image_step(image, paths.attention_image(label), step)
+
+    @torch.no_grad()
+    def heatmap_images(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule, when: str,
+                       model: Seq2Seq | None = None) -> dict[str, np.ndarray]:
+        """Each sample's heatmap as decoded by ``model`` (the module's own by default), by label."""
+        data = trainer.datamodule
         model = pl_module.model if model is None else model
         batch = collate(data.encode_examples(list(self.samples.values()))).to(pl_module.device)
         was_training = model.training
@@ -170,15 +207,32 @@ class RunArtifacts(Callback):
         limit = decode_length_limit(batch.src_lengths, pl_module.decode_ratio, pl_module.decode_extra)
         decoded = greedy_decode(model, batch.src, batch.src_lengths, max_length=limit)
         model.train(was_training)
+        images = {}
         for i, (label, example) in enumerate(self.samples.items()):
             n_src, n_out = len(example.src), int(decoded.lengths[i])
             out_ids = decoded.tokens[i, :n_out].tolist()
             out_tokens = data.tgt_vocab.decode(out_ids)
             weights = decoded.attention[i, :, :n_out, :n_src].float().cpu().numpy()  # (H, T_out, T_src)
             correct = out_ids[:-1] == data.tgt_vocab.encode(example.tgt) and out_ids[-1:] == [EOS]
-            title = f"{label} sample (source length {n_src}), {when}: {'correct' if correct else 'wrong'}"
+            title = heatmap_title(label, n_src, when, correct)
             figure = attention_heatmap(weights, example.src, out_tokens, title, gold=example.alignment)
-            self.run.log_image_step(figure_to_array(figure), paths.attention_image(label), step)
+            images[label] = figure_to_array(figure)
+        return images
+
+    def log_final_heatmaps(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
+        """The last epoch's heatmaps and the best checkpoint's, as plain files in ``attention/``."""
+        when = f"after {epochs(trainer.current_epoch)}"
+        for label, image in self.heatmap_images(trainer, pl_module, when).items():
+            self.run.log_image(image, paths.heatmap_file(label))
+        best = self.best.best_model_path
+        if not best or not Path(best).is_file():
+            return
+        checkpoint = torch.load(best, map_location="cpu", weights_only=True)
+        model = copy.deepcopy(pl_module.model)
+        model.load_state_dict(model_weights(checkpoint["state_dict"]))
+        when = f"best checkpoint, after {epochs(checkpoint['epoch'] + 1)}"
+        for label, image in self.heatmap_images(trainer, pl_module, when, model=model).items():
+            self.run.log_image(image, paths.best_heatmap_file(label))
 
     def on_train_end(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
         """The last validation's accuracy and exact match by length, as curves MLflow overlays."""
@@ -201,6 +255,8 @@ class RunArtifacts(Callback):
                 f"validation accuracy vs source length, after {trainer.current_epoch} epochs",
             )
             self.run.log_image(figure_to_array(figure), paths.LENGTH_FIGURE)
+        if self.samples:
+            self.log_final_heatmaps(trainer, pl_module)
         self.log_checkpoints(trainer, pl_module)
 
     def log_checkpoints(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
@@ -213,7 +269,7 @@ class RunArtifacts(Callback):
             if best and Path(best).is_file()
             else pl_module.state_dict()
         )
-        weights = {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
+        weights = model_weights(state)
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / paths.file_name(paths.MODEL_FILE)
             torch.save({"model_config": asdict(pl_module.model.config), "state_dict": weights}, path)
@@ -234,6 +290,11 @@ class RunArtifacts(Callback):
         log_translator(self.run.client, self.run.run_id, model_file, written[paths.RESOLVED_CONFIG],
                        written[paths.SRC_VOCAB], written[paths.TGT_VOCAB], examples, step=trainer.global_step,
                        tokenizer_files=tokenizers)
+
+
+def model_weights(state_dict: dict) -> dict:
+    """The ``Seq2Seq`` weights of a ``Seq2SeqLitModule`` state dict (its ``model.`` entries)."""
+    return {k.removeprefix("model."): v for k, v in state_dict.items() if k.startswith("model.")}
 
 
 class UploadedCheckpoint(ModelCheckpoint):

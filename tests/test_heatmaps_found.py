@@ -1,0 +1,74 @@
+"""A trained heatmap is found in a minute: every heatmap's title, verdict and legend lie inside its
+figure at every sequence length (checked geometrically on the rendered figure), and a training run
+holds its last epoch's and best checkpoint's heatmaps as plain artifacts beside its figures, with a
+run description (MLflow's note) that says where they are."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from cli_helpers import HEATMAP_LABELS, artifact_paths
+from matplotlib.text import Text
+
+from attnseq.tracking import paths, tags
+from attnseq.tracking.plots import ARGMAX_LABEL, GOLD_LABEL, HEATMAP_DPI, HEATMAP_MIN_WIDTH_IN, attention_heatmap
+from attnseq.training.artifacts import heatmap_title
+
+CHECK_DPI = 40
+"""The layout is in inches and points, so the check renders at a low resolution: the same geometry,
+in a fraction of the time (an 80-token, 4-head heatmap is 20,000 px wide at its own 150)."""
+
+
+def clipped_texts(figure) -> list[str]:
+    """The texts of the rendered ``figure`` whose window extent reaches outside the figure."""
+    figure.set_dpi(CHECK_DPI)
+    figure.canvas.draw()
+    renderer, bounds = figure.canvas.get_renderer(), figure.bbox
+    clipped = []
+    for text in figure.findobj(Text):
+        if not text.get_visible() or not text.get_text():
+            continue
+        extent = text.get_window_extent(renderer)
+        if extent.x0 < bounds.x0 - 0.5 or extent.y0 < bounds.y0 - 0.5 or extent.x1 > bounds.x1 + 0.5 \
+                or extent.y1 > bounds.y1 + 0.5:
+            clipped.append(text.get_text())
+    return clipped
+
+
+@pytest.mark.parametrize(("length", "heads"), [
+    *((length, heads) for length in (1, 4, 30, 80) for heads in (1, 4) if (length, heads) != (80, 4)),
+    pytest.param(80, 4, marks=pytest.mark.slow),  # 5 panels of 80 × 81 cells: ~15 s to lay out
+])
+def test_title_verdict_and_legend_lie_inside_the_heatmap(length, heads):
+    weights = np.random.default_rng(length).dirichlet(np.ones(length), size=(heads, length + 1))  # (H, T_out, T_src)
+    src = [f"s{i % 10}" for i in range(length)]
+    title = heatmap_title("short", length, "epoch 12 (step 12999)", correct=False)
+    figure = attention_heatmap(weights, src, [*src, "</s>"], title, gold=[*range(length), -1])
+    texts = [text.get_text().replace("\n", " ") for text in figure.findobj(Text)]
+    assert title in texts and ARGMAX_LABEL in texts and GOLD_LABEL in texts  # title (with its verdict), legend
+    assert clipped_texts(figure) == []
+
+
+def test_a_trained_run_holds_its_last_and_best_heatmaps_as_plain_files(tiny_run, tmp_path):
+    from PIL import Image
+
+    run_id = tiny_run.runs[0].info.run_id
+    held = artifact_paths(tiny_run.client, run_id)
+    for label in HEATMAP_LABELS:
+        assert {paths.heatmap_file(label), paths.best_heatmap_file(label)} <= held, label
+    assert paths.LENGTH_FIGURE in held  # beside the heatmaps
+    local = tiny_run.client.download_artifacts(run_id, paths.heatmap_file("short"), str(tmp_path))
+    with Image.open(local) as image:
+        assert image.width >= HEATMAP_MIN_WIDTH_IN * HEATMAP_DPI  # a short source's heatmap is not squeezed
+
+
+def test_the_run_note_says_what_the_run_is_and_where_each_picture_is(tiny_run):
+    run = tiny_run.runs[0]
+    note = run.data.tags[tags.NOTE]
+    assert len([line for line in note.splitlines() if line.strip()]) == 2
+    assert str(run.data.params["model.num_parameters"]) in note.replace(",", "")
+    named = [name for name in re.findall(r"`([^`]+)`", note) if name.endswith(".png")]
+    assert paths.heatmap_file("long") in named and paths.LENGTH_FIGURE in named
+    assert set(named) <= artifact_paths(tiny_run.client, run.info.run_id)  # every picture it names is there
