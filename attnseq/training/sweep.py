@@ -118,17 +118,19 @@ class SweepParentRun(Callback):
             self._report(parent, ended)
 
     def _report(self, parent: TrackedRun, ended: bool) -> None:
-        killed = self.signals is not None and self.signals.received is not None
+        def killed() -> bool:  # a signal, even one that lands while the sweep closes
+            return self.signals is not None and self.signals.received is not None
+
         try:
             children = self.client.runs([self.experiment_id], filter_string=tags.children_of(parent.run_id))
-            children = [self._closed(child, "KILLED" if killed else "FAILED") for child in children]
+            children = [self._closed(child, "KILLED" if killed() else "FAILED") for child in children]
             rows = sorted((c.info.run_name or c.info.run_id, c.info.status) for c in children)
             failed = [name for name, status in rows if status != "FINISHED"]
             summary = "\n".join(f"{status:9s} {name}" for name, status in rows)
             parent.log_text(summary + "\n", paths.SWEEP_SUMMARY)
             table = job_table(children, self.metric, self.experiment_id, self.client.tracking_uri)
             parent.log_metrics({"sweep/jobs": len(rows), "sweep/failed_jobs": len(failed)})
-            if killed:
+            if killed():
                 status = "KILLED"
             else:
                 status = "FAILED" if failed or not rows or not ended else "FINISHED"
@@ -142,7 +144,7 @@ class SweepParentRun(Callback):
             return
         links = ui_links(self.client.tracking_uri, self.experiment_id, parent.run_id)
         lines = [f"\nSweep parent run {parent.run_id}: {len(rows)} jobs, {len(failed)} not finished", table]
-        if status != "FINISHED" and not ended:
+        if status == "KILLED" or not ended:
             lines[0] += f" (marked {status}: the sweep was stopped)"
         if links.open_with:
             lines.append(f"Open it with: {links.open_with}")
