@@ -43,7 +43,7 @@ class Runtime:
         self.signals = Signals()
         self.signals.owner = self  # how a job's ``@hydra.main`` function and hydra callbacks find it (``active``)
         self.keep_freed_memory = keep_freed_memory
-        self.secrets: set[str] = set()  # what the log records mask by value (``redaction.remembering``)
+        self.secrets: set[str] = set()  # what log records and the console mask by value (``redaction``)
         self._undo = ExitStack()
         self._entered = False
 
