@@ -266,3 +266,27 @@ def test_a_joblib_worker_killed_leaves_no_run_of_the_sweep_running(tmp_path):
     assert [p.info.status for p in parents] == ["FAILED"], log.read_text()[-4000:]
     assert len(children) == 2 and all(c.info.status in ("FAILED", "KILLED") for c in children), \
         [c.info.status for c in children]
+
+
+# -- the rules themselves (no process) ---------------------------------------------------------------
+def test_userinfo_is_masked_to_the_last_at_before_the_host_and_no_further():
+    from attnseq.tracking.redaction import redact_text
+
+    assert redact_text(f"http://alice:{URI_PASSWORD}@h:5000/a@b c@d") == "http://***@h:5000/a@b c@d"
+    assert redact_text(f"http\\://alice\\:{URI_PASSWORD}@h\\:5000") == "http\\://***@h\\:5000"  # Hydra's escapes
+
+
+def test_a_sweeps_secrets_become_environment_references_that_resolve_to_them(monkeypatch):
+    from omegaconf import OmegaConf
+
+    from attnseq.tracking.redaction import secrets_to_environment
+
+    overrides = [f"+db.password={DB_SECRET},'{OTHER_DB_SECRET}'", f"+u=http://alice:{URI_PASSWORD}@h:1", "scorer=a,b"]
+    safe, env = secrets_to_environment(overrides)
+    assert leaks(safe) == [] and safe[2] == "scorer=a,b"
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    choices = safe[0].split("=", 1)[1].split(",")
+    resolved = [OmegaConf.create({"v": choice})["v"] for choice in choices]
+    assert resolved == [DB_SECRET, OTHER_DB_SECRET]
+    assert OmegaConf.create({"v": safe[1].split("=", 1)[1]})["v"] == f"http://alice:{URI_PASSWORD}@h:1"

@@ -226,7 +226,7 @@ def secrets_to_environment(overrides: list[str]) -> tuple[list[str], dict[str, s
                 values = list(parsed.sweep_iterator())
             else:  # an interval: numbers the sweeper draws
                 values = []
-            if values and None not in values:  # null stays null
+            if values and all(isinstance(v, (str, int, float, QuotedString)) for v in values):  # not null, lists
                 texts = (v.text if isinstance(v, QuotedString) else str(v) for v in values)
                 line = f"{key}={','.join(reference(text) for text in texts)}"
         line = _URI_CREDENTIALS.sub(lambda m: f"{m['scheme']}{reference(m['userinfo'])}@", line)
