@@ -46,6 +46,7 @@ class Runtime:
         self.secrets: set[str] = set()  # what log records and the console mask by value (``redaction``)
         self._undo = ExitStack()
         self._entered = False
+        self._console_redacted = False  # this runtime redacts sys.stdout and sys.stderr (the process's first)
 
     # -- entering and leaving -------------------------------------------------------------------
     def install(self) -> Runtime:
@@ -62,10 +63,11 @@ class Runtime:
 
     def __exit__(self, exc_type: Any, error: BaseException | None, tb: Any) -> None:
         self._entered = False
+        redacted = self._console_redacted
         try:
             self._undo.close()
         finally:
-            if error is not None and not isinstance(error, SystemExit):
+            if redacted and error is not None and not isinstance(error, SystemExit):
                 sys.excepthook = _redacting_excepthook(frozenset(self.secrets))
 
     def at_exit(self, callback: Callable[[], Any]) -> bool:
@@ -81,11 +83,13 @@ class Runtime:
 
         saved = sys.stdout, sys.stderr
         sys.stdout, sys.stderr = (RedactingStream(stream, lambda: self.secrets) for stream in saved)
+        self._console_redacted = True
 
         def restore() -> None:
             for stream in (sys.stdout, sys.stderr):
                 stream.flush()
             sys.stdout, sys.stderr = saved
+            self._console_redacted = False
 
         self._undo.callback(restore)
 

@@ -144,8 +144,8 @@ class SweepParentRun(Callback):
             return
         links = ui_links(self.client.tracking_uri, self.experiment_id, parent.run_id)
         lines = [f"\nSweep parent run {parent.run_id}: {len(rows)} jobs, {len(failed)} not finished", table]
-        if status == "KILLED" or not ended:
-            lines[0] += f" (marked {status}: the sweep was stopped)"
+        if status == "KILLED":
+            lines[0] += " (marked KILLED: a signal stopped the sweep)"
         if links.open_with:
             lines.append(f"Open it with: {links.open_with}")
         lines.append(f"The sweep:    {links.url}")
