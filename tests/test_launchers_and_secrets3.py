@@ -150,6 +150,7 @@ def test_submitit_pickles_and_hydras_failure_line_hold_no_secret(tmp_path):
 
 
 # -- point 4: secrets on the error paths -------------------------------------------------------------
+@pytest.mark.slow  # starts the module's server when it runs alone
 def test_resume_of_an_unknown_run_names_the_store_without_its_credentials(server, tmp_path):
     uri, _ = server
     proc = run_cli(tmp_path, f"resume={'0' * 32}", f"mlflow.tracking_uri={uri}", f"hydra.run.dir={tmp_path}/out",
