@@ -27,6 +27,7 @@ from attnseq.cli import (  # noqa: E402
     check_before_the_run,
     checked_command_line,
     config_help,
+    is_sweep,
     user_errors,
     wants_help,
 )
@@ -59,4 +60,6 @@ if __name__ == "__main__":
         import attnseq.training.pipeline  # noqa: F401
 
         check_before_the_run("train", configs, sys.argv[1:])  # trainer.*, optimizer.*: before Hydra's run folder
+        if is_sweep(sys.argv[1:]):  # its launcher writes and pickles the overrides: the jobs get the secrets
+            sys.argv[1:] = runtime.secrets_to_jobs(sys.argv[1:])  # from the environment instead
         main()

@@ -87,6 +87,11 @@ def command_line_overrides(argv: list[str]) -> tuple[list[str], bool] | None:
     return overrides, multirun
 
 
+def is_sweep(argv: list[str]) -> bool:
+    """A command line that starts a multirun (``-m``, ``--multirun``)."""
+    return any(argument in ("-m", "--multirun") for argument in argv)
+
+
 def compose_command_line(config_name: str, argv: list[str], conf_dir: Path = CONF_DIR) -> list[DictConfig]:
     """The config(s) the command line composes, with Hydra's public compose API and nothing written
     to disk: one, or a sweep's jobs. Hydra's composition errors are raised as Hydra raises them."""

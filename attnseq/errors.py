@@ -14,6 +14,18 @@ class AttnSeqError(ValueError):
 
     exit_code = 2  # a usage error: the command, its config or its input must change
 
+    def __reduce__(self) -> tuple:
+        # a sweep's launcher (joblib, submitit) sends a failed job's error back pickled: it is rebuilt
+        # from its message and attributes, whatever its class's __init__ takes
+        return _rebuilt, (type(self), self.args, self.__dict__)
+
+
+def _rebuilt(cls: type[AttnSeqError], args: tuple, state: dict) -> AttnSeqError:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
 
 class ProblemAndFix(AttnSeqError):
     """An error told as what is wrong, then what to do about it."""

@@ -3,14 +3,16 @@ when they end.
 
 ``train.py`` and ``evaluate.py`` enter one on their first line (and their ``@hydra.main`` function
 joins it, or enters its own in a sweep's worker process): the SIGTERM/Ctrl-C handler
-(``attnseq.lifecycle.signals``), then, from the composed config, the redaction of log records and
-the secrets to mask, MLflow's HTTP retry settings for ``mlflow.retry_budget_s``, MLflow's printing
-switches, the libraries' known chatter silenced, the torch/OpenMP thread count, glibc's allocator
-setting for training, and the variables a sweep or rank 0 hands to the processes it starts. Each is
-undone at the exit, in reverse order, except the allocator setting (glibc cannot report or go back
-to its earlier setting; it ends with the process). Library functions (``train(cfg)``,
-``evaluate(cfg)``) change none of these: called from a notebook or a test they leave the process as
-they found it.
+(``attnseq.lifecycle.signals``) and the redaction of the console (``sys.stdout``, ``sys.stderr``),
+then, from the composed config, the redaction of log records and the secrets to mask, a sweep's
+secrets moved into its jobs' environment, MLflow's HTTP retry settings for ``mlflow.retry_budget_s``,
+MLflow's printing switches, the libraries' known chatter silenced, the torch/OpenMP thread count,
+glibc's allocator setting for training, and the variables a sweep or rank 0 hands to the processes
+it starts. Each is undone at the exit, in reverse order, except the allocator setting (glibc cannot
+report or go back to its earlier setting; it ends with the process) and, when an exception leaves
+the block, a redacting ``sys.excepthook`` (Python prints that traceback after the exit). Library
+functions (``train(cfg)``, ``evaluate(cfg)``) change none of these: called from a notebook or a
+test they leave the process as they found it.
 
 This module needs only the standard library: the handler is in place before anything heavy loads.
 """
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
+import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from typing import Any
@@ -39,9 +43,10 @@ class Runtime:
         self.signals = Signals()
         self.signals.owner = self  # how a job's ``@hydra.main`` function and hydra callbacks find it (``active``)
         self.keep_freed_memory = keep_freed_memory
-        self.secrets: set[str] = set()  # what the log records mask by value (``redaction.remembering``)
+        self.secrets: set[str] = set()  # what log records and the console mask by value (``redaction``)
         self._undo = ExitStack()
         self._entered = False
+        self._console_redacted = False  # this runtime redacts sys.stdout and sys.stderr (the process's first)
 
     # -- entering and leaving -------------------------------------------------------------------
     def install(self) -> Runtime:
@@ -49,15 +54,44 @@ class Runtime:
         heavy imports, then uses the runtime as a context manager, which ends it); idempotent."""
         if self.signals.install():
             self._undo.callback(self.signals.uninstall)
+            self._redact_console()
         self._entered = True
         return self
 
     def __enter__(self) -> Runtime:
         return self.install()
 
-    def __exit__(self, *exc_info: Any) -> None:
+    def __exit__(self, exc_type: Any, error: BaseException | None, tb: Any) -> None:
         self._entered = False
-        self._undo.close()
+        redacted = self._console_redacted
+        try:
+            self._undo.close()
+        finally:
+            if redacted and error is not None and not isinstance(error, SystemExit):
+                sys.excepthook = _redacting_excepthook(frozenset(self.secrets))
+
+    def at_exit(self, callback: Callable[[], Any]) -> bool:
+        """Call ``callback`` at the exit (before the settings made so far are undone), whatever ends the
+        block: an exception, a signal, ``sys.exit``; False, in a runtime that is not entered."""
+        if not self._entered:
+            return False
+        self._undo.callback(callback)
+        return True
+
+    def _redact_console(self) -> None:
+        from attnseq.tracking.redaction import RedactingStream
+
+        saved = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = (RedactingStream(stream, lambda: self.secrets) for stream in saved)
+        self._console_redacted = True
+
+        def restore() -> None:
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+            sys.stdout, sys.stderr = saved
+            self._console_redacted = False
+
+        self._undo.callback(restore)
 
     @staticmethod
     def active() -> Runtime | None:
@@ -137,6 +171,17 @@ class Runtime:
 
         self._undo.callback(quiet_libraries())
 
+    def secrets_to_jobs(self, overrides: list[str]) -> list[str]:
+        """A sweep's command line with its secrets set aside in the environment its jobs inherit, so
+        that no launcher writes or pickles them (``redaction.secrets_to_environment``)."""
+        from attnseq.tracking.redaction import secrets_to_environment
+
+        if not self._entered:
+            return overrides
+        safe, environment = secrets_to_environment(overrides)
+        self.set_environment(environment)
+        return safe
+
     # -- the environment ------------------------------------------------------------------------
     def set_environment(self, values: Mapping[str, str]) -> Callable[[], None]:
         """Set these variables (this process and the ones it starts) until the exit, or until the
@@ -169,3 +214,14 @@ class Runtime:
             yield
         finally:
             restore()
+
+
+def _redacting_excepthook(secrets: frozenset[str]) -> Callable[..., None]:
+    def excepthook(exc_type: type[BaseException], error: BaseException, tb: Any) -> None:
+        from attnseq.tracking.redaction import redact_text
+
+        text = "".join(traceback.format_exception(exc_type, error, tb))
+        sys.stderr.write(redact_text(text, secrets))
+        sys.stderr.flush()
+
+    return excepthook

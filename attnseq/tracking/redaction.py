@@ -4,12 +4,16 @@ One redaction for every way out — params, tags, run names, text artifacts, the
 in a run's output folder, log records and the console lines attnseq prints:
 
 - a value stored under a secret-named key (``db.password``, ``api_token``, …) is masked whole;
-- any text loses URI credentials (``http://user:pw@host`` → ``http://***@host``), the values in
+- any text loses URI credentials (``http://user:pw@host`` → ``http://***@host``: the userinfo up to
+  the last ``@`` before the host, so a password holding ``@`` goes whole), the values in
   ``<secret-named key>=<value>`` pairs (overrides, override dir names; a sweep's ``a,b`` values
   too) and in ``<secret-named key>: <value>`` lines (masked as ``'***'``, so YAML stays YAML);
 - the secret values a command was given (its config and overrides), inside ``remembering``, which
   the entry point's runtime enters (``attnseq.runtime``), are masked wherever else they appear, when
-  they are at least ``MIN_SECRET_LENGTH`` characters long.
+  they are at least ``MIN_SECRET_LENGTH`` characters long;
+- what the process writes to its console (``RedactingStream``: Hydra's failure line, tracebacks);
+- a sweep's launcher never holds them: ``secrets_to_environment`` hands them to the jobs as
+  ``${oc.env:...}`` references, so ``multirun.yaml`` and submitit's pickles hold none.
 """
 
 from __future__ import annotations
@@ -33,7 +37,9 @@ _SECRET_WORDS = (
     r"(?i:password|passwd|pwd|secret_?key|secret|token|api_?key|access_?key|private_?key|credential)s?(?![a-z])"
 )
 _SECRET_KEY = re.compile(_SECRET_WORDS)
-_URI_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^@/\s]+)@")
+# the userinfo runs to the last ``@`` before the path (a URI's authority holds no ``/ ? #``);
+# ``\:`` is how Hydra escapes a colon in the overrides it prints
+_URI_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*\\?://)(?P<userinfo>[^/?#\s]+)@")
 _KEY = rf"[\w.~+-]*{_SECRET_WORDS}[\w.-]*"
 # key=value: the value runs to whitespace, or to a comma that starts the next key=value pair
 _KEY_EQUALS_VALUE = re.compile(
@@ -167,3 +173,62 @@ class RedactingRecords:
         if record.exc_info and record.exc_info[0] is not None:
             record.exc_text = redact_text(logging.Formatter().formatException(record.exc_info))
         return record
+
+
+class RedactingStream:
+    """A text stream (``sys.stdout``, ``sys.stderr``) whose every write is redacted: what reaches the
+    console without a log record (Hydra's ``Error executing job with overrides`` line, a printed
+    traceback, an error message) masks the same secrets. The runtime installs it (``attnseq.runtime``)."""
+
+    def __init__(self, stream: Any, remembered: Callable[[], Iterable[str]]) -> None:
+        self.stream = stream
+        self.remembered = remembered
+
+    def write(self, text: str) -> int:
+        self.stream.write(redact_text(text, self.remembered()) if isinstance(text, str) else text)
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:  # flush, isatty, fileno, encoding, …: the stream's own
+        return getattr(self.stream, name)
+
+
+SECRET_ENV_PREFIX = "ATTNSEQ_SECRET_"
+
+
+def secrets_to_environment(overrides: list[str]) -> tuple[list[str], dict[str, str]]:
+    """A sweep's overrides with every secret replaced by an ``${oc.env:ATTNSEQ_SECRET_<n>}`` reference,
+    and those variables: the values of secret-named keys (each of a sweep's choices) and URI
+    credentials. A launcher writes and pickles the overrides (``multirun.yaml``, submitit's
+    ``.submitit/*.pkl``); the jobs inherit the environment and resolve the references."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import QuotedString
+
+    env: dict[str, str] = {}
+
+    def reference(secret: str) -> str:
+        name = f"{SECRET_ENV_PREFIX}{len(env)}"
+        env[name] = secret
+        return f"${{oc.env:{name}}}"
+
+    parser = OverridesParser.create()
+    safe = []
+    for line in overrides:
+        key, sep, value = line.partition("=")
+        if sep and is_secret_key(key) and not key.startswith("~") and "${" not in value:
+            parsed = parser.parse_overrides([line])[0]
+            if not parsed.is_sweep_override():
+                values = [parsed.value()]
+            elif parsed.is_choice_sweep() or parsed.is_range_sweep():
+                values = list(parsed.sweep_iterator())
+            else:  # an interval: numbers the sweeper draws
+                values = []
+            if values and all(isinstance(v, (str, int, float, QuotedString)) for v in values):  # not null, lists
+                texts = (v.text if isinstance(v, QuotedString) else str(v) for v in values)
+                line = f"{key}={','.join(reference(text) for text in texts)}"
+        line = _URI_CREDENTIALS.sub(lambda m: f"{m['scheme']}{reference(m['userinfo'])}@", line)
+        safe.append(line)
+    return safe, env

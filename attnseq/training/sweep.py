@@ -6,7 +6,10 @@ to the jobs through the environment, which the entry point's runtime sets and re
 (``sweep_context`` reads them, in process or in a joblib worker); jobs become its children
 (``mlflow.parentRunId``) and are named after the overrides that vary. At the end it marks the
 parent FINISHED when every child finished, FAILED otherwise, and prints one row per job (status,
-the sweep's optimized metric, the job's URL) and the sweep's URL.
+the sweep's optimized metric, the job's URL) and the sweep's URL. Whatever else ends the sweep (a
+failed launch, a worker's death, SIGTERM or Ctrl-C) closes it the same way at the runtime's exit,
+the parent FAILED (KILLED after a signal), and so is every child still RUNNING then: its process
+is gone. What a launcher pickles of the callback (joblib, submitit) is its settings only.
 """
 
 from __future__ import annotations
@@ -17,13 +20,14 @@ import logging
 import os
 import sys
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from attnseq.lifecycle.signals import installed_signals
+from attnseq.lifecycle.signals import Signals, installed_signals
 from attnseq.tracking import paths, tags
 from attnseq.tracking.client import TrackingClient
 from attnseq.tracking.redaction import redact_overrides, redact_text
@@ -36,6 +40,7 @@ log = logging.getLogger(__name__)
 PARENT_RUN_ENV = "ATTNSEQ_MLFLOW_PARENT_RUN_ID"
 SWEEP_KEYS_ENV = "ATTNSEQ_SWEEP_KEYS"
 """Set by the sweep callback in the launching process, read by every job of the sweep."""
+UNFINISHED = ("RUNNING", "SCHEDULED")
 
 
 def sweep_context() -> tuple[str | None, list[str]]:
@@ -62,6 +67,15 @@ class SweepParentRun(Callback):
         self.client: TrackingClient | None = None
         self.metric = "val/acc_best"  # the sweep's optimized metric: the summary's column
         self.hand_back: Callable[[], None] = lambda: None  # the environment as it was before the sweep
+        self.signals: Signals | None = None  # the launching process's (train.py's runtime's)
+
+    # a launcher sends its callbacks with every job: never the open run, its client (locks, threads) or closures
+    def __getstate__(self) -> dict[str, Any]:
+        return {"metric": self.metric}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__()
+        self.metric = state["metric"]
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         uri = config.mlflow.tracking_uri
@@ -80,29 +94,46 @@ class SweepParentRun(Callback):
         })
         parent.set_tags({tags.SWEEP_ID: parent.run_id})
         self.parent = parent
-        runtime = getattr(installed_signals(), "owner", None)  # the launching process's (train.py's)
+        signals = installed_signals()
+        runtime = getattr(signals, "owner", None)  # the launching process's (train.py's)
         if runtime is not None:
+            self.signals = signals
             self.hand_back = runtime.set_environment({PARENT_RUN_ENV: parent.run_id, SWEEP_KEYS_ENV: json.dumps(keys)})
-        atexit.register(self._close, "FAILED")  # a job that raised skips on_multirun_end
+            runtime.at_exit(lambda: self._close(ended=False))  # on_multirun_end skipped: a failure or a signal
+        else:
+            atexit.register(self._close, ended=False)
         log.info("MLflow parent run %s for this sweep (%s)", parent.run_id, redact_text(uri))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        self._close(None)
+        self._close(ended=True)
 
-    def _close(self, forced_status: str | None) -> None:
+    def _close(self, ended: bool) -> None:
+        """Mark the parent and the children left RUNNING, log and print the summary; once. ``ended``:
+        the launcher returned every job; else it failed or a signal stopped the sweep."""
         if self.parent is None:
             return
-        parent, self.parent = self.parent, None  # close once
+        parent, self.parent = self.parent, None
         self.hand_back()
+        with self.signals.held() if self.signals is not None else nullcontext():  # never cut in half
+            self._report(parent, ended)
+
+    def _report(self, parent: TrackedRun, ended: bool) -> None:
+        def killed() -> bool:  # a signal, even one that lands while the sweep closes
+            return self.signals is not None and self.signals.received is not None
+
         try:
             children = self.client.runs([self.experiment_id], filter_string=tags.children_of(parent.run_id))
+            children = [self._closed(child, "KILLED" if killed() else "FAILED") for child in children]
             rows = sorted((c.info.run_name or c.info.run_id, c.info.status) for c in children)
             failed = [name for name, status in rows if status != "FINISHED"]
             summary = "\n".join(f"{status:9s} {name}" for name, status in rows)
             parent.log_text(summary + "\n", paths.SWEEP_SUMMARY)
             table = job_table(children, self.metric, self.experiment_id, self.client.tracking_uri)
             parent.log_metrics({"sweep/jobs": len(rows), "sweep/failed_jobs": len(failed)})
-            status = forced_status or ("FAILED" if failed or not rows else "FINISHED")
+            if killed():
+                status = "KILLED"
+            else:
+                status = "FAILED" if failed or not rows or not ended else "FINISHED"
             parent.finish(status)
         except Exception as error:
             if not store_unreachable(error):
@@ -113,10 +144,23 @@ class SweepParentRun(Callback):
             return
         links = ui_links(self.client.tracking_uri, self.experiment_id, parent.run_id)
         lines = [f"\nSweep parent run {parent.run_id}: {len(rows)} jobs, {len(failed)} not finished", table]
+        if status == "KILLED":
+            lines[0] += " (marked KILLED: a signal stopped the sweep)"
         if links.open_with:
             lines.append(f"Open it with: {links.open_with}")
         lines.append(f"The sweep:    {links.url}")
         print(redact_text("\n".join(lines)), flush=True)
+
+    def _closed(self, child: Any, status: str) -> Any:
+        """A child as the sweep leaves it: one still RUNNING when the sweep closes lost its process
+        (a killed worker, or one the launcher stopped with the sweep) and is marked ``status``."""
+        if child.info.status not in UNFINISHED:
+            return child
+        tracked = self.client.attach_run(child.info.run_id, child.info.run_name or child.info.run_id)
+        tracked.set_tags({tags.ERROR: f"the sweep closed while this job was {child.info.status}: "
+                                      "its process was stopped or died"})
+        tracked.finish(status)
+        return self.client.run(child.info.run_id)
 
 
 def job_table(children: list, metric: str, experiment_id: str, tracking_uri: str) -> str:
