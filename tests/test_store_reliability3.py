@@ -5,15 +5,22 @@ retry message; a SQLite store locked mid-training is waited for within the retry
 
 from __future__ import annotations
 
+import http.client
 import signal
 import subprocess
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
 
 import pytest
 from cli_helpers import REPO, all_runs, clean_env, explain, outputs_under, run_cli, tiny, tracking_uri, user_env
 from mlflow.tracking import MlflowClient
 from pauses import pause_at
+from test_store_reliability import mlflow_server
+
+from attnseq.tracking.retry import DEFAULT_BUDGET_S, schedule_for
 
 DEADLINE_S = 240
 """How long a test waits for a subprocess to reach a point: far above what it takes at load 8."""
@@ -84,3 +91,87 @@ from attnseq.tracking.store import check_tracking_uri, open_store
 check_tracking_uri(sys.argv[1])
 print(*(experiment.name for experiment in open_store(sys.argv[1]).search_experiments()))
 """
+
+
+# -- point 5: a slow tracking server ----------------------------------------------------------------
+class SlowProxy:
+    """An HTTP proxy in front of ``upstream`` that forwards every request at once and holds back the
+    answer to those whose path contains ``slow`` for ``delay_s`` (the server has done the work; its
+    answer is late). ``delayed`` counts them."""
+
+    def __init__(self, upstream: str, delay_s: float) -> None:
+        self.upstream = urlsplit(upstream).netloc
+        self.delay_s = delay_s
+        self.slow: str | None = None
+        self.delayed = 0
+        self.stopping = threading.Event()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _Forward)
+        self.server.daemon_threads = True
+        self.server.proxy = self
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self) -> SlowProxy:
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopping.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class _Forward(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def forward(self) -> None:
+        proxy: SlowProxy = self.server.proxy
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+        upstream = http.client.HTTPConnection(proxy.upstream, timeout=120)
+        upstream.request(self.command, self.path, body=body, headers=headers | {"Host": proxy.upstream})
+        answer = upstream.getresponse()
+        data = answer.read()
+        upstream.close()
+        if proxy.slow and proxy.slow in self.path:
+            proxy.delayed += 1
+            proxy.stopping.wait(proxy.delay_s)
+        try:
+            self.send_response(answer.status)
+            for key, value in answer.getheaders():
+                if key.lower() not in ("transfer-encoding", "connection", "content-length"):
+                    self.send_header(key, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except OSError:  # the client stopped waiting
+            pass
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = forward
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+SLOW_S = schedule_for(DEFAULT_BUDGET_S).timeout_s + 20
+"""Longer than any attempt waits at the default budget, or at the 6 s the test gives: every delayed
+answer comes after the client stopped waiting."""
+
+
+@pytest.mark.slow
+def test_a_slow_server_gets_each_run_once_and_one_slow_on_every_call_stops_with_the_retry_message(tmp_path):
+    (tmp_path / "server").mkdir()
+    with mlflow_server(tmp_path / "server") as (url, _), SlowProxy(url, SLOW_S) as proxy:
+        proxy.slow = "/api/"  # every call of MLflow's REST API, the experiment lookup first
+        dead = run_cli(tmp_path, *tiny(max_epochs=1, heatmaps=False), f"mlflow.tracking_uri={proxy.url}",
+                       "++mlflow.retry_budget_s=6", f"hydra.run.dir={tmp_path}/dead", env=user_env(),
+                       timeout=DEADLINE_S)
+        proxy.slow, delayed = "/runs/create", proxy.delayed
+        slow = run_cli(tmp_path, *tiny(max_epochs=1, heatmaps=False), f"mlflow.tracking_uri={proxy.url}",
+                       f"hydra.run.dir={tmp_path}/out", env=user_env(), timeout=DEADLINE_S)
+        runs = all_runs(MlflowClient(url))
+    assert delayed >= 1 and dead.returncode == 1, explain(dead)
+    assert "Traceback" not in dead.stderr, dead.stderr[-3000:]
+    assert "stopped answering" in dead.stderr and "mlflow.retry_budget_s" in dead.stderr, dead.stderr[-3000:]
+    assert proxy.delayed > delayed and slow.returncode == 0, explain(slow)  # its answer came too late
+    assert [run.info.status for run in runs] == ["FINISHED"], [(r.info.run_id, r.info.status) for r in runs]

@@ -1,28 +1,30 @@
-"""How long a call to a tracking server may keep retrying: ``mlflow.retry_budget_s``.
+"""How long a call to a tracking store may keep retrying: ``mlflow.retry_budget_s``.
 
 MLflow's client retries a failed HTTP request itself (urllib3, configured by the
 ``MLFLOW_HTTP_REQUEST_*`` environment variables): by default 7 retries with a backoff factor of 2,
 i.e. sleeps of 0, 4, 8, …, 128 s (about 4 minutes), each attempt waiting up to 120 s for an
 answer. ``retry_settings`` replaces that with a schedule that fits the budget: a backoff factor
 of 1 and no jitter (sleeps 0, 2, 4, 8, … s: ``n`` retries sleep ``2**n - 2`` s in all), as many
-retries as fit while every attempt may still wait ``MIN_ATTEMPT_TIMEOUT_S``, and the time left
-shared out as the per-attempt timeout. A server that refuses connections is given up on after
+retries as fit while every attempt may still wait ``attempt_floor_s`` (5 s, or a fifteenth of the
+budget if that is more: a slow server that is alive must not pass for a dead one), and the time
+left shared out as the per-attempt timeout. A server that refuses connections is given up on after
 the sleeps; one that accepts connections and never answers, after every attempt timed out; both
-within the budget. A store that comes back within the sleeps is picked up by the next attempt, so
-the budget is the knob for riding out an outage. The default, 30 s, gives 4 retries (sleeps of
-14 s in all) of attempts that wait up to 3 s each for an answer; ``mlflow.retry_budget_s=120``
-gives 6 retries sleeping 62 s in all, enough for a server restarted within a minute, with
-attempts of up to 8 s (large uploads through a slow server may need more). An answer cut off
+within the budget. The default, 30 s, gives 3 retries (sleeps of 6 s in all) of attempts that wait
+up to 6 s each for an answer; ``mlflow.retry_budget_s=120`` gives 6 retries sleeping 62 s in all,
+enough for a server restarted within a minute, with attempts of up to 8 s. An answer cut off
 mid-body (the server stopped while answering), which urllib3 does not retry, is retried by
 ``retry_cut_off`` within the same budget.
 
-``retry_settings`` gives the environment variables a budget comes to; the entry point's runtime sets
-them (``attnseq.runtime``) for its process and the ones it starts, and MLflow reads them at every
-request. ``retry_budget`` is the budget they say (``DEFAULT_BUDGET_S`` without them).
+Every call attnseq makes to a store goes through ``call_store`` (``TrackingClient``, ``TrackedRun``),
+which turns a store that stopped answering into ``TrackingUnavailable``. ``retry_settings`` gives the
+environment variables a budget comes to; the entry point's runtime sets them (``attnseq.runtime``)
+for its process and the ones it starts, and MLflow reads them at every request. ``retry_budget`` is
+the budget they say (``DEFAULT_BUDGET_S`` without them).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
@@ -36,7 +38,8 @@ from attnseq.tracking.redaction import redact
 T = TypeVar("T")
 
 DEFAULT_BUDGET_S = 30.0
-MIN_ATTEMPT_TIMEOUT_S = 3
+MIN_ATTEMPT_TIMEOUT_S = 5
+ATTEMPT_SHARE = 15  # an attempt may wait at least budget / ATTEMPT_SHARE
 MAX_RETRIES = 10  # MLflow refuses more
 
 
@@ -56,9 +59,15 @@ class RetrySchedule:
         return (self.retries + 1) * self.timeout_s + self.sleeps_s
 
 
+def attempt_floor_s(budget_s: float) -> int:
+    """The least time every attempt may wait for an answer: it grows with the budget, so a longer
+    budget also rides out a slower server, not only a longer outage."""
+    return max(MIN_ATTEMPT_TIMEOUT_S, math.ceil(budget_s / ATTEMPT_SHARE))
+
+
 def schedule_for(budget_s: float) -> RetrySchedule:
-    retries = 0
-    while retries < MAX_RETRIES and RetrySchedule(retries + 1, MIN_ATTEMPT_TIMEOUT_S).worst_case_s <= budget_s:
+    retries, floor = 0, attempt_floor_s(budget_s)
+    while retries < MAX_RETRIES and RetrySchedule(retries + 1, floor).worst_case_s <= budget_s:
         retries += 1
     sleeps = RetrySchedule(retries, 1).sleeps_s
     timeout = max(1, int((budget_s - sleeps) // (retries + 1)))
@@ -172,6 +181,18 @@ def retry_cut_off(call: Callable[[], T]) -> T:
                 raise
         time.sleep(sleep_s)
         sleep_s *= 2
+
+
+def call_store(uri: str, action: str, call: Callable[[], T], run_id: str | None = None) -> T:
+    """``call()`` to the store at ``uri``, through the one retry path: MLflow's own retries (fitted to
+    the budget by ``retry_settings``) and ``retry_cut_off``; a store that did not answer within the
+    budget is ``TrackingUnavailable`` saying that ``action`` failed."""
+    try:
+        return retry_cut_off(call)
+    except Exception as error:
+        if not store_unreachable(error):
+            raise
+        raise unavailable(uri, action, error, run_id) from None
 
 
 def unavailable(uri: str, action: str, error: BaseException, run_id: str | None) -> TrackingUnavailable:

@@ -35,6 +35,10 @@ FIRST_STEP_S = "attnseq.first_step_s"
 """Seconds from the training process's start to its first training step (``training.startup``); a
 resumed run holds its latest start's."""
 
+CREATE_ID = "attnseq.create_id"
+"""A random id sent with a run's creation, so a creation whose answer was lost (a slow server) is
+looked up, not made again (``TrackedRun.create``)."""
+
 SWEEP_ID = "attnseq.sweep_id"
 """The sweep's parent run id, on the parent and on every job."""
 JOB_NUM = "attnseq.job_num"
