@@ -175,3 +175,44 @@ def test_a_slow_server_gets_each_run_once_and_one_slow_on_every_call_stops_with_
     assert "stopped answering" in dead.stderr and "mlflow.retry_budget_s" in dead.stderr, dead.stderr[-3000:]
     assert proxy.delayed > delayed and slow.returncode == 0, explain(slow)  # its answer came too late
     assert [run.info.status for run in runs] == ["FINISHED"], [(r.info.run_id, r.info.status) for r in runs]
+
+
+# -- point 8: a SQLite store locked mid-training ----------------------------------------------------
+LOCKED_BUDGET_S = 10
+
+
+@pytest.mark.slow
+def test_a_store_locked_mid_training_past_the_budget_stops_with_how_to_resume(tmp_path):
+    """Another process holds the SQLite store in an exclusive transaction from the end of the first
+    epoch on: the training waits the budget out, then stops with exit code 1, the store and the
+    resume command, no traceback."""
+    import sqlite3
+
+    checkpoint = tmp_path / "out" / "checkpoints" / "last.ckpt"
+    with (tmp_path / "stderr").open("w") as stderr:
+        training = subprocess.Popen(
+            [sys.executable, str(REPO / "train.py"), *tiny(max_epochs=500, heatmaps=False), *outputs_under(tmp_path),
+             f"++mlflow.retry_budget_s={LOCKED_BUDGET_S}"],
+            cwd=tmp_path, env=user_env(), stdout=subprocess.DEVNULL, stderr=stderr,
+        )
+    lock = None
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while not checkpoint.is_file():  # the run exists and trains
+            assert training.poll() is None, (tmp_path / "stderr").read_text()[-3000:]
+            assert time.monotonic() < deadline, f"no checkpoint after {DEADLINE_S} s"
+            time.sleep(0.2)
+        lock = sqlite3.connect(tmp_path / "mlflow.db", timeout=DEADLINE_S, isolation_level=None)
+        lock.execute("BEGIN EXCLUSIVE")  # held until the training has given up
+        code = training.wait(timeout=DEADLINE_S)
+    finally:
+        if lock is not None:
+            lock.close()
+        if training.poll() is None:
+            training.kill()
+    (run,) = all_runs(MlflowClient(tracking_uri(tmp_path)))
+    text = (tmp_path / "stderr").read_text()
+    assert code == 1, text[-3000:]
+    assert "Traceback" not in text and "mlflow.retry_budget_s" in text, text[-3000:]
+    assert str(tmp_path / "mlflow.db") in text, text[-3000:]
+    assert f"python train.py resume={run.info.run_id}" in text, text[-3000:]

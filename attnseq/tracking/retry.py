@@ -13,7 +13,8 @@ within the budget. The default, 30 s, gives 3 retries (sleeps of 6 s in all) of 
 up to 6 s each for an answer; ``mlflow.retry_budget_s=120`` gives 6 retries sleeping 62 s in all,
 enough for a server restarted within a minute, with attempts of up to 8 s. An answer cut off
 mid-body (the server stopped while answering), which urllib3 does not retry, is retried by
-``retry_cut_off`` within the same budget.
+``retry_transient`` within the same budget, and so is a SQLite store locked by another process
+(MLflow gives up after SQLite's own 5 s wait).
 
 Every call attnseq makes to a store goes through ``call_store`` (``TrackingClient``, ``TrackedRun``),
 which turns a store that stopped answering into ``TrackingUnavailable``. ``retry_settings`` gives the
@@ -75,7 +76,7 @@ def schedule_for(budget_s: float) -> RetrySchedule:
 
 
 BUDGET_ENV = "ATTNSEQ_RETRY_BUDGET_S"
-"""The budget the ``MLFLOW_HTTP_REQUEST_*`` variables were set for: what ``retry_cut_off`` and the
+"""The budget the ``MLFLOW_HTTP_REQUEST_*`` variables were set for: what ``retry_transient`` and the
 messages go by."""
 
 
@@ -139,7 +140,9 @@ _UNREACHABLE_WORDS = ("Max retries exceeded", "Connection refused", "Connection 
 
 def store_unreachable(error: BaseException) -> bool:
     """Whether ``error`` (or what caused it) says the store did not answer, rather than refused
-    the request: connection errors, timeouts and retries exhausted on 5xx answers."""
+    the request: connection errors, timeouts, retries exhausted on 5xx answers, a locked database."""
+    if store_locked(error):
+        return True
     for step in _chain(error):
         names = {f"{cls.__module__}.{cls.__qualname__}" for cls in type(step).__mro__}
         if names & set(_UNREACHABLE) or isinstance(step, (ConnectionError, TimeoutError)):
@@ -159,7 +162,7 @@ _CUT_OFF = (
 def answer_cut_off(error: BaseException) -> bool:
     """Whether the store took the request and went away while its answer was being read (a server
     stopped mid-response). urllib3 retries a request whose connection fails or gets no answer, but
-    not an answer cut off in its body, so the caller retries those itself (``retry_cut_off``)."""
+    not an answer cut off in its body, so the caller retries those itself (``retry_transient``)."""
     for step in _chain(error):
         names = {f"{cls.__module__}.{cls.__qualname__}" for cls in type(step).__mro__}
         if names & set(_CUT_OFF) or "IncompleteRead" in str(step):
@@ -167,17 +170,28 @@ def answer_cut_off(error: BaseException) -> bool:
     return False
 
 
-def retry_cut_off(call: Callable[[], T]) -> T:
-    """``call()``, made again after an answer cut off (``answer_cut_off``), with sleeps of 1, 2, 4, … s,
-    while the retry budget lasts. Only for calls that may be made twice: MLflow's ``log_batch`` keeps
-    one copy of a metric, param or tag sent twice, and an upload replaces the same file."""
+_LOCKED_WORDS = ("database is locked", "database table is locked")
+
+
+def store_locked(error: BaseException) -> bool:
+    """Whether ``error`` says a SQLite store is locked by another process (a long write, a backup,
+    ``sqlite3`` left open in a transaction): the call may succeed once the lock is released."""
+    return any(word in str(step) for step in _chain(error) for word in _LOCKED_WORDS)
+
+
+def retry_transient(call: Callable[[], T]) -> T:
+    """``call()``, made again after an answer cut off (``answer_cut_off``) or a locked store
+    (``store_locked``), with sleeps of 1, 2, 4, … s, while the retry budget lasts. Only for calls that
+    may be made twice: MLflow's ``log_batch`` keeps one copy of a metric, param or tag sent twice, an
+    upload replaces the same file, and a locked database did not make the change."""
     started = time.monotonic()
     sleep_s = 1.0
     while True:
         try:
             return call()
         except Exception as error:
-            if not answer_cut_off(error) or time.monotonic() - started + sleep_s > retry_budget():
+            transient = answer_cut_off(error) or store_locked(error)
+            if not transient or time.monotonic() - started + sleep_s > retry_budget():
                 raise
         time.sleep(sleep_s)
         sleep_s *= 2
@@ -185,10 +199,10 @@ def retry_cut_off(call: Callable[[], T]) -> T:
 
 def call_store(uri: str, action: str, call: Callable[[], T], run_id: str | None = None) -> T:
     """``call()`` to the store at ``uri``, through the one retry path: MLflow's own retries (fitted to
-    the budget by ``retry_settings``) and ``retry_cut_off``; a store that did not answer within the
-    budget is ``TrackingUnavailable`` saying that ``action`` failed."""
+    the budget by ``retry_settings``) and ``retry_transient``; a store that did not answer (or stayed
+    locked) within the budget is ``TrackingUnavailable`` saying that ``action`` failed."""
     try:
-        return retry_cut_off(call)
+        return retry_transient(call)
     except Exception as error:
         if not store_unreachable(error):
             raise
@@ -202,6 +216,14 @@ def unavailable(uri: str, action: str, error: BaseException, run_id: str | None)
             cause = type(step).__name__
             break
     run = f" Run {run_id} is left RUNNING in the store." if run_id else ""
+    if store_locked(error):
+        return TrackingUnavailable(
+            f"the MLflow tracking store at {redact('', uri)} stayed locked by another process: {action} "
+            f"failed after waiting for up to {retry_budget():g} s (mlflow.retry_budget_s).{run}",
+            "find what holds the database open in a transaction (e.g. fuser on its file) and let it finish, "
+            "then run the command again; to wait longer, raise mlflow.retry_budget_s (e.g. mlflow.retry_budget_s=120).",
+            run_id,
+        )
     return TrackingUnavailable(
         f"the MLflow tracking store at {redact('', uri)} stopped answering: {action} failed ({cause}) "
         f"after retrying for up to {retry_budget():g} s (mlflow.retry_budget_s).{run}",
