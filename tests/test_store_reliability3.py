@@ -62,6 +62,7 @@ def test_a_signal_while_the_store_is_created_leaves_a_store_the_next_run_opens(t
     assert run.info.status == "FINISHED"
 
 
+@pytest.mark.slow
 def test_a_damaged_store_says_so_and_the_fix_it_prints_works(tmp_path):
     """A store whose migrations were cut short (as the code before this fix left one: its schema
     version older than its tables) is named with a fix; after that fix, the store opens."""
