@@ -281,6 +281,19 @@ class _DropChatter(logging.Filter):
 _CHATTER_FILTER = _DropChatter()
 
 
+class _DropLockedStore(logging.Filter):
+    """MLflow logs every "database is locked" with its traceback before raising it; attnseq waits
+    for the lock and reports a store that stays locked itself (``tracking.retry.store_locked``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from attnseq.tracking.retry import store_locked
+
+        return not (record.exc_info and record.exc_info[1] is not None and store_locked(record.exc_info[1]))
+
+
+_LOCKED_FILTER = _DropLockedStore()
+
+
 def quiet_libraries() -> Callable[[], None]:
     """Silence the known noise of the libraries, each at its source; returns what undoes it (the
     runtime calls both, ``attnseq.runtime``).
@@ -290,7 +303,8 @@ def quiet_libraries() -> Callable[[], None]:
     - the ``LeafSpec`` FutureWarning: Lightning's own ``_pytree`` calls torch's deprecated ``LeafSpec()``
       (Lightning's bug, nothing attnseq does); ignored for that message from that module only;
     - MLflow's database INFO lines (creating and migrating the SQLite schema, through MLflow's logger
-      and alembic's): those loggers at WARNING.
+      and alembic's): those loggers at WARNING; its traceback of a locked SQLite store, which attnseq
+      waits for and reports itself: dropped by a filter on that logger.
     """
     filtered = [logging.getLogger(name) for name in RANK_ZERO_LOGGERS]
     filtered = [logger for logger in filtered if _CHATTER_FILTER not in logger.filters]
@@ -306,6 +320,10 @@ def quiet_libraries() -> Callable[[], None]:
     levels = {name: logging.getLogger(name).level for name in ("mlflow.store.db.utils", "alembic")}
     for name in levels:
         logging.getLogger(name).setLevel(logging.WARNING)
+    database = logging.getLogger("mlflow.store.db.utils")
+    locked_filtered = _LOCKED_FILTER not in database.filters
+    if locked_filtered:
+        database.addFilter(_LOCKED_FILTER)
 
     def undo() -> None:
         for logger in filtered:
@@ -314,6 +332,8 @@ def quiet_libraries() -> Callable[[], None]:
             warnings.filters.remove(ignored)
         for name, level in levels.items():
             logging.getLogger(name).setLevel(level)
+        if locked_filtered:
+            database.removeFilter(_LOCKED_FILTER)
 
     return undo
 

@@ -2,21 +2,25 @@
 
 Every call they make to the store is one of its methods (runs are written through the
 ``TrackedRun`` it creates or reopens), so ``MlflowClient`` and MLflow's exceptions stay in
-``attnseq.tracking``: a run that is not there is ``NoSuchRun``, an artifact that is not there ``None``.
+``attnseq.tracking``: a run that is not there is ``NoSuchRun``, an artifact that is not there ``None``,
+and a store that stopped answering ``TrackingUnavailable`` (every call goes through ``call_store``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from attnseq.tracking.retry import call_store
 from attnseq.tracking.run import TrackedRun
 from attnseq.tracking.store import ensure_experiment
+
+T = TypeVar("T")
 
 
 class NoSuchRun(LookupError):
@@ -32,43 +36,51 @@ class TrackingClient:
         self.tracking_uri = tracking_uri
         self.client = MlflowClient(tracking_uri=tracking_uri)  # for SQLite this creates the store
 
+    def _call(self, action: str, call: Callable[[], T]) -> T:
+        return call_store(self.tracking_uri, action, call)
+
     # -- experiments ------------------------------------------------------------------------------
     def ensure_experiment(self, name: str) -> str:
-        """The experiment's id, created if missing (``store.ensure_experiment``)."""
-        return ensure_experiment(self.client, name)
+        """The experiment's id, created if missing (``store.ensure_experiment``; made twice, it
+        finds the one made first)."""
+        return self._call("looking up the experiment", lambda: ensure_experiment(self.client, name))
 
     def experiment_id(self, name: str) -> str | None:
-        experiment = self.client.get_experiment_by_name(name)
+        experiment = self._call("looking up the experiment", lambda: self.client.get_experiment_by_name(name))
         return None if experiment is None else experiment.experiment_id
 
     def experiment_ids(self) -> list[str]:
-        return [experiment.experiment_id for experiment in self.client.search_experiments()]
+        experiments = self._call("listing the experiments", self.client.search_experiments)
+        return [experiment.experiment_id for experiment in experiments]
 
     # -- runs -------------------------------------------------------------------------------------
     def run(self, run_id: str) -> Run:
         """The run; ``NoSuchRun`` when the store holds no run with that id."""
         try:
-            return self.client.get_run(run_id)
+            return self._call("reading the run", lambda: self.client.get_run(run_id))
         except MlflowException as error:
             raise NoSuchRun(run_id, error.error_code) from None
 
     def runs(self, experiment_ids: list[str], filter_string: str = "", order_by: list[str] | None = None,
              max_results: int = 5000) -> list[Run]:
         """The runs that match MLflow's search syntax ``filter_string``."""
-        return list(self.client.search_runs(experiment_ids, filter_string=filter_string, order_by=order_by,
-                                            max_results=max_results))
+        return list(self._call("searching the runs", lambda: self.client.search_runs(
+            experiment_ids, filter_string=filter_string, order_by=order_by, max_results=max_results)))
 
     def params(self, run_id: str) -> dict[str, str]:
-        return dict(self.client.get_run(run_id).data.params)
+        return dict(self._call("reading the run", lambda: self.client.get_run(run_id)).data.params)
 
     def highest_steps(self, run_id: str, keys: list[str]) -> dict[str, int]:
         """Each metric's highest step in the run."""
-        return {key: max(m.step for m in self.client.get_metric_history(run_id, key)) for key in keys}
+        return {key: max(m.step for m in self._call("reading the run's metrics",
+                                                    lambda key=key: self.client.get_metric_history(run_id, key)))
+                for key in keys}
 
     def download(self, run_id: str, artifact: str, folder: str | Path) -> Path | None:
         """The run's artifact, downloaded into ``folder``; None when the run does not hold it."""
         try:
-            return Path(self.client.download_artifacts(run_id, artifact, str(folder)))
+            return Path(self._call(f"downloading {artifact}",
+                                   lambda: self.client.download_artifacts(run_id, artifact, str(folder))))
         except (MlflowException, OSError):
             return None
 

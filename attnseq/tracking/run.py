@@ -6,9 +6,11 @@ was made from (``provenance.git_tags``); every param and tag value is redacted b
 it is sent (``redaction.redact``), and so is every text artifact; params and tags go in one
 ``log_batch``, which MLflow's client splits at the store's limits itself.
 
-A store that stops answering is retried within ``mlflow.retry_budget_s`` (``retry``); then the
-call raises ``TrackingUnavailable``, and so does every later call of the same run at once, so
-that a process shutting down does not wait out the budget again for every record it still holds.
+A store that stops answering is retried within ``mlflow.retry_budget_s`` (``retry.call_store``);
+then the call raises ``TrackingUnavailable``, and so does every later call of the same run at once,
+so that a process shutting down does not wait out the budget again for every record it still holds.
+Creating a run is the one call that must not be made twice: each attempt is sent once, and before
+another the store is searched for the run the last one may have made (``create``).
 
 To a tracking server (``http(s)://``), where every call is an HTTP round trip, params, tags and
 metrics go through MLflow's asynchronous logging (``logs_asynchronously``): the call queues them and
@@ -23,20 +25,29 @@ record logged before. A process killed with SIGKILL loses what was still queued.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
-from mlflow.entities import Metric, Param, RunTag
+from mlflow.entities import Metric, Param, RunTag, ViewType
 from mlflow.environment_variables import MLFLOW_ENABLE_ASYNC_LOGGING
 from mlflow.tracking import MlflowClient
-from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME, MLFLOW_USER
 
+from attnseq.tracking import tags as run_tags
 from attnseq.tracking.provenance import git_tags
 from attnseq.tracking.redaction import redact, redact_document
-from attnseq.tracking.retry import TrackingUnavailable, answer_cut_off, retry_cut_off, store_unreachable, unavailable
+from attnseq.tracking.retry import (
+    TrackingUnavailable,
+    answer_cut_off,
+    call_store,
+    retry_budget,
+    store_unreachable,
+    unavailable,
+)
 
 PARAM_LENGTH = 6000
 TAG_LENGTH = 5000
@@ -64,18 +75,32 @@ class TrackedRun:
         tags: Mapping[str, Any],
         parent_run_id: str | None = None,
     ) -> TrackedRun:
-        """A new run named ``name``, tagged with ``tags``, the source commit and, when given, its parent."""
-        all_tags = {MLFLOW_RUN_NAME: name, **git_tags(), **tags}
+        """A new run named ``name``, tagged with ``tags``, the source commit and, when given, its parent.
+
+        Made once, whatever the store does: each attempt is sent once (``_create_once``), and after
+        one that got no answer the store is searched for the run by its ``CREATE_ID`` tag before
+        another is sent, with sleeps of 1, 2, 4, … s while ``mlflow.retry_budget_s`` lasts."""
+        all_tags = {MLFLOW_RUN_NAME: name, **git_tags(), **tags, run_tags.CREATE_ID: uuid.uuid4().hex}
         if parent_run_id:
             all_tags[MLFLOW_PARENT_RUN_ID] = parent_run_id
         safe = {key: _tag_value(key, value) for key, value in all_tags.items()}
-        try:
-            run = client.create_run(experiment_id, tags=safe, run_name=safe[MLFLOW_RUN_NAME])
-        except Exception as error:
-            if store_unreachable(error):
-                raise unavailable(client.tracking_uri, "creating the run", error, None) from None
-            raise
-        return cls(client, run.info.run_id, run.info.run_name)
+        uri = client.tracking_uri
+        started, sleep_s = time.monotonic(), 1.0
+        while True:
+            try:
+                run_id, run_name = _create_once(client, experiment_id, safe)
+                return cls(client, run_id, run_name)
+            except Exception as error:
+                if not (store_unreachable(error) or answer_cut_off(error)):
+                    raise
+                lost = error
+            found = call_store(uri, "creating the run", lambda: _created(client, experiment_id, safe))
+            if found is not None:
+                return cls(client, *found)
+            if time.monotonic() - started + sleep_s > retry_budget():
+                raise unavailable(uri, "creating the run", lost, None) from None
+            time.sleep(sleep_s)
+            sleep_s *= 2
 
     @classmethod
     def reopen(cls, client: MlflowClient, run_id: str) -> TrackedRun:
@@ -90,12 +115,10 @@ class TrackedRun:
         if self.lost is not None:
             raise self.lost
         try:
-            return retry_cut_off(lambda: method(*args, **kwargs))
-        except Exception as error:
-            if not store_unreachable(error):
-                raise
-            self.lost = unavailable(self.client.tracking_uri, action, error, self.run_id)
-            raise self.lost from None
+            return call_store(self.client.tracking_uri, action, lambda: method(*args, **kwargs), self.run_id)
+        except TrackingUnavailable as lost:
+            self.lost = lost
+            raise
 
     # -- values ----------------------------------------------------------------------------
     def log_params(self, params: Mapping[str, Any]) -> None:
@@ -184,6 +207,36 @@ class TrackedRun:
             self._call("marking the run FAILED", self.client.set_terminated, self.run_id, "FAILED")
             raise
         self._call(f"marking the run {status}", self.client.set_terminated, self.run_id, status)
+
+
+CREATE_ENDPOINT = "/api/2.0/mlflow/runs/create"
+"""MLflow's REST endpoint that creates a run."""
+
+
+def _create_once(client: MlflowClient, experiment_id: str, tags: Mapping[str, str]) -> tuple[str, str]:
+    """One attempt at creating the run: its id and name. To a tracking server the request is sent
+    once, without MLflow's retries (``max_retries=0``), which would send it again after a timeout
+    although the server may have made the run; to a database, one transaction."""
+    uri = str(client.tracking_uri)
+    if not uri.lower().startswith(("http://", "https://")):
+        run = client.create_run(experiment_id, tags=dict(tags), run_name=tags[MLFLOW_RUN_NAME])
+        return run.info.run_id, run.info.run_name
+    from mlflow.utils.credentials import get_default_host_creds
+    from mlflow.utils.rest_utils import http_request, verify_rest_response
+
+    body = {"experiment_id": str(experiment_id), "user_id": tags.get(MLFLOW_USER, "unknown"),
+            "start_time": int(time.time() * 1000), "run_name": tags[MLFLOW_RUN_NAME],
+            "tags": [{"key": key, "value": value} for key, value in tags.items()]}
+    response = http_request(get_default_host_creds(uri), CREATE_ENDPOINT, "POST", max_retries=0, json=body)
+    info = verify_rest_response(response, CREATE_ENDPOINT).json()["run"]["info"]
+    return info["run_id"], info["run_name"]
+
+
+def _created(client: MlflowClient, experiment_id: str, tags: Mapping[str, str]) -> tuple[str, str] | None:
+    """The run an earlier attempt made, found by its ``CREATE_ID`` tag; None if none did."""
+    found = client.search_runs([experiment_id], run_tags.tag_equals(run_tags.CREATE_ID, tags[run_tags.CREATE_ID]),
+                               run_view_type=ViewType.ALL, max_results=1)
+    return (found[0].info.run_id, found[0].info.run_name) if found else None
 
 
 def logs_asynchronously(tracking_uri: str) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -136,21 +137,89 @@ def _check_database(uri: str, shown: str, scheme: str, timeout_s: float) -> None
 def open_store(uri: str) -> MlflowClient:
     """A client of the store, its schema created or migrated first.
 
-    MLflow creates a database store's tables when this process first opens it; two processes
-    opening a fresh SQLite file at once would both run the migration and one fails. For SQLite the
-    first opening is therefore done under an exclusive lock on ``<db file>.lock``; the store then
-    stays open (MLflow caches it per URI) for the clients this process makes later.
+    MLflow creates a database store's tables when a process first opens it, in steps that a signal
+    can cut in half, and two processes opening a fresh SQLite file at once would both migrate it.
+    For SQLite the first opening is therefore done under an exclusive lock on ``<db file>.lock``,
+    and a fresh store's schema is made in ``<db file>.creating`` beside it, then renamed into place
+    (``_create_sqlite_store``): the store is either whole or not there. The store then stays open
+    (MLflow caches it per URI) for the clients this process makes later.
     """
     path = sqlite_path(uri) if uri.lower().startswith("sqlite:") else None
     with _file_lock(path.with_name(path.name + ".lock") if path is not None else None):
+        if path is not None and _is_fresh(path):
+            _create_sqlite_store(path)
         try:
             return MlflowClient(tracking_uri=uri)
         except (MlflowException, SQLAlchemyError) as error:
-            raise ConfigError(
-                f"the tracking store {redact('', uri)} cannot be opened: {redact_text(str(error))}",
-                f"for an older store, upgrade its schema (mlflow db upgrade {redact('', uri)}); or use a new "
-                "store, e.g. mlflow.tracking_uri=sqlite:///mlflow.db.",
-            ) from None
+            raise _cannot_open(uri, path, error) from None
+
+
+def _is_fresh(path: Path) -> bool:
+    """No store there yet: no file, or a database without a table (``_check_sqlite`` may have made it)."""
+    if not path.is_file() or not path.stat().st_size:
+        return True
+    try:
+        with contextlib.closing(sqlite3.connect(path, timeout=30)) as connection:
+            return connection.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0
+    except sqlite3.Error:  # damaged: MLflow's own error says how (``_cannot_open``)
+        return False
+
+
+def _create_sqlite_store(path: Path) -> None:
+    """Make the store's schema (MLflow's tables, migrations and default experiment) in a file beside
+    ``path`` and rename it into place; a signal or a crash on the way leaves ``path`` as it was."""
+    from mlflow.store.tracking import DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    aside = path.with_name(path.name + ".creating")
+    aside.unlink(missing_ok=True)  # left by a process killed while creating
+    try:
+        # the artifact root MLflow's client gives a database store (the default experiment's location)
+        store = SqlAlchemyStore(f"sqlite:///{aside.resolve()}", DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH)
+        store.engine.dispose()
+        os.replace(aside, path)
+    except (MlflowException, SQLAlchemyError) as error:
+        raise ConfigError(
+            f"a new SQLite tracking store cannot be created at {path} ({redact_text(str(error).splitlines()[0])}).",
+            f"check the free space and permissions of {path.parent}, or use another file, e.g. "
+            "mlflow.tracking_uri=sqlite:///mlflow.db.",
+        ) from None
+    finally:
+        aside.unlink(missing_ok=True)
+
+
+def _cannot_open(uri: str, path: Path | None, error: Exception) -> ConfigError:
+    """What is wrong with a store MLflow cannot open, and a fix that works for that store."""
+    shown = redact("", uri)
+    reason = redact_text(str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__)
+    if path is None:
+        return ConfigError(
+            f"the tracking store {shown} cannot be opened: {reason}",
+            f"for a store made by an older MLflow, take a backup, then upgrade its schema (mlflow db upgrade "
+            f"{shown}); or use a new store, e.g. mlflow.tracking_uri=sqlite:///mlflow.db.",
+        )
+    moved = path.with_name(path.name + ".damaged")
+    move = f"mv {path} {moved}"
+    if _holds_no_runs(path):
+        return ConfigError(
+            f"the SQLite tracking store {path} is damaged and holds no runs (its creation was cut short, "
+            f"or it comes from another program): {reason}",
+            f"move it aside ({move}) and run the command again: a new store is created in its place.",
+        )
+    return ConfigError(
+        f"the SQLite tracking store {path} holds runs but MLflow cannot open it: {reason}",
+        f"if an older MLflow made it, take a backup (cp {path} {path}.backup) and upgrade it "
+        f"(mlflow db upgrade sqlite:///{path.resolve()}); otherwise move it aside ({move}) to start a new "
+        "store there, or point mlflow.tracking_uri at another file.",
+    )
+
+
+def _holds_no_runs(path: Path) -> bool:
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)) as connection:
+            return connection.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
+    except sqlite3.Error:  # no runs table, or not readable as a database
+        return True
 
 
 @contextlib.contextmanager

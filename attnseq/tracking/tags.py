@@ -37,6 +37,10 @@ resumed run holds its latest start's."""
 NOTE = MLFLOW_RUN_NOTE
 """A run's description, Markdown, shown on its page's Overview: what the run is, where its pictures are."""
 
+CREATE_ID = "attnseq.create_id"
+"""A random id sent with a run's creation, so a creation whose answer was lost (a slow server) is
+looked up, not made again (``TrackedRun.create``)."""
+
 SWEEP_ID = "attnseq.sweep_id"
 """The sweep's parent run id, on the parent and on every job."""
 JOB_NUM = "attnseq.job_num"

@@ -8,7 +8,8 @@ until the runtime's handler has seen a signal. The phases:
 - ``trainer``: inside fit, before Lightning installs its SIGTERM handler;
 - ``training``: mid-epoch, after a whole epoch and its validation;
 - ``validation``: inside the first validation batch after training started;
-- ``uploads``: at fit's end, before the run's last artifacts are uploaded.
+- ``uploads``: at fit's end, before the run's last artifacts are uploaded;
+- ``schema``: amid MLflow's migrations of a fresh store, after their first ``ALTER TABLE``.
 """
 
 from __future__ import annotations
@@ -79,12 +80,29 @@ def patch_artifacts(module) -> None:
     module.RunArtifacts.on_fit_end = at_fit_end
 
 
+def patch_migrations(module) -> None:
+    import sqlalchemy
+
+    altered = []
+
+    def after_execute(conn, cursor, statement, parameters, context, executemany):
+        if statement.lstrip().upper().startswith("ALTER TABLE"):
+            altered.append(statement)
+            if len(altered) == 2:
+                from attnseq.lifecycle.signals import installed_signals
+
+                pause("schema", installed_signals())
+
+    sqlalchemy.event.listen(sqlalchemy.engine.Engine, "after_cursor_execute", after_execute)
+
+
 PATCHES = {
     "start": ("attnseq.runtime", patch_runtime),
     "trainer": ("attnseq.lifecycle.guards", patch_guards),
     "training": ("attnseq.lifecycle.guards", patch_guards),
     "validation": ("attnseq.lifecycle.guards", patch_guards),
     "uploads": ("attnseq.training.artifacts", patch_artifacts),
+    "schema": ("alembic.command", patch_migrations),
 }
 
 
