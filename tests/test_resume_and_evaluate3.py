@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -35,11 +36,18 @@ from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
 )
 from mlflow.tracking import MlflowClient
 
+from attnseq.lifecycle.signals import Interrupted
 from attnseq.tracking import paths, tags
+from attnseq.tracking.length_curves import CURVES
 
 SECRET = "Zq7pw0rdX"
 EVALUATED = (paths.RESOLVED_CONFIG, paths.SRC_VOCAB, paths.TGT_VOCAB, paths.MODEL_FILE)
 """What evaluate.py rebuilds a (non-subword) run from."""
+DAMAGE = {  # each artifact as a broken upload or disk leaves it
+    paths.MODEL_FILE: b"PK\x03\x04 half a zip file",
+    paths.RESOLVED_CONFIG: b"dataset: [unclosed\n  : :",
+    paths.SRC_VOCAB: b'{"format": "attnseq.vocab", "tok',
+}
 
 
 # -- helpers ----------------------------------------------------------------------------------------
@@ -49,28 +57,39 @@ def fresh_store(root: Path) -> tuple[MlflowClient, str]:
     return client, client.create_experiment("attnseq", artifact_location=str(root / "artifacts"))
 
 
-def copy_of_trained_run(source, root: Path, replaced: dict[str, bytes] | None = None, kind: str | None = tags.TRAIN):
-    """A run in a fresh store under ``root`` holding the artifacts evaluation needs, copied from the
-    trained run ``source`` (a conftest ``TrainedRun``), some replaced by ``replaced``'s bytes; tagged
-    with ``kind`` (none: a run some other tool made). Its client and id."""
-    client, experiment = fresh_store(root)
-    run_tags = {} if kind is None else {tags.KIND: kind}
-    run = client.create_run(experiment, tags=run_tags, run_name="copied")
+def copy_of_trained_run(source, client: MlflowClient, experiment: str, replaced: dict[str, bytes] | None = None,
+                        kind: str | None = tags.TRAIN) -> str:
+    """A run holding the artifacts evaluation needs, copied from the trained run ``source`` (a conftest
+    ``TrainedRun``), some replaced by ``replaced``'s bytes; tagged with ``kind`` (none: a run some
+    other tool made). Its id."""
+    run = client.create_run(experiment, tags={} if kind is None else {tags.KIND: kind}, run_name="copied")
     [trained] = source.runs
-    for artifact in EVALUATED:
-        folder = root / "downloads"
-        folder.mkdir(exist_ok=True)
-        local = Path(source.client.download_artifacts(trained.info.run_id, artifact, str(folder)))
-        if replaced and artifact in replaced:
-            local.write_bytes(replaced[artifact])
-        client.log_artifact(run.info.run_id, str(local), str(Path(artifact).parent))
+    with tempfile.TemporaryDirectory() as folder:
+        for artifact in EVALUATED:
+            local = Path(source.client.download_artifacts(trained.info.run_id, artifact, folder))
+            if replaced and artifact in replaced:
+                local.write_bytes(replaced[artifact])
+            client.log_artifact(run.info.run_id, str(local), str(Path(artifact).parent))
     client.set_terminated(run.info.run_id, "FINISHED")
-    return client, run.info.run_id
+    return run.info.run_id
+
+
+@pytest.fixture(scope="module")
+def copies(tiny_run, tmp_path_factory):
+    """A store holding copies of the session's tiny run: intact, with each ``DAMAGE`` done, and one
+    that is not tagged as an attnseq run. (root, client, {case: run id})."""
+    root = tmp_path_factory.mktemp("copies")
+    client, experiment = fresh_store(root)
+    runs = {"intact": copy_of_trained_run(tiny_run, client, experiment),
+            "foreign": copy_of_trained_run(tiny_run, client, experiment, kind=None)}
+    for artifact, damage in DAMAGE.items():
+        runs[artifact] = copy_of_trained_run(tiny_run, client, experiment, {artifact: damage})
+    return root, client, runs
 
 
 def evaluate(root: Path, run_id: str, uri: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
     return run_cli(root, f"run_id={run_id}", "eval.size=16", "eval.lengths=[1,8]",
-                   f"mlflow.tracking_uri={uri or tracking_uri(root)}", f"hydra.run.dir={root}/eval",
+                   f"mlflow.tracking_uri={uri or tracking_uri(root)}", f"hydra.run.dir={root}/eval-{run_id}",
                    script=EVALUATE_PY, env=user_env() if env is None else env)
 
 
@@ -107,12 +126,12 @@ def server(tmp_path_factory):
     try:
         wait_for(lambda: healthy(url), "answer from mlflow server", proc)
         yield url
-    finally:
-        proc.send_signal(signal.SIGTERM)
+    finally:  # the server and the workers it started: its own process group
+        os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 # -- point 2: one claim per resume ------------------------------------------------------------------
@@ -140,26 +159,27 @@ def assert_one_winner(got: list) -> None:
     assert {result.holder.nonce for result in got} == {winners[0].holder.nonce}, got  # every loser names it
 
 
-def test_a_claim_is_won_by_exactly_one_of_many_on_sqlite(tmp_path):
+def killed_run(client: MlflowClient, experiment: str, end_time: int | None = None) -> str:
+    run_id = client.create_run(experiment, tags={tags.KIND: tags.TRAIN}).info.run_id
+    client.set_terminated(run_id, "KILLED", end_time=end_time)
+    return run_id
+
+
+def test_a_claim_is_won_by_exactly_one_of_many_on_sqlite(store):
     from attnseq.tracking.client import TrackingClient
 
-    client, experiment = fresh_store(tmp_path)
-    run = client.create_run(experiment, tags={tags.KIND: tags.TRAIN})
-    client.set_terminated(run.info.run_id, "KILLED")
-    assert_one_winner(race_for_claim(TrackingClient(tracking_uri(tmp_path)), run.info.run_id))
+    client, experiment = store
+    assert_one_winner(race_for_claim(TrackingClient(client.tracking_uri), killed_run(client, experiment)))
 
 
 def test_a_claim_is_won_by_exactly_one_of_many_through_a_server(server):
     from attnseq.tracking.client import TrackingClient
 
     client = MlflowClient(server)
-    experiment = client.create_experiment("claims")
-    run = client.create_run(experiment, tags={tags.KIND: tags.TRAIN})
-    client.set_terminated(run.info.run_id, "KILLED")
-    assert_one_winner(race_for_claim(TrackingClient(server), run.info.run_id))
+    assert_one_winner(race_for_claim(TrackingClient(server), killed_run(client, client.create_experiment("claims"))))
 
 
-def test_a_claim_holds_a_killed_run_until_its_process_ends_it(tmp_path):
+def test_a_claim_holds_a_killed_run_until_its_process_ends_it(store):
     """The pre-check's rule: a claim holds the run even while it still reads KILLED (as it does until its
     holder reopens it); once its holder ends the run (a new end time), the run is free."""
     from attnseq.errors import ConfigError
@@ -167,10 +187,9 @@ def test_a_claim_holds_a_killed_run_until_its_process_ends_it(tmp_path):
     from attnseq.tracking.claims import claim
     from attnseq.tracking.client import TrackingClient
 
-    client, experiment = fresh_store(tmp_path)
-    run_id = client.create_run(experiment, tags={tags.KIND: tags.TRAIN}).info.run_id
-    client.set_terminated(run_id, "KILLED", end_time=1_000)
-    tracking = TrackingClient(tracking_uri(tmp_path))
+    client, experiment = store
+    run_id = killed_run(client, experiment, end_time=1_000)
+    tracking = TrackingClient(client.tracking_uri)
     assert holder_of(client.get_run(run_id)) is None
     assert claim(tracking, run_id, 1, after=1_000).won
     held = holder_of(client.get_run(run_id))
@@ -183,17 +202,16 @@ def test_a_claim_holds_a_killed_run_until_its_process_ends_it(tmp_path):
     assert holder_of(client.get_run(run_id)) is None
 
 
-def test_a_resume_loses_to_one_that_claimed_the_run_after_it_looked(tmp_path):
+def test_a_resume_loses_to_one_that_claimed_the_run_after_it_looked(store, tmp_path):
     """A resume claims the resume after those it found: one made since (which trained the run past
     what it restores) wins, whatever the run's status now."""
     from attnseq.errors import ConfigError
     from attnseq.lifecycle.resume import Resumption, reopen_claimed
     from attnseq.tracking.client import TrackingClient
 
-    client, experiment = fresh_store(tmp_path)
-    run_id = client.create_run(experiment, tags={tags.KIND: tags.TRAIN}).info.run_id
-    client.set_terminated(run_id, "KILLED")
-    tracking = TrackingClient(tracking_uri(tmp_path))
+    client, experiment = store
+    run_id = killed_run(client, experiment)
+    tracking = TrackingClient(client.tracking_uri)
     looked, quicker = (Resumption(run_id, tmp_path / "last.ckpt", {}, stale_after_s=60) for _ in range(2))
     reopen_claimed(tracking, quicker)
     assert client.get_run(run_id).info.status == "RUNNING"
@@ -232,7 +250,8 @@ def test_a_killed_run_resumed_from_two_shells_at_once_trains_once(tmp_path):
     assert "Traceback" not in outputs[loser]
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED"
-    for key in set(run.data.metrics) - {"epoch"}:  # Lightning logs "epoch" with every logged step
+    # Lightning logs "epoch" with every step; a length curve (stepped by length) is drawn anew at fit's end
+    for key in [k for k in run.data.metrics if k != "epoch" and k.rpartition("/")[2] not in CURVES]:
         steps = [m.step for m in client.get_metric_history(run_id, key)]
         assert len(steps) == len(set(steps)), (key, sorted(steps))  # no (metric, step) pair twice
     assert len(client.get_metric_history(run_id, "val/loss")) == 3 > len(before["val/loss"])
@@ -271,9 +290,35 @@ if os.environ.get("PAUSE_EVALUATION_LOGGING"):
 '''
 
 
+@pytest.mark.parametrize("raised,status,code", [
+    (lambda: Interrupted(signal.SIGTERM), "KILLED", 143),
+    (KeyboardInterrupt, "KILLED", 130),
+    (lambda: OSError("disk full"), "FAILED", None),
+], ids=["SIGTERM", "Ctrl-C", "error"])
+def test_evaluation_and_comparison_runs_end_killed_on_a_signal_and_failed_on_an_error(store, raised, status, code):
+    """What ``log_evaluation`` and ``log_comparison`` record their runs in."""
+    from attnseq.evaluation.pipeline import recorded
+    from attnseq.lifecycle.signals import Signals
+    from attnseq.tracking.client import TrackingClient
+
+    client, experiment = store
+    tracking = TrackingClient(client.tracking_uri)
+    made = []
+    with pytest.raises(BaseException) as caught:
+        with recorded(lambda: tracking.create_run(experiment, "eval", {tags.KIND: tags.EVALUATION}), Signals()) as run:
+            made.append(run.run_id)
+            raise raised()
+    if code is None:
+        assert isinstance(caught.value, OSError)  # the error itself goes on
+    else:
+        assert isinstance(caught.value, SystemExit) and caught.value.code == code
+    assert client.get_run(made[0]).info.status == status
+
+
 @pytest.mark.slow
-def test_sigterm_while_evaluate_logs_leaves_its_run_killed(tiny_run, tmp_path):
-    client, run_id = copy_of_trained_run(tiny_run, tmp_path)
+def test_sigterm_while_evaluate_logs_leaves_its_run_killed(copies, tmp_path):
+    root, client, runs = copies
+    run_id = runs["intact"]
     hooks = tmp_path / "hooks"
     hooks.mkdir()
     (hooks / "sitecustomize.py").write_text(PAUSE_HOOK)
@@ -282,7 +327,7 @@ def test_sigterm_while_evaluate_logs_leaves_its_run_killed(tiny_run, tmp_path):
     log = tmp_path / "evaluate.log"
     proc = subprocess.Popen(
         [sys.executable, str(EVALUATE_PY), f"run_id={run_id}", "eval.size=16", "eval.lengths=[1,8]",
-         f"mlflow.tracking_uri={tracking_uri(tmp_path)}", f"hydra.run.dir={tmp_path}/eval"],
+         f"mlflow.tracking_uri={tracking_uri(root)}", f"hydra.run.dir={tmp_path}/eval"],
         cwd=tmp_path, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
     try:
         wait_for(lambda: "PHASE logging\n" in log.read_text(), "evaluation run logging", proc)
@@ -295,32 +340,26 @@ def test_sigterm_while_evaluate_logs_leaves_its_run_killed(tiny_run, tmp_path):
     assert code == 143, output[-3000:]
     assert "Traceback" not in output, output[-3000:]
     evaluations = client.search_runs([client.get_run(run_id).info.experiment_id],
-                                     filter_string=tags.tag_equals(tags.KIND, tags.EVALUATION))
+                                     filter_string=tags.tag_equals(tags.EVALUATED_RUN, run_id))
     assert [r.info.status for r in evaluations] == ["KILLED"], output[-3000:]
 
 
 # -- point 10: what evaluate.py says of runs it cannot rebuild --------------------------------------
-DAMAGE = {
-    paths.MODEL_FILE: b"PK\x03\x04 half a zip file",
-    paths.RESOLVED_CONFIG: b"dataset: [unclosed\n  : :",
-    paths.SRC_VOCAB: b'{"format": "attnseq.vocab", "tok',
-}
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("artifact", list(DAMAGE), ids=["model", "config", "vocabulary"])
-def test_a_damaged_artifact_is_one_message_naming_it(tiny_run, tmp_path, artifact):
-    _, run_id = copy_of_trained_run(tiny_run, tmp_path, {artifact: DAMAGE[artifact]})
-    proc = evaluate(tmp_path, run_id)
+def test_a_damaged_artifact_is_one_message_naming_it(copies, artifact):
+    root, _, runs = copies
+    proc = evaluate(root, runs[artifact])
     assert proc.returncode in (1, 2), explain(proc)
     assert "Traceback" not in proc.stderr, explain(proc)
     assert artifact in proc.stderr and "Fix:" in proc.stderr, explain(proc)
 
 
 @pytest.mark.slow
-def test_a_run_that_is_not_an_attnseq_training_run_is_not_told_to_resume(tiny_run, tmp_path):
-    _, run_id = copy_of_trained_run(tiny_run, tmp_path, kind=None)
-    proc = evaluate(tmp_path, run_id)
+def test_a_run_that_is_not_an_attnseq_training_run_is_not_told_to_resume(copies):
+    root, _, runs = copies
+    run_id = runs["foreign"]
+    proc = evaluate(root, run_id)
     assert proc.returncode == 2, explain(proc)
     assert "Traceback" not in proc.stderr and "resume it first" not in proc.stderr, explain(proc)
     assert run_id in proc.stderr and "attnseq" in proc.stderr and "Fix:" in proc.stderr, explain(proc)

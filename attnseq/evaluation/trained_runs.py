@@ -170,7 +170,7 @@ def load_trained_run(client: TrackingClient, run: Run) -> TrainedRun:
                 raise ConfigError(
                     f"{about} has no '{artifact}' artifact, so its model cannot be rebuilt.",
                     "evaluate a run that finished training (a run killed before its first epoch "
-                    "ended has no model yet: resume it first).",
+                    "ended has no checkpoint), or resume it first.",
                 )
             return checked(artifact, lambda: parse(local))
 
