@@ -129,9 +129,10 @@ def server(tmp_path_factory):
     finally:  # the server and the workers it started: its own process group
         os.killpg(proc.pid, signal.SIGTERM)
         try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # it waits for idle connections to close: nothing is left to keep
             os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
 
 
 # -- point 2: one claim per resume ------------------------------------------------------------------
@@ -172,6 +173,7 @@ def test_a_claim_is_won_by_exactly_one_of_many_on_sqlite(store):
     assert_one_winner(race_for_claim(TrackingClient(client.tracking_uri), killed_run(client, experiment)))
 
 
+@pytest.mark.slow
 def test_a_claim_is_won_by_exactly_one_of_many_through_a_server(server):
     from attnseq.tracking.client import TrackingClient
 
@@ -365,9 +367,14 @@ def test_a_run_that_is_not_an_attnseq_training_run_is_not_told_to_resume(copies)
     assert run_id in proc.stderr and "attnseq" in proc.stderr and "Fix:" in proc.stderr, explain(proc)
 
 
-def test_an_unknown_run_id_does_not_print_the_stores_password(server, tmp_path):
+@pytest.mark.slow
+@pytest.mark.parametrize("script", [EVALUATE_PY, TRAIN_PY], ids=["evaluate", "resume"])
+def test_an_unknown_run_id_does_not_print_the_stores_password(server, tmp_path, script):
     uri = server.replace("http://", f"http://alice:{SECRET}@")
-    proc = evaluate(tmp_path, "0123456789abcdef0123456789abcdef", uri=uri)
+    unknown = "0123456789abcdef0123456789abcdef"
+    chosen = f"run_id={unknown}" if script == EVALUATE_PY else f"resume={unknown}"
+    proc = run_cli(tmp_path, chosen, f"mlflow.tracking_uri={uri}", f"hydra.run.dir={tmp_path}/out", script=script,
+                   env=user_env())
     assert proc.returncode == 2, explain(proc)
-    assert "0123456789abcdef0123456789abcdef" in proc.stderr and "Fix:" in proc.stderr, explain(proc)
+    assert unknown in proc.stderr and "Fix:" in proc.stderr, explain(proc)
     assert SECRET not in proc.stdout + proc.stderr, explain(proc)
