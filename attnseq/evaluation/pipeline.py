@@ -79,9 +79,11 @@ def write_bucket_files(rows: list[dict], folder: Path) -> list[Path]:
 
 
 @contextmanager
-def recorded(create: Callable[[], TrackedRun], signals: Signals) -> Iterator[TrackedRun]:
+def recorded(create: Callable[[], TrackedRun], signals: Signals | None = None) -> Iterator[TrackedRun]:
     """The run ``create`` makes (a signal meanwhile waits until it exists), FINISHED when the block ends:
-    KILLED when a signal stopped the block, which then exits 143 / 130, and FAILED when an error did."""
+    KILLED when a signal stopped the block, which then exits 143 / 130, and FAILED when an error did.
+    ``signals``: the entry point's; without them (not installed) only a Ctrl-C reaches the block."""
+    signals = signals or Signals()
     run = None
     try:
         with signals.held():
@@ -107,7 +109,7 @@ def recorded(create: Callable[[], TrackedRun], signals: Signals) -> Iterator[Tra
 
 
 def log_evaluation(client: TrackingClient, trained: TrainedRun, settings: EvalSettings, result: EvalResult,
-                   folder: Path, signals: Signals) -> str:
+                   folder: Path, signals: Signals | None = None) -> str:
     """An evaluation run nested under the evaluated run, holding metrics (with the curves
     ``eval/acc_by_length`` and ``eval/exact_by_length``, stepped by bucket upper length), tables and
     figures."""
@@ -166,7 +168,7 @@ GROUPS_PARAM = "comparison.groups"
 
 
 def log_comparison(client: TrackingClient, groups: list[SeedGroup], out_dir: Path, parent: str | None,
-                   signals: Signals) -> str:
+                   signals: Signals | None = None) -> str:
     """A comparison run holding every table and figure, each group's mean of every overall ``eval/``
     metric (``eval/acc/scorer_dot``) and, over several seeds, its interval half-width
     (``eval/acc_ci95/scorer_dot``), and the heatmaps of one long source sequence as every run attended
