@@ -184,7 +184,8 @@ def load_trained_run(client: TrackingClient, run: Run) -> TrainedRun:
                 for artifact in (paths.SRC_TOKENIZER, paths.TGT_TOKENIZER)
             )
         else:
-            src_tokenizer = tgt_tokenizer = checked(paths.RESOLVED_CONFIG, lambda: tokenizer_for(dataset))
+            src_tokenizer, tgt_tokenizer = (checked(paths.RESOLVED_CONFIG, lambda: tokenizer_for(dataset))
+                                            for _ in ("source", "target"))
         model = read(paths.MODEL_FILE, lambda path: _matching_model(path, len(src_vocab), len(tgt_vocab)))
     return TrainedRun(run, config, src_vocab, tgt_vocab, model, src_tokenizer, tgt_tokenizer)
 
@@ -196,7 +197,7 @@ def _training_config(path: Path) -> dict[str, Any]:
     if not isinstance(dataset, dict):
         raise ValueError("not a training config: it has no 'dataset' section")
     lo, hi = dataset["train_lengths"]
-    int(lo), int(hi), int(dataset["bucket_width"])
+    _ = int(lo), int(hi), int(dataset["bucket_width"])  # what evaluation reads of it: a KeyError or ValueError here
     return config
 
 
