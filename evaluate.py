@@ -32,7 +32,7 @@ def main(cfg: DictConfig) -> None:
         job_runtime.configure(cfg)
         from attnseq.evaluation import evaluate
 
-        evaluate(cfg)
+        evaluate(cfg, job_runtime.signals)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,8 @@ from attnseq.evaluation.trained_runs import TrainedRun
 from attnseq.tracking import tags
 from attnseq.tracking.plots import accuracy_vs_length, curve_colours, metrics_vs_length, save_figure
 
-IGNORED_PREFIXES = ("paths.", "mlflow.", "hydra.", "tracking.", "trainer.enable_", "model.num_parameters")
+IGNORED_PREFIXES = ("paths.", "mlflow.", "hydra.", "tracking.", "trainer.enable_", "model.num_parameters", "attnseq.")
+"""Params that say nothing of what was trained (``attnseq.resume_claim.<n>``: who resumed a run)."""
 SEED_PARAM = "seed"
 """The run param holding a run's seed: never part of a label; runs differing only in it are one group."""
 CONFIDENCE = 0.95

@@ -1,12 +1,17 @@
 """``evaluate(cfg)``: validate the config once into the typed ``EvalConfig``, select runs, rebuild each
 model from its artifacts, evaluate it, log an evaluation run nested under it, and compare the runs side by
-side. ``evaluate.py`` is the thin Hydra entry point over it."""
+side. ``evaluate.py`` is the thin Hydra entry point over it; its runtime's signal handler (``attnseq.runtime``)
+is what makes a SIGTERM or Ctrl-C leave an evaluation or comparison run KILLED (``recorded``), as an
+error leaves it FAILED."""
 
 from __future__ import annotations
 
 import csv
 import json
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -29,6 +34,7 @@ from attnseq.evaluation.compare import (
 from attnseq.evaluation.evaluator import EvalResult, EvalSettings, evaluate_run
 from attnseq.evaluation.trained_runs import TrainedRun, latest_sweep, load_trained_run, select_runs
 from attnseq.evaluation.validation import check_config
+from attnseq.lifecycle.signals import Signals, exit_code, release_interrupted_frames
 from attnseq.tracking import paths, tags
 from attnseq.tracking.client import TrackingClient
 from attnseq.tracking.length_curves import log_length_curves
@@ -72,17 +78,46 @@ def write_bucket_files(rows: list[dict], folder: Path) -> list[Path]:
     return [json_path, csv_path]
 
 
+@contextmanager
+def recorded(create: Callable[[], TrackedRun], signals: Signals | None = None) -> Iterator[TrackedRun]:
+    """The run ``create`` makes (a signal meanwhile waits until it exists), FINISHED when the block ends:
+    KILLED when a signal stopped the block, which then exits 143 / 130, and FAILED when an error did.
+    ``signals``: the entry point's; without them (not installed) only a Ctrl-C reaches the block."""
+    signals = signals or Signals()
+    run = None
+    try:
+        with signals.held():
+            run = create()
+        yield run
+    except BaseException as error:
+        interrupted = signals.received is not None or signals.is_interrupt(error)
+        if interrupted:
+            signals.mark_raised()  # a second signal must not cut the marking short
+            release_interrupted_frames(error)  # an interrupted store call must not lock the store
+        if run is not None:
+            run.finish("KILLED" if interrupted else "FAILED")
+        if not interrupted:
+            raise
+        if run is not None:
+            print(f"\nInterrupted: MLflow run {run.run_id} ({redact_text(run.name)}) marked KILLED",
+                  file=sys.stderr, flush=True)
+        signum = signals.received
+        code = exit_code(signum) if signum is not None else 130 if isinstance(error, KeyboardInterrupt) else 143
+        raise SystemExit(code) from None
+    with signals.held():  # a signal now waits until the run is marked
+        run.finish("FINISHED")
+
+
 def log_evaluation(client: TrackingClient, trained: TrainedRun, settings: EvalSettings, result: EvalResult,
-                   folder: Path) -> str:
+                   folder: Path, signals: Signals | None = None) -> str:
     """An evaluation run nested under the evaluated run, holding metrics (with the curves
     ``eval/acc_by_length`` and ``eval/exact_by_length``, stepped by bucket upper length), tables and
     figures."""
     lo, hi = settings.lengths
     name = f"eval {trained.name} @ {lo}-{hi}" + (f" beam {settings.beam_size}" if settings.beam_size > 1 else "")
-    run = client.create_run(trained.run.info.experiment_id, name,
-                            {tags.KIND: tags.EVALUATION, tags.EVALUATED_RUN: trained.run_id},
-                            parent_run_id=trained.run_id)
-    try:
+    create = partial(client.create_run, trained.run.info.experiment_id, name,
+                     {tags.KIND: tags.EVALUATION, tags.EVALUATED_RUN: trained.run_id}, parent_run_id=trained.run_id)
+    with recorded(create, signals) as run:
         device = next(trained.model.parameters()).device
         run.log_params({**runtime_params(device), **{f"eval.{key}": value for key, value in vars(settings).items()},
                         **result.signatures})
@@ -118,10 +153,6 @@ def log_evaluation(client: TrackingClient, trained: TrainedRun, settings: EvalSe
             title = f"{trained.name}: {text!r} → {output!r}"
             run.log_image(figure_to_array(attention_heatmap(weights, example.src, out_tokens, title)),
                           paths.sentence_heatmap(i))
-    except BaseException:
-        run.finish("FAILED")
-        raise
-    run.finish("FINISHED")
     return run.run_id
 
 
@@ -136,18 +167,18 @@ GROUPS_PARAM = "comparison.groups"
 """The comparison run's param listing its groups and their seed counts."""
 
 
-def log_comparison(client: TrackingClient, groups: list[SeedGroup], out_dir: Path, parent: str | None) -> str:
+def log_comparison(client: TrackingClient, groups: list[SeedGroup], out_dir: Path, parent: str | None,
+                   signals: Signals | None = None) -> str:
     """A comparison run holding every table and figure, each group's mean of every overall ``eval/``
     metric (``eval/acc/scorer_dot``) and, over several seeds, its interval half-width
     (``eval/acc_ci95/scorer_dot``), and the heatmaps of one long source sequence as every run attended
     to it, side by side, where the runs evaluated a sequence in common."""
     runs = [member.trained for group in groups for member in group.members]
     written = write_comparison(groups, out_dir, title=f"{len(runs)} runs")
-    run = client.create_run(runs[0].run.info.experiment_id,
-                            f"comparison of {len(runs)} runs in {len(groups)} groups",
-                            {tags.KIND: tags.COMPARISON, tags.COMPARED_RUNS: ",".join(t.run_id for t in runs)},
-                            parent_run_id=parent)
-    try:
+    create = partial(
+        client.create_run, runs[0].run.info.experiment_id, f"comparison of {len(runs)} runs in {len(groups)} groups",
+        {tags.KIND: tags.COMPARISON, tags.COMPARED_RUNS: ",".join(t.run_id for t in runs)}, parent_run_id=parent)
+    with recorded(create, signals) as run:
         run.log_params({GROUPS_PARAM: "; ".join(group.name for group in groups)})
         for path in written.values():
             run.log_file(path, paths.COMPARISON)
@@ -166,10 +197,6 @@ def log_comparison(client: TrackingClient, groups: list[SeedGroup], out_dir: Pat
                 if interval.half_width is not None:
                     metrics[f"{key}{HALF_WIDTH}/{metric_label(group.label)}"] = interval.half_width
         run.log_metrics(metrics)
-    except BaseException:
-        run.finish("FAILED")
-        raise
-    run.finish("FINISHED")
     return run.run_id
 
 
@@ -218,12 +245,14 @@ def same_sentence_figures(groups: list[SeedGroup]) -> list[Figure]:
     return figures
 
 
-def evaluate(cfg: DictConfig) -> list[EvalResult]:
-    """Evaluate the runs ``cfg`` (a composed ``conf/evaluate.yaml``) selects; their results, in order."""
-    return evaluate_config(check_config(cfg))
+def evaluate(cfg: DictConfig, signals: Signals | None = None) -> list[EvalResult]:
+    """Evaluate the runs ``cfg`` (a composed ``conf/evaluate.yaml``) selects; their results, in order.
+    ``signals``: the entry point's (its runtime's); without them, nothing process-wide changes."""
+    return evaluate_config(check_config(cfg), signals)
 
 
-def evaluate_config(cfg: EvalConfig) -> list[EvalResult]:
+def evaluate_config(cfg: EvalConfig, signals: Signals | None = None) -> list[EvalResult]:
+    signals = signals or Signals()  # not installed: it never sees a signal
     check_tracking_uri(cfg.mlflow.tracking_uri)  # threads: the entry point's runtime sets them
     client = TrackingClient(cfg.mlflow.tracking_uri)
     parent, experiment_name = cfg.parent_run_id, cfg.experiment_name
@@ -246,7 +275,7 @@ def evaluate_config(cfg: EvalConfig) -> list[EvalResult]:
         with tqdm(total=settings.size, desc=redact_text(trained.name), unit="seq", leave=False,
                   position=0 if len(runs) == 1 else 1, file=sys.stdout) as decoding:
             result = evaluate_run(trained, settings, progress=decoding.update)
-        eval_run = log_evaluation(client, trained, settings, result, out_dir / trained.run_id)
+        eval_run = log_evaluation(client, trained, settings, result, out_dir / trained.run_id, signals)
         m = result.metrics
         url = ui_links(cfg.mlflow.tracking_uri, run.info.experiment_id, eval_run).url
         line = (f"{trained.name}: eval acc {m['eval/acc']:.3f}, exact {m['eval/exact_match']:.3f} at lengths "
@@ -256,7 +285,7 @@ def evaluate_config(cfg: EvalConfig) -> list[EvalResult]:
         results.append(result)
     if len(results) > 1 and cfg.compare:
         groups = group_runs(trained_runs, results)
-        comparison = log_comparison(client, groups, out_dir / "comparison", parent=parent)
+        comparison = log_comparison(client, groups, out_dir / "comparison", parent=parent, signals=signals)
         header, rows = table_rows(groups)
         url = ui_links(cfg.mlflow.tracking_uri, runs[0].info.experiment_id, comparison).url
         print(redact_text(f"\n{markdown_table(header, rows)}\n{INTERVAL_NOTE}\nComparison run {url}; "

@@ -2,15 +2,17 @@
 (its resolved config, vocabularies, tokenizers and model file) — no Hydra command line needed.
 
 Nothing is unpickled: the config is YAML, the vocabularies and tokenizers JSON, and the weights are
-read with ``torch.load(..., weights_only=True)``.
+read with ``torch.load(..., weights_only=True)``. A run that is not an attnseq training run, and an
+artifact that is missing or cannot be read, are a ``ConfigError`` naming the run and the artifact.
 """
 
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from mlflow.entities import Run
@@ -21,6 +23,10 @@ from attnseq.errors import ConfigError
 from attnseq.model import Seq2Seq, load_saved_model
 from attnseq.tracking import paths, tags
 from attnseq.tracking.client import NoSuchRun, TrackingClient
+from attnseq.tracking.redaction import redact, redact_text
+
+T = TypeVar("T")
+KIND_NAMES = {tags.SWEEP: "sweep's parent", tags.EVALUATION: "evaluation", tags.COMPARISON: "comparison"}
 
 
 @dataclass
@@ -52,7 +58,7 @@ def get_run(client: TrackingClient, run_id: str) -> Run:
         return client.run(run_id)
     except NoSuchRun as error:
         raise ConfigError(
-            f"no MLflow run with id {run_id!r} in the store {client.tracking_uri} ({error.code}).",
+            f"no MLflow run with id {run_id!r} in the store {redact('', client.tracking_uri)} ({error.code}).",
             "copy the id from the MLflow UI or `mlflow runs list`, and check mlflow.tracking_uri "
             "(or MLFLOW_TRACKING_URI) points at the store that holds it.",
         ) from None
@@ -125,33 +131,83 @@ def select_runs(
     return runs
 
 
+def check_training_run(run: Run) -> None:
+    """A ``ConfigError`` unless ``run`` is an attnseq training run (``tags.KIND``): only those hold a model."""
+    kind = run.data.tags.get(tags.KIND)
+    if kind == tags.TRAIN:
+        return
+    what = (f"not an attnseq training run (it has no '{tags.KIND}' tag: another tool made it)" if kind is None
+            else f"an attnseq {KIND_NAMES.get(kind, repr(kind))} run, not a training run")
+    raise ConfigError(
+        f"run {run.info.run_id} ({run.info.run_name}) is {what}, so it holds no model to evaluate.",
+        "pass the id of a run that `python train.py` made; for a sweep's runs, pass parent_run_id=<its parent's id>.",
+    )
+
+
 def load_trained_run(client: TrackingClient, run: Run) -> TrainedRun:
-    """Rebuild a run's model from its artifacts; a clear error when one is missing."""
+    """Rebuild a run's model from its artifacts; a clear error when the run is no training run, or
+    when one of them is missing or cannot be read."""
+    check_training_run(run)
+    run_id = run.info.run_id
+    about = f"run {run_id} ({run.info.run_name}, status {run.info.status})"
     with tempfile.TemporaryDirectory() as tmp:
 
-        def downloaded(artifact: str) -> Path:
+        def checked(artifact: str, make: Callable[[], T]) -> T:
+            try:
+                return make()
+            except Exception as error:  # noqa: BLE001 - whatever a damaged file raises, the artifact is at fault
+                cause = redact_text(f"{type(error).__name__}: {error}".splitlines()[0][:300])
+                raise ConfigError(
+                    f"{about}: its '{artifact}' artifact cannot be read ({cause}), so its model cannot be rebuilt.",
+                    f"the file is damaged in the run's artifact store: put back a good copy of '{artifact}', "
+                    "or train the run again.",
+                ) from None
+
+        def read(artifact: str, parse: Callable[[Path], T]) -> T:
             places = (artifact, paths.LEGACY_MODEL_FILE) if artifact == paths.MODEL_FILE else (artifact,)
-            local = _first_downloaded(client, run.info.run_id, places, tmp)
+            local = _first_downloaded(client, run_id, places, tmp)
             if local is None:
                 raise ConfigError(
-                    f"run {run.info.run_id} ({run.info.run_name}, status {run.info.status}) has no "
-                    f"'{artifact}' artifact, so its model cannot be rebuilt.",
+                    f"{about} has no '{artifact}' artifact, so its model cannot be rebuilt.",
                     "evaluate a run that finished training (a run killed before its first epoch "
                     "ended has no checkpoint), or resume it first.",
                 )
-            return local
+            return checked(artifact, lambda: parse(local))
 
-        config = yaml.safe_load(downloaded(paths.RESOLVED_CONFIG).read_text())
-        src_vocab = Vocabulary.load(downloaded(paths.SRC_VOCAB))
-        tgt_vocab = Vocabulary.load(downloaded(paths.TGT_VOCAB))
+        config = read(paths.RESOLVED_CONFIG, _training_config)
+        src_vocab = read(paths.SRC_VOCAB, Vocabulary.load)
+        tgt_vocab = read(paths.TGT_VOCAB, Vocabulary.load)
         dataset = config["dataset"]
-        learned = dataset.get("tokenizer") in SUBWORD_TOKENIZERS  # only a corpus task has a tokenizer key
-        src_tokenizer, tgt_tokenizer = (
-            tokenizer_for(dataset, downloaded(artifact).read_text(encoding="utf-8") if learned else None)
-            for artifact in (paths.SRC_TOKENIZER, paths.TGT_TOKENIZER)
-        )
-        model = load_saved_model(downloaded(paths.MODEL_FILE))
+        if dataset.get("tokenizer") in SUBWORD_TOKENIZERS:  # only a corpus task has a tokenizer key
+            src_tokenizer, tgt_tokenizer = (
+                read(artifact, lambda path: tokenizer_for(dataset, path.read_text(encoding="utf-8")))
+                for artifact in (paths.SRC_TOKENIZER, paths.TGT_TOKENIZER)
+            )
+        else:
+            src_tokenizer, tgt_tokenizer = (checked(paths.RESOLVED_CONFIG, lambda: tokenizer_for(dataset))
+                                            for _ in ("source", "target"))
+        model = read(paths.MODEL_FILE, lambda path: _matching_model(path, len(src_vocab), len(tgt_vocab)))
     return TrainedRun(run, config, src_vocab, tgt_vocab, model, src_tokenizer, tgt_tokenizer)
+
+
+def _training_config(path: Path) -> dict[str, Any]:
+    """The resolved training config, with the dataset keys evaluation reads."""
+    config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    dataset = config.get("dataset") if isinstance(config, dict) else None
+    if not isinstance(dataset, dict):
+        raise ValueError("not a training config: it has no 'dataset' section")
+    lo, hi = dataset["train_lengths"]
+    _ = int(lo), int(hi), int(dataset["bucket_width"])  # what evaluation reads of it: a KeyError or ValueError here
+    return config
+
+
+def _matching_model(path: Path, src_vocab_size: int, tgt_vocab_size: int) -> Seq2Seq:
+    model = load_saved_model(path)
+    sizes = (model.config.src_vocab_size, model.config.tgt_vocab_size)
+    if sizes != (src_vocab_size, tgt_vocab_size):
+        raise ValueError(f"its vocabulary sizes {sizes} are not the run's vocabularies' "
+                         f"({src_vocab_size}, {tgt_vocab_size})")
+    return model
 
 
 def _first_downloaded(client: TrackingClient, run_id: str, places: tuple[str, ...], into: str) -> Path | None:

@@ -10,9 +10,15 @@ restores weights, optimizer, schedule, loop counters and every metric's state; a
 drops any metric at a step the run already holds (``Resumption.logged_through``), so replayed
 steps are never logged twice.
 
-A run still RUNNING whose heartbeat tag (``tags.HEARTBEAT``) is fresher than ``heartbeat.stale_after_s``
-is most likely still training somewhere: resuming it too would give it two writers, so it is
-refused unless ``resume_force=true`` (its machine died without marking it).
+Two resumes of one run must not both train it. Before reopening the run, a resume claims it
+(``tracking.claims``: a write-once param, so of any number of processes racing for the same
+resume exactly one wins, on SQLite and through a server alike) and checks after reopening that
+the claim is still the newest; the loser exits 2 naming the winner's process and host. A run is
+held, and refused to a new resume, while it is RUNNING or its newest claim is not yet released
+(its holder has not ended the run since), and its last sign of life (the heartbeat tag,
+``tags.HEARTBEAT``, or the claim) is fresher than ``heartbeat.stale_after_s``: then its process is
+most likely still training it. ``resume_force=true`` takes it anyway (its machine died without
+marking it).
 """
 
 from __future__ import annotations
@@ -32,7 +38,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnseq.errors import ConfigError
 from attnseq.tracking import paths, tags
+from attnseq.tracking.claims import Claim, claim, latest_claim
 from attnseq.tracking.client import NoSuchRun, TrackingClient
+from attnseq.tracking.redaction import redact
+from attnseq.tracking.run import TrackedRun
 
 RESUMABLE = ("trainer.max_epochs", "threads", "trainer.enable_progress_bar", "trainer.enable_model_summary")
 """Overrides a resume applies on top of the run's own config: they change how long or how it runs,
@@ -47,6 +56,9 @@ class Resumption:
     checkpoint: Path
     logged_through: dict[str, int]  # metric → the highest step the run already holds
     overrides: list[str] = field(default_factory=list)  # RESUMABLE overrides applied to the run's config
+    force: bool = False  # resume_force
+    stale_after_s: float = float("inf")  # heartbeat.stale_after_s
+    claims_seen: int = 0  # the run's resumes so far, as this one found it: it claims the next
 
 
 def prepare_resume(
@@ -61,7 +73,7 @@ def prepare_resume(
         run = client.run(run_id)
     except NoSuchRun:
         raise ConfigError(
-            f"resume={run_id}: no such run in {client.tracking_uri}.",
+            f"resume={run_id}: no such run in {redact('', client.tracking_uri)}.",
             "copy the run id from the MLflow UI, and check mlflow.tracking_uri points at its store.",
         ) from None
     if run.data.tags.get(tags.KIND) != tags.TRAIN:
@@ -77,7 +89,7 @@ def prepare_resume(
     overrides = command_line_overrides()
     applied = check_overrides(run_id, overrides)
     if check_alive:
-        check_not_alive(run, stale_after_s, force)
+        check_free(run, stale_after_s, force)
     current = OmegaConf.create(dict(current))
     saved = OmegaConf.create(yaml.safe_load(_download(client, run_id, paths.RESOLVED_CONFIG, "its config")))
     saved.resume = run_id
@@ -109,7 +121,9 @@ def prepare_resume(
             )
     logged = client.highest_steps(run_id, list(run.data.metrics))
     resumed_with = [f"{key}={OmegaConf.select(current, key)}" for key in applied]
-    return saved, Resumption(run_id, checkpoint, logged, resumed_with)
+    latest = latest_claim(run)
+    return saved, Resumption(run_id, checkpoint, logged, resumed_with, force, stale_after_s,
+                             latest.number if latest else 0)
 
 
 def command_line_overrides() -> list[str]:
@@ -137,32 +151,91 @@ def check_overrides(run_id: str, overrides: list[str]) -> list[str]:
     return [override_key(o) for o in overrides if override_key(o) in RESUMABLE]
 
 
-def check_not_alive(run, stale_after: float, force: bool) -> None:
-    """Refuse a RUNNING run whose heartbeat is fresher than ``stale_after`` seconds, unless ``force``
-    (``resume_force=true``)."""
-    if run.info.status != "RUNNING":
-        return
-    beat = run.data.tags.get(tags.HEARTBEAT)
+@dataclass(frozen=True)
+class Holder:
+    """The process that holds a run: its newest claim (None: the process that started the run), and
+    how long ago the run last showed a sign of life (None: never)."""
+
+    claim: Claim | None
+    age_s: float | None
+
+
+def holder_of(run) -> Holder | None:
+    """Who holds the run now, or None when it is free: not RUNNING, and its newest claim (if any)
+    released, i.e. the run was ended after it was claimed (its end time is not the one the claim saw)."""
+    latest = latest_claim(run)
+    released = latest is None or (run.info.status != "RUNNING" and run.info.end_time != latest.after)
+    if run.info.status != "RUNNING" and released:
+        return None
+    signs = [t for t in (_heartbeat(run), None if released else latest.at) if t is not None]
+    return Holder(None if released else latest, time.time() - max(signs) if signs else None)
+
+
+def _heartbeat(run) -> float | None:
     try:
-        age = time.time() - float(beat) if beat else None
-    except ValueError:
-        age = None
-    name = run.info.run_name
+        return float(run.data.tags[tags.HEARTBEAT])
+    except (KeyError, ValueError):
+        return None
+
+
+def check_free(run, stale_after: float, force: bool, quiet: bool = False) -> None:
+    """Refuse a run that is held (``holder_of``) by a process that showed life less than ``stale_after``
+    seconds ago, unless ``force`` (``resume_force=true``)."""
+    held = holder_of(run)
+    if held is None:
+        return
+    age, name, run_id = held.age_s, run.info.run_name, run.info.run_id
+    by = f" by {held.claim.holder}" if held.claim else ""
+    state = f"is being resumed{by} (status {run.info.status})" if held.claim else "is RUNNING"
+    sign = "a sign of life" if held.claim else "a heartbeat"
     if age is None or age >= stale_after:
-        when = "has no heartbeat" if age is None else f"last showed a heartbeat {age:.0f} s ago"
-        print(f"resume={run.info.run_id}: run '{name}' is RUNNING but {when}: its process is taken to be gone",
-              file=sys.stderr, flush=True)
+        when = "has no heartbeat" if age is None else f"last showed {sign} {age:.0f} s ago"
+        if not quiet:
+            print(f"resume={run_id}: run '{name}' {state} but {when}: its process is taken to be gone",
+                  file=sys.stderr, flush=True)
         return
     if force:
-        print(f"resume={run.info.run_id}: run '{name}' showed a heartbeat {age:.0f} s ago; resuming anyway "
-              "(resume_force=true)", file=sys.stderr, flush=True)
+        if not quiet:
+            lead = f" {state} and" if held.claim else ""
+            print(f"resume={run_id}: run '{name}'{lead} showed {sign} {age:.0f} s ago; resuming anyway "
+                  "(resume_force=true)", file=sys.stderr, flush=True)
         return
+    what = (f"{state}: claimed or showed a heartbeat {max(age, 0):.0f} s ago" if held.claim else
+            f"is still RUNNING and showed a heartbeat {max(age, 0):.0f} s ago")
     raise ConfigError(
-        f"resume={run.info.run_id}: run '{name}' is still RUNNING and showed a heartbeat {max(age, 0):.0f} s ago "
-        f"(heartbeat.stale_after_s={stale_after:g}), so another process is most likely still training it; "
-        "a second one would write into the same run.",
+        f"resume={run_id}: run '{name}' {what} (heartbeat.stale_after_s={stale_after:g}), so another process is "
+        "most likely still training it; a second one would write into the same run.",
         "wait for that process to end (or stop it: it marks the run KILLED); if its machine died without "
         f"marking it, wait {stale_after:.0f} s after its last heartbeat, or pass resume_force=true.",
+    )
+
+
+def reopen_claimed(client: TrackingClient, resumption: Resumption) -> TrackedRun:
+    """The run, claimed for this process (``tracking.claims``) and RUNNING again, the claim checked once
+    more after reopening; a ``ConfigError`` naming the process that holds it when another one won. The
+    claim is for the resume after the ones this process found (``claims_seen``): one made since, which
+    trained the run past what this process restores, makes it lose too."""
+    run_id = resumption.run_id
+    run = client.run(run_id)
+    latest = latest_claim(run)
+    if latest is not None and latest.number > resumption.claims_seen:
+        raise lost_to(run_id, latest)
+    check_free(run, resumption.stale_after_s, resumption.force, quiet=True)  # the run as it is now
+    outcome = claim(client, run_id, resumption.claims_seen + 1, after=run.info.end_time)
+    if not outcome.won:
+        raise lost_to(run_id, outcome.holder)
+    tracked = client.reopen_run(run_id)
+    newest = latest_claim(client.run(run_id))
+    if newest is None or newest.nonce != outcome.holder.nonce:  # taken over since (resume_force=true)
+        raise lost_to(run_id, newest or outcome.holder)
+    return tracked
+
+
+def lost_to(run_id: str, winner: Claim) -> ConfigError:
+    return ConfigError(
+        f"resume={run_id}: {winner.holder} claimed this run {max(time.time() - winner.at, 0):.0f} s ago and is "
+        "resuming it; a second resume would train it twice into the same run, so this one stops here.",
+        "let that process train (stopping it marks the run KILLED), then resume again if the run is not FINISHED.",
     )
 
 

@@ -21,7 +21,7 @@ from attnseq.config import TrainConfig, validate_train
 from attnseq.data import Seq2SeqDataModule
 from attnseq.errors import AttnSeqError
 from attnseq.lifecycle.guards import FiniteLossGuard, Heartbeat, InterruptCheckpoint, SignalBridge, heartbeat_value
-from attnseq.lifecycle.resume import Resumption, prepare_resume
+from attnseq.lifecycle.resume import Resumption, prepare_resume, reopen_claimed
 from attnseq.lifecycle.signals import Signals, exit_code, release_interrupted_frames
 from attnseq.tracking import paths, tags
 from attnseq.tracking.client import TrackingClient
@@ -183,7 +183,7 @@ def open_run(cfg: TrainConfig, resumption: Resumption | None) -> TrainingRun:
         name, run_tags, parent = run_identity(cfg)
         run_tags[tags.HEARTBEAT] = heartbeat_value()
         return TrainingRun(client.create_run(experiment_id, name, run_tags, parent), experiment_id, owned=True)
-    tracked = client.reopen_run(resumption.run_id)
+    tracked = reopen_claimed(client, resumption)  # one resume at a time: another holding it wins
     resumed = {tags.RESUMED_FROM: str(resumption.checkpoint), tags.HEARTBEAT: heartbeat_value()}
     if resumption.overrides:
         resumed[tags.RESUME_OVERRIDES] = " ".join(resumption.overrides)
