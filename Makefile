@@ -28,7 +28,7 @@ train: $(STAMP)  ## the main job; pass Hydra overrides as ARGS="scorer=dot model
 	$(PY) train.py $(ARGS)
 
 lint: $(DEV_STAMP)
-	$(VENV)/bin/ruff check attnseq tests benchmarks train.py evaluate.py
+	$(VENV)/bin/ruff check attnseq tests benchmarks train.py evaluate.py build_corpus.py
 
 system-deps:  ## Debian packages the tests need (PostgreSQL server); a no-op once installed
 	scripts/install-system-deps
@@ -62,10 +62,10 @@ reverse-alignment: $(STAMP)  ## additive attention on reverse (GRU, biGRU × bot
 	$(PY) evaluate.py parent_run_id=latest experiment_name=reverse_alignment
 
 messages-corpus: $(STAMP)  ## English → French pairs from the installed gettext catalogs → data/messages_en-fr/ (ARGS="--lang de" for another language)
-	$(PY) -m attnseq.data.messages $(ARGS)
+	$(PY) build_corpus.py $(ARGS)
 
 messages-results: $(STAMP)  ## docs/experiments.md's real-text table: messages corpus en→fr, no attention / additive / general / multihead / transformer encoder (~25 min on 2 cores)
-	$(PY) -m attnseq.data.messages --lang fr
+	$(PY) build_corpus.py --lang fr
 	$(PY) train.py -m experiment=messages_en_fr scorer=none,additive,general hydra/launcher=joblib hydra.launcher.n_jobs=2 threads=1 trainer.enable_progress_bar=false
 	$(PY) train.py -m experiment=messages_en_fr encoder=bigru,transformer scorer=multihead model.heads=4 hydra/launcher=joblib hydra.launcher.n_jobs=2 threads=1 trainer.enable_progress_bar=false
 	$(PY) evaluate.py experiment_name=messages_en_fr eval.lengths=[1,40] 'eval.sentences=["invalid register name","Maximum size"]'

@@ -22,6 +22,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_PY = REPO / "train.py"
+BUILD_CORPUS_PY = REPO / "build_corpus.py"
 EVALUATE_PY = REPO / "evaluate.py"
 EXPERIMENT = "attnseq"
 

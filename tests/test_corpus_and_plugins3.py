@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from cli_helpers import EVALUATE_PY, REPO, clean_env, explain, outputs_under, run_cli, tiny, user_env  # noqa: E402
+from cli_helpers import BUILD_CORPUS_PY, EVALUATE_PY, REPO, clean_env, explain, outputs_under, run_cli, tiny, user_env  # noqa: E402
 from mo_writer import write_mo  # noqa: E402
 
 from attnseq.data.errors import DataError
@@ -65,7 +65,7 @@ def contents(folder: Path) -> dict[str, bytes]:
 
 
 def build(*args: str, env: dict | None = None, timeout: float = DEADLINE_S) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "attnseq.data.messages", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, str(BUILD_CORPUS_PY), *args], capture_output=True, text=True,
                           timeout=timeout, env=env or clean_env() | {"PYTHONPATH": str(REPO)})
 
 
@@ -81,7 +81,7 @@ def test_a_signal_mid_build_keeps_the_old_corpus_whole_and_leaves_nothing_beside
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(PAUSE_HOOK)
     env = clean_env() | {"PYTHONPATH": os.pathsep.join([str(hook), str(REPO)])}
-    command = [sys.executable, "-m", "attnseq.data.messages", "--locale-dir", str(locale_dir), "--out", str(out)]
+    command = [sys.executable, str(BUILD_CORPUS_PY), "--locale-dir", str(locale_dir), "--out", str(out)]
     with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         lines = []
         for line in proc.stdout:  # the pause lasts until the signal (120 s at most), then the process ends

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from mo_writer import mo_bytes, write_mo  # noqa: E402  (tests/ is on sys.path under pytest)
+from cli_helpers import BUILD_CORPUS_PY  # noqa: E402  (tests/ is on sys.path under pytest)
+from mo_writer import mo_bytes, write_mo  # noqa: E402
 
 from attnseq.data import message_cleaning as cleaning
 from attnseq.data.messages import build_corpus, catalog_paths
@@ -289,7 +290,7 @@ def test_no_catalogs_names_the_languages_found_and_what_to_install(tmp_path):
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "attnseq.data.messages", *args],
+    return subprocess.run([sys.executable, str(BUILD_CORPUS_PY), *args],
                           capture_output=True, text=True, timeout=120)
 
 

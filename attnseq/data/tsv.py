@@ -138,7 +138,7 @@ def split_files(folder: str | Path) -> dict[str, Path]:
 def read_split_folder(folder: str | Path) -> dict[str, list[TextPair]]:
     """The pairs of each split of a corpus folder (``SPLIT_FILES``), all three from one folder: the
     folder is opened once, so a rebuild that renames a new folder into its place meanwhile
-    (``python -m attnseq.data.messages``) cannot mix splits of two builds.
+    (``python build_corpus.py``) cannot mix splits of two builds.
 
     Raises:
         DataError: as ``split_files`` and ``read_pairs``.
