@@ -1,0 +1,78 @@
+"""Issue 23, points 6 and 9: every size has an upper bound, checked before anything exists.
+
+Training (``train.py``): a value that would crash or exhaust the machine once the run exists exits 2
+naming its key, and no store or run is created; a bad corpus or tokenizer setting is rejected before
+the store is. Serving (the pyfunc model) and evaluation (``evaluate.py``): a request's or an
+evaluation's cost is bounded (beam width, source and output length, kept attention), and a refused
+input is echoed short."""
+
+from __future__ import annotations
+
+import pytest
+from cli_helpers import explain, outputs_under, run_cli, tiny, user_env
+
+HUGE = "1000000000000"
+
+# -- training: each bound names its key ---------------------------------------------------------------
+TRAIN_BOUNDS = [
+    (["threads=" + HUGE], "threads="),
+    (["model.hidden_size=" + HUGE], "model.hidden_size="),
+    (["model.embedding_dim=" + HUGE], "model.embedding_dim="),
+    (["scorer.attn_dim=" + HUGE], "scorer.attn_dim="),
+    (["model.layers=" + HUGE], "model.layers="),
+    (["dataset.num_symbols=" + HUGE], "dataset.num_symbols="),
+    (["dataset.num_workers=" + HUGE], "dataset.num_workers="),
+    (["dataset=tsv", "dataset.path=/nowhere/pairs.tsv", "dataset.vocab_size=" + HUGE], "dataset.vocab_size="),
+    (["mlflow.retry_budget_s=" + HUGE], "mlflow.retry_budget_s="),
+    (["trainer.devices=0"], "trainer.devices="),
+    (["trainer.val_check_interval=0"], "trainer.val_check_interval="),
+    (["optimizer.lr=" + HUGE], "optimizer.lr="),
+    # within every bound, but the model alone (weights, gradients, optimizer state) cannot fit: the model is named
+    (["model.hidden_size=60000", "model.layers=8"], "model.hidden_size=60000 needs at least"),
+    (["model.hidden_size=65536", "model.heads=65536"], "model.hidden_size=65536 needs at least"),
+]
+
+
+def small(*overrides: str) -> list[str]:
+    """``tiny()`` sizes (a value that is not refused trains for seconds, not minutes), then ``overrides``."""
+    keys = {override.split("=")[0] for override in overrides}
+    return [*(o for o in tiny(max_epochs=1, heatmaps=False) if o.split("=")[0] not in keys), *overrides]
+
+
+def assert_refused_before_the_store(proc, root, fragment: str) -> None:
+    assert proc.returncode == 2, explain(proc)
+    assert "Traceback" not in proc.stderr and proc.stderr.count("error: ") == 1, proc.stderr[-3000:]
+    assert fragment in proc.stderr.split("error: ", 1)[1].split("\n")[0], proc.stderr[-3000:]
+    assert not (root / "mlflow.db").exists(), "the store was created before the value was refused"
+
+
+@pytest.mark.parametrize(("overrides", "fragment"), TRAIN_BOUNDS, ids=[" ".join(o) for o, _ in TRAIN_BOUNDS])
+def test_a_size_past_its_bound_exits_2_naming_its_key_before_the_store_exists(overrides, fragment, tmp_path):
+    proc = run_cli(tmp_path, *small(*overrides), *outputs_under(tmp_path), env=user_env(), timeout=120)
+    assert_refused_before_the_store(proc, tmp_path, fragment)
+    assert not (tmp_path / "out").exists()  # refused before Hydra made the run's folder
+
+
+def corpus(path, lines: int = 60) -> str:
+    words = "the cat sees a dog and my bird likes this red fish".split()
+    rows = [" ".join(words[(i + k) % len(words)] for k in range(4)) + "\t" +
+            " ".join(words[(i * 3 + k) % len(words)] for k in range(3)) for i in range(lines)]
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return str(path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["a line without a tab", "a vocabulary smaller than the characters"])
+def test_a_bad_corpus_or_tokenizer_setting_is_refused_before_the_store_is_created(case, tmp_path):
+    path = tmp_path / "pairs.tsv"
+    corpus(path)
+    if case == "a line without a tab":
+        with path.open("a", encoding="utf-8") as handle:
+            handle.write("no tab here\n")
+        settings, fragment = [], "pairs.tsv:61: no tab"
+    else:
+        settings, fragment = ["dataset.tokenizer=bpe", "dataset.vocab_size=3"], "dataset.vocab_size=3"
+    proc = run_cli(tmp_path, "dataset=tsv", f"dataset.path={path}", *settings, "dataset.train_size=40",
+                   "dataset.val_size=10", "dataset.test_size=10", "trainer.max_epochs=1", *outputs_under(tmp_path),
+                   env=user_env(), timeout=180)
+    assert_refused_before_the_store(proc, tmp_path, fragment)
