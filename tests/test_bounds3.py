@@ -8,8 +8,11 @@ input is echoed short."""
 
 from __future__ import annotations
 
+import shutil
+
+import pandas as pd
 import pytest
-from cli_helpers import explain, outputs_under, run_cli, tiny, user_env
+from cli_helpers import EVALUATE_PY, explain, outputs_under, run_cli, tiny, tracking_uri, user_env
 
 HUGE = "1000000000000"
 
@@ -76,3 +79,85 @@ def test_a_bad_corpus_or_tokenizer_setting_is_refused_before_the_store_is_create
                    "dataset.val_size=10", "dataset.test_size=10", "trainer.max_epochs=1", *outputs_under(tmp_path),
                    env=user_env(), timeout=180)
     assert_refused_before_the_store(proc, tmp_path, fragment)
+
+
+# -- serving: what one request may cost -------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def served(tiny_run):
+    """``load(**model_config)``: the session's tiny run's MLflow model, loaded as a server loads it."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    from attnseq.tracking import paths
+    from attnseq.tracking.logged_model import logging_scope
+
+    def load(**model_config):
+        with logging_scope(MlflowClient(tiny_run.uri)):
+            return mlflow.pyfunc.load_model(f"runs:/{tiny_run.runs[0].info.run_id}/{paths.MLFLOW_MODEL}",
+                                            model_config=model_config or None)
+    return load
+
+
+def refused(model, sources: list[str], **params) -> str:
+    from mlflow.exceptions import MlflowException
+
+    with pytest.raises(MlflowException) as caught:
+        model.predict(pd.DataFrame({"source": sources}), params=params or None)
+    return str(caught.value)
+
+
+@pytest.mark.slow
+def test_the_served_model_refuses_a_request_past_its_limits_naming_them(served):
+    model = served()
+    assert "length_penalty=inf" in refused(model, ["s1 s2"], beam_size=2, length_penalty=float("inf"))
+    assert "max_beam_size" in refused(model, ["s1 s2"], beam_size=1000)
+    assert "max_source_tokens=256" in refused(model, [" ".join(["s1"] * 300)], beam_size=4)
+    assert model.predict(pd.DataFrame({"source": ["s1 s2"]}), params={"beam_size": 16})["output"].tolist()
+
+
+@pytest.mark.slow
+def test_a_refused_source_is_echoed_short(served):
+    model = served()
+    token = "x" * 5_000_000
+    message = refused(model, [f"s1 {token}"])
+    assert "does not hold" in message and len(message) < 2000, len(message)
+    assert "5000003 characters" in message  # what was cut is said
+    assert len(refused(model, [" ".join([token] * 300)])) < 2000
+
+
+@pytest.mark.slow
+def test_the_limits_are_the_models_config_a_server_may_set(served):
+    model = served(max_beam_size=2, max_source_tokens=4, max_output_tokens=2)
+    assert "must be a whole number in [1, 2]" in refused(model, ["s1 s2"], beam_size=3)
+    assert "max_source_tokens=4" in refused(model, ["s1 s2 s3 s4 s5"])
+    for beam in (1, 2):  # every output stops at max_output_tokens (the decode limit alone would allow 9)
+        outputs = model.predict(pd.DataFrame({"source": ["s1 s2 s3 s4"]}), params={"beam_size": beam})["output"]
+        assert len(outputs[0].split()) <= 2, outputs
+
+
+# -- evaluation: each size bounded before anything heavy ------------------------------------------------------
+EVAL_BOUNDS = [
+    ("eval.beam_size=100000", "eval.beam_size=100000"),
+    ("eval.lengths=[1,100000]", "eval.lengths=[1, 100000]"),
+    ("eval.sentences=['" + " ".join(["s1"] * 20000) + "']", "eval.sentences="),
+]
+
+
+@pytest.mark.parametrize(("override", "fragment"), EVAL_BOUNDS, ids=["beam_size", "lengths", "sentences"])
+def test_an_evaluation_past_its_bounds_exits_2_naming_the_key_and_echoing_it_short(override, fragment, tmp_path):
+    proc = run_cli(tmp_path, "run_id=0123456789abcdef0123456789abcdef", override,
+                   f"mlflow.tracking_uri={tracking_uri(tmp_path)}", f"hydra.run.dir={tmp_path}/out",
+                   script=EVALUATE_PY, env=user_env(), timeout=120)
+    assert_refused_before_the_store(proc, tmp_path, fragment)
+    assert len(proc.stderr) < 3000, proc.stderr[:3000]
+
+
+@pytest.mark.slow
+def test_out_of_vocabulary_words_in_eval_sentences_are_named(tiny_run, tmp_path):
+    shutil.copy(tiny_run.root / "mlflow.db", tmp_path / "mlflow.db")  # the session's store stays as it is
+    proc = run_cli(tmp_path, f"run_id={tiny_run.runs[0].info.run_id}", "eval.size=8", "eval.counterfactual=false",
+                   "eval.sentences=['s1 s2 s77 zz']", f"mlflow.tracking_uri={tracking_uri(tmp_path)}",
+                   f"hydra.run.dir={tmp_path}/out", script=EVALUATE_PY, env=user_env(), timeout=300)
+    assert proc.returncode == 0, explain(proc)
+    [line] = [line for line in (proc.stdout + proc.stderr).splitlines() if "<unk>" in line]
+    assert "s77" in line and "zz" in line and "s1 " not in line, line
