@@ -25,7 +25,8 @@ TRAIN_BOUNDS = [
     (["model.layers=" + HUGE], "model.layers="),
     (["dataset.num_symbols=" + HUGE], "dataset.num_symbols="),
     (["dataset.num_workers=" + HUGE], "dataset.num_workers="),
-    (["dataset=tsv", "dataset.path=/nowhere/pairs.tsv", "dataset.vocab_size=" + HUGE], "dataset.vocab_size="),
+    (["dataset=tsv", "dataset.path={corpus}", "dataset.tokenizer=bpe", "dataset.vocab_size=" + HUGE],
+     "dataset.vocab_size="),
     (["mlflow.retry_budget_s=" + HUGE], "mlflow.retry_budget_s="),
     (["trainer.devices=0"], "trainer.devices="),
     (["trainer.val_check_interval=0"], "trainer.val_check_interval="),
@@ -38,7 +39,8 @@ TRAIN_BOUNDS = [
 
 def small(*overrides: str) -> list[str]:
     """``tiny()`` sizes (a value that is not refused trains for seconds, not minutes), then ``overrides``."""
-    keys = {override.split("=")[0] for override in overrides}
+    keys = {override.split("=")[0] for override in overrides} | ({"dataset.num_symbols"} if "dataset=tsv" in overrides
+                                                                  else set())
     return [*(o for o in tiny(max_epochs=1, heatmaps=False) if o.split("=")[0] not in keys), *overrides]
 
 
@@ -51,6 +53,7 @@ def assert_refused_before_the_store(proc, root, fragment: str) -> None:
 
 @pytest.mark.parametrize(("overrides", "fragment"), TRAIN_BOUNDS, ids=[" ".join(o) for o, _ in TRAIN_BOUNDS])
 def test_a_size_past_its_bound_exits_2_naming_its_key_before_the_store_exists(overrides, fragment, tmp_path):
+    overrides = [o.format(corpus=corpus(tmp_path / "pairs.tsv")) for o in overrides]
     proc = run_cli(tmp_path, *small(*overrides), *outputs_under(tmp_path), env=user_env(), timeout=120)
     assert_refused_before_the_store(proc, tmp_path, fragment)
     assert not (tmp_path / "out").exists()  # refused before Hydra made the run's folder
