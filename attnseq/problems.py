@@ -54,9 +54,11 @@ def raise_all(problems: Sequence[ConfigError]) -> None:
 
 
 def shown(value: Any) -> str:
-    """A value as the command line writes it: ``null``, ``true``, ``''``, ``[1, 2]``."""
+    """A value as the command line writes it: ``null``, ``true``, ``''``, ``[1, 2]``; a long text cut short."""
     if value is None or isinstance(value, bool):
         return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, str) and len(value) > 80:
+        return f"{shown(value[:60])}… ({len(value)} characters)"
     if isinstance(value, str):
         return value if value.strip() and value == value.strip() else repr(value)
     if isinstance(value, (list, tuple)):

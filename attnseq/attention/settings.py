@@ -84,7 +84,8 @@ class GeneralSettings(ScorerSettings):
 
 class AdditiveSettings(ScorerSettings):
     name: Literal["additive"] = "additive"
-    attn_dim: PositiveInt | None = Field(None, description="the attention size d_attn (a multiple of model.heads); "
+    attn_dim: PositiveInt | None = Field(None, le=2**16, description="the attention size d_attn (a multiple of "
+                                         "model.heads, ≤ 65536); "
                                          "null = the key size", examples=[64])
 
     def problems(self, query_dim: int, key_dim: int, heads: int) -> list[ConfigError]:

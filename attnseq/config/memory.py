@@ -1,6 +1,7 @@
-"""The lengths fit in memory: a lower bound on what the data and one batch of the longest sequences'
-attention weights take, against this machine's memory, before minutes of data generation end in a
-failed allocation. Reads a ``TrainConfig`` (or a composed DictConfig)."""
+"""The model and the lengths fit in memory: a lower bound on what the model's parameters (with their
+gradients and optimizer state), the data and one batch of the longest sequences' attention weights
+take, against this machine's memory, before minutes of data generation end in a failed allocation.
+Reads a ``TrainConfig`` (or a composed DictConfig)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ from typing import Any, NamedTuple
 
 from attnseq.attention.settings import NO_ATTENTION
 from attnseq.data.tasks import TASKS
+from attnseq.data.vocab import SPECIAL_TOKENS
 from attnseq.errors import ConfigError
 from attnseq.problems import shown
 
 BYTES_PER_DATA_TOKEN = 48  # a list slot (8 bytes) in source, target, alignment of Example and EncodedExample
+BYTES_PER_PARAMETER = 16  # float32 weights, their gradients and Adam's two moments (the default optimizer)
 
 
 class MemoryNeed(NamedTuple):
@@ -23,23 +26,41 @@ class MemoryNeed(NamedTuple):
     why: str
 
 
+def model_need(cfg: Any) -> MemoryNeed:
+    """A lower bound on the model: both embeddings, the output layer and the decoder's recurrent layers
+    (three gates at least, each hidden × (embedding + hidden)), ``BYTES_PER_PARAMETER`` each; on the
+    accelerator when training runs there."""
+    model, task = cfg.model, TASKS.lookup(cfg.dataset.task)
+    src = tgt = len(SPECIAL_TOKENS)  # a corpus's tokens are known once it is read
+    if task.generated:
+        spec = task.model_validate({name: getattr(cfg.dataset, name) for name in task.model_fields})
+        src, tgt = src + len(spec.source_tokens()), tgt + len(spec.target_tokens())
+    embedding, hidden, layers = model.embedding_dim, model.hidden_size, model.layers
+    parameters = embedding * (src + tgt) + hidden * tgt + 3 * hidden * (embedding + hidden) * layers
+    return MemoryNeed("model.hidden_size", 0, BYTES_PER_PARAMETER * parameters,
+                      f"a model of at least {parameters:,} parameters, with their gradients and optimizer state: "
+                      f"model.embedding_dim={embedding}, model.hidden_size={hidden}, model.layers={layers}, "
+                      f"vocabularies of {src} and {tgt} tokens")
+
+
 def memory_needs(cfg: Any, train_hi: int | None = None, eval_hi: int | None = None) -> list[MemoryNeed]:
     """Lower bounds, in bytes, for the training split and the evaluation splits: the generated examples,
-    and one batch of attention weights (B, heads, T_dec, T_enc) float32 (kept for the backward pass in
-    training; for every greedy decoding step in validation). A config it rejects cannot fit."""
+    and the model with one batch of attention weights (B, heads, T_dec, T_enc) float32 (kept for the
+    backward pass in training; for every greedy decoding step in validation). A config it rejects cannot fit."""
     ds, (train_lo, train_top), (eval_lo, eval_top) = cfg.dataset, cfg.dataset.train_lengths, cfg.dataset.eval_lengths
     train_hi, eval_hi = train_hi or train_top, eval_hi or eval_top
     batch, heads = ds.batch_size, cfg.model.heads if cfg.scorer.name != NO_ATTENTION else 0
     decoded = int(eval_hi * cfg.decode.max_length_ratio) + cfg.decode.max_length_extra
     per_token = BYTES_PER_DATA_TOKEN if TASKS.lookup(ds.task).generated else 0
-    evaluated = ds.val_size + ds.test_size
+    evaluated, model = ds.val_size + ds.test_size, model_need(cfg).batch
     return [
         MemoryNeed("dataset.train_lengths", int(ds.train_size * (train_lo + train_hi) / 2 * per_token),
-                   4 * batch * heads * (train_hi + 1) * train_hi,
-                   f"{ds.train_size} training examples and a batch of {batch} sources of {train_hi} tokens"),
+                   model + 4 * batch * heads * (train_hi + 1) * train_hi,
+                   f"{ds.train_size} training examples, the model and a batch of {batch} sources of {train_hi} "
+                   f"tokens"),
         MemoryNeed("dataset.eval_lengths", int(evaluated * (eval_lo + eval_hi) / 2 * per_token),
-                   4 * batch * heads * max(decoded, eval_hi + 1) * eval_hi,
-                   f"{evaluated} validation and test examples and a batch of {batch} sources of {eval_hi} "
+                   model + 4 * batch * heads * max(decoded, eval_hi + 1) * eval_hi,
+                   f"{evaluated} validation and test examples, the model and a batch of {batch} sources of {eval_hi} "
                    f"tokens decoded up to {decoded} steps"),
     ]
 
@@ -75,9 +96,17 @@ def memory_budget(cfg: Any, device: int | None = None) -> MemoryBudget | None:
 
 
 def check_memory(cfg: Any, budget: MemoryBudget | None = None) -> None:
-    """Reject lengths (with this batch size and heads) that cannot fit in ``budget``, naming the longest that does."""
+    """Reject a model, or lengths (with this batch size and heads), that cannot fit in ``budget``: the
+    model first, so that the message names its sizes; for lengths, the longest that fits."""
     budget = memory_budget(cfg) if budget is None else budget
-    for index, need in enumerate(memory_needs(cfg) if budget is not None else []):
+    if budget is None:
+        return
+    model = model_need(cfg)
+    if not budget.fits(model):
+        raise ConfigError(f"{model.key}={cfg.model.hidden_size} needs at least {_size(model.batch)} of memory "
+                          f"({model.why}), more than {budget}.",
+                          "lower model.hidden_size, model.embedding_dim or model.layers (or dataset.num_symbols).")
+    for index, need in enumerate(memory_needs(cfg)):
         if budget.fits(need):
             continue
         lo, hi = getattr(cfg.dataset, need.key.split(".")[1])
@@ -85,6 +114,7 @@ def check_memory(cfg: Any, budget: MemoryBudget | None = None) -> None:
         first_too_long = bisect.bisect(range(lo, hi + 1), False,
                                        key=lambda n: not budget.fits(memory_needs(cfg, **{side: n})[index]))
         sizes = "dataset.train_size" if index == 0 else "dataset.val_size / dataset.test_size"
+        sizes += " / model.heads" if cfg.model.heads > 1 and cfg.scorer.name != NO_ATTENTION else ""
         fix = (f"lower the longest length, e.g. {need.key}=[{lo}, {lo + first_too_long - 1}] (about the most that "
                f"fits), or lower dataset.batch_size / {sizes}" if first_too_long else
                f"lower dataset.batch_size and {sizes}")

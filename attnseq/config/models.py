@@ -9,17 +9,23 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, create_model
+from pydantic.functional_validators import AfterValidator
 
 from attnseq.attention.settings import ScorerSettings
 from attnseq.data.tasks import TASKS, dataset_union
 from attnseq.model.config import ModelGroup
 from attnseq.model.conventions import DECODER_CONVENTIONS
 from attnseq.model.encoders import ENCODER_KINDS
-from attnseq.problems import LengthRange, Text, What
+from attnseq.problems import PAIR, Text, What, _pair
 
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
+Threads = Annotated[int, Field(ge=1, le=1024)]  # more than any machine's cores; torch refuses far more
 CountOrFraction = Annotated[NonNegativeInt | Annotated[float, Field(ge=0, le=1)],
                             What("a whole number of batches ≥ 0 or a fraction in [0, 1]")]
+# evaluation: a batch's attention (B × T_out × T_enc floats) grows with a length's square (128 × 1500 × 1000: 0.8 GB)
+EvalLengths = Annotated[list[Annotated[int, Field(le=1000)]], AfterValidator(_pair), What(f"{PAIR}, hi ≤ 1000")]
+EvalSentences = Annotated[list[Annotated[str, Field(min_length=1, max_length=1000)]], Field(max_length=100),
+                          What("a list of at most 100 texts of 1 to 1000 characters")]
 
 
 class Group(BaseModel):
@@ -30,7 +36,8 @@ class Optimizer(Group):
     target: Text = Field(alias="_target_", description="the optimizer class", examples=["torch.optim.Adam"])
     partial: Annotated[Literal[True], What("true (the model's parameters are passed later)")] = Field(
         alias="_partial_", examples=[True])
-    lr: PositiveFloat | None = Field(None, description="the learning rate", examples=[0.003])
+    lr: PositiveFloat | None = Field(None, le=10, description="the learning rate (≤ 10: a larger step diverges)",
+                                     examples=[0.003])
 
 
 class Scheduler(Group):
@@ -52,9 +59,9 @@ class Training(Group):
 
 
 class Decode(Group):
-    max_length_ratio: PositiveFloat = Field(description="greedy decoding at validation: ratio × longest source "
-                                            "+ extra tokens", examples=[1.5])
-    max_length_extra: NonNegativeInt = Field(description="the extra tokens", examples=[5])
+    max_length_ratio: float = Field(gt=0, le=10, description="greedy decoding at validation: ratio × longest "
+                                    "source + extra tokens", examples=[1.5])
+    max_length_extra: NonNegativeInt = Field(le=1000, description="the extra tokens", examples=[5])
 
 
 class Checkpoint(Group):
@@ -72,14 +79,14 @@ class Tracking(Group):
 class Heartbeat(Group):
     every_s: float = Field(ge=0, description="how often, at most, the run's heartbeat tag is refreshed",
                            examples=[30])
-    stale_after_s: PositiveFloat = Field(description="resume= refuses a RUNNING run whose heartbeat is younger",
-                                         examples=[180])
+    stale_after_s: float = Field(gt=0, description="resume= refuses a RUNNING run whose heartbeat is younger",
+                                 examples=[180])
 
 
 class Mlflow(Group):
     tracking_uri: Text = Field(description="the MLflow store", examples=["sqlite:///mlflow.db"])
-    retry_budget_s: PositiveFloat = Field(description="how long one call may retry a server that stopped "
-                                          "answering", examples=[30])
+    retry_budget_s: float = Field(gt=0, le=86400, description="how long one call may retry a server that stopped "
+                                  "answering (a day at most)", examples=[30])
 
 
 class TrainMlflow(Mlflow):
@@ -96,6 +103,14 @@ class Trainer(Group):
     """The ``lightning.Trainer`` arguments that need a sensible range (the others: its signature)."""
 
     max_epochs: PositiveInt | None = Field(None, description="epochs to train", examples=[5])
+    devices: Annotated[PositiveInt | Literal[-1, "auto"] | Annotated[list[NonNegativeInt], Field(min_length=1)]
+                       | Annotated[str, Field(pattern=r"^(0*[1-9][0-9]*|-1|([0-9]+,)+[0-9]*)$")],
+                       What("a number of devices ≥ 1, -1 (all), auto, or a list of device indices")] = \
+        Field("auto", examples=[1])
+    num_nodes: PositiveInt | None = Field(None, examples=[1])
+    val_check_interval: Annotated[PositiveInt | Annotated[float, Field(gt=0, le=1)] | Text | dict[str, int],
+                                  What("a whole number of batches ≥ 1, a fraction in (0, 1] of an epoch or a "
+                                       "duration 'DD:HH:MM:SS'")] | None = Field(None, examples=[1.0])
     min_epochs: NonNegativeInt | None = Field(None, examples=[1])
     max_steps: Annotated[int, Field(ge=-1), What("a whole number ≥ 1, or -1 (no limit)")] = Field(-1, examples=[-1])
     log_every_n_steps: PositiveInt | None = Field(None, examples=[50])
@@ -119,7 +134,7 @@ class TrainBase(Group):
     resume: Text | None = Field(description="a run id: continue that interrupted run from its last checkpoint",
                                 examples=["<run id>"])
     resume_force: bool = Field(description="resume even a RUNNING run whose heartbeat is fresh", examples=[False])
-    threads: PositiveInt | None = Field(description="torch CPU threads; 1 when jobs run side by side", examples=[1])
+    threads: Threads | None = Field(description="torch CPU threads; 1 when jobs run side by side", examples=[1])
     plugins: list[Text] = Field(description="modules to import first: choices defined outside attnseq",
                                 examples=[["my_scorers"]])
     optimized_metric: Text = Field(description="what train() returns to a sweeper (a metric this run logs)",
@@ -155,16 +170,19 @@ TrainConfig = TrainBase  # the type to annotate with; its instances come from tr
 
 
 class Eval(Group):
-    lengths: LengthRange | None = Field(description="[lo, hi]; null = [1, 2 × the run's longest training length]",
+    """Each size bounded by what one evaluation may cost: data, decoding time, a batch's attention."""
+
+    lengths: EvalLengths | None = Field(description="[lo, hi]; null = [1, 2 × the run's longest training length]",
                                         examples=[[1, 80]])
     bucket_width: PositiveInt | None = Field(description="null = the run's own", examples=[5])
-    size: PositiveInt = Field(description="evaluation examples (source lengths uniform over eval.lengths)",
-                              examples=[2000])
-    batch_size: PositiveInt = Field(description="examples per batch", examples=[128])
-    beam_size: PositiveInt = Field(description="1 = greedy decoding", examples=[1])
+    size: int = Field(ge=1, le=1_000_000, description="evaluation examples (source lengths uniform over "
+                      "eval.lengths)", examples=[2000])
+    batch_size: int = Field(ge=1, le=4096, description="examples per batch", examples=[128])
+    beam_size: int = Field(ge=1, le=64, description="1 = greedy decoding; each step costs beam_size × a greedy "
+                           "one", examples=[1])
     counterfactual: bool = Field(description="Jain & Wallace check: permuted and uniform attention", examples=[True])
     seed: Seed = Field(description="the evaluation data's seed", examples=[1])
-    sentences: list[Text] = Field(description="source texts to draw the attention of", examples=[["Unknown object"]])
+    sentences: EvalSentences = Field(description="source texts to draw the attention of", examples=[["Unknown object"]])
 
 
 class EvalConfig(Group):
@@ -179,7 +197,7 @@ class EvalConfig(Group):
     eval: Eval
     compare: bool = Field(description="with several runs: comparison figure + table + a comparison run",
                           examples=[True])
-    threads: PositiveInt | None = Field(description="torch CPU threads; null = every core", examples=[1])
+    threads: Threads | None = Field(description="torch CPU threads; null = every core", examples=[1])
     plugins: list[Text] = Field(description="modules to import (runs their code): those the runs were trained with",
                                 examples=[["my_scorers"]])
     mlflow: Mlflow

@@ -27,7 +27,7 @@ import random
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, create_model
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, create_model
 
 from attnseq.data.example import Example
 from attnseq.data.lengths import is_int, validate_length_range
@@ -55,6 +55,8 @@ def symbol_tokens(num_symbols: int) -> list[str]:
     return [f"s{i}" for i in range(num_symbols)]
 
 
+MAX_VOCABULARY = 1_000_000
+"""The most tokens per side: the embedding and output layers hold a row per token (and the memory check counts them)."""
 TASKS = Registry("task", "dataset.task")
 """Every registered task by its ``task`` name."""
 
@@ -84,7 +86,8 @@ class Task(Choice):
 class SymbolTask(Task):
     """Base of copy/reverse/sort: the target is the source read in ``target_order``."""
 
-    num_symbols: PositiveInt = Field(10, description="the alphabet's size: symbols s0 … s{num_symbols-1}")
+    num_symbols: int = Field(10, ge=1, le=MAX_VOCABULARY, description="the alphabet's size: symbols s0 … "
+                             "s{num_symbols-1}")
 
     def source_tokens(self) -> list[str]:
         return symbol_tokens(self.num_symbols)
@@ -187,7 +190,7 @@ class TsvTask(Task):
     path: str = Field(min_length=1, description="a file, or a folder of train.tsv, val.tsv, test.tsv (absolute)",
                       examples=["/abs/path/pairs.tsv"])
     tokenizer: Literal[TOKENIZERS] = Field("word", description="word | char | bpe | unigram")
-    vocab_size: PositiveInt = Field(2000, description="subword pieces per side (bpe, unigram)")
+    vocab_size: int = Field(2000, ge=1, le=MAX_VOCABULARY, description="subword pieces per side (bpe, unigram)")
     lowercase: bool = True
 
 
@@ -205,7 +208,8 @@ class DatasetKeys(BaseModel):
     test_size: PositiveInt = Field(description="test examples", examples=[1000])
     batch_size: PositiveInt = Field(description="examples per batch", examples=[64])
     length_bucketing: bool = Field(True, description="batch training examples of similar length")
-    num_workers: NonNegativeInt = Field(0, description="DataLoader worker processes")
+    num_workers: int = Field(0, ge=0, le=64, description="DataLoader worker processes (each a process with torch "
+                             "and a copy of the data)")
 
 
 @functools.cache

@@ -5,6 +5,7 @@ sacreBLEU and chrF against the examples' own text, overall and per bucket; the c
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -14,7 +15,7 @@ from torch import Tensor
 
 from attnseq.data import Batch, Example, Seq2SeqDataModule, collate, encode_examples
 from attnseq.data.tasks import TASKS
-from attnseq.data.tokenizers import TEXT_TASKS, output_text
+from attnseq.data.tokenizers import SUBWORD_TOKENIZERS, TEXT_TASKS, output_text
 from attnseq.evaluation.counterfactual import MODES, CounterfactualTotals, counterfactual_decoder
 from attnseq.evaluation.trained_runs import TrainedRun
 from attnseq.metrics import BatchOutputs, MetricSuite, SuiteSpec
@@ -24,6 +25,7 @@ from attnseq.model.beam import beam_search
 from attnseq.model.decoding import Encoded
 from attnseq.registry import require_plugins
 
+log = logging.getLogger(__name__)
 __all__ = ["TEXT_TASKS", "EvalResult", "EvalSettings", "decode", "decoded_row", "evaluate_run", "evaluation_examples",
            "length_limit", "metric_suite", "sentence_samples"]
 
@@ -88,12 +90,15 @@ def metric_suite(trained: TrainedRun, settings: EvalSettings) -> MetricSuite:
     ))
 
 
-def decode(trained: TrainedRun, batch: Batch, beam_size: int, encoded: Encoded | None = None) -> Decoded:
+def decode(trained: TrainedRun, batch: Batch, beam_size: int, encoded: Encoded | None = None,
+           keep_attention: bool = True) -> Decoded:
     """Greedy (``beam_size`` 1) or beam decoding of ``batch``, from ``encoded`` when given."""
     limit = length_limit(trained, batch)
     if beam_size > 1:
-        return beam_search(trained.model, batch.src, batch.src_lengths, beam_size, max_length=limit, encoded=encoded)
-    return greedy_decode(trained.model, batch.src, batch.src_lengths, max_length=limit, encoded=encoded)
+        return beam_search(trained.model, batch.src, batch.src_lengths, beam_size, max_length=limit, encoded=encoded,
+                           keep_attention=keep_attention)
+    return greedy_decode(trained.model, batch.src, batch.src_lengths, max_length=limit, encoded=encoded,
+                         keep_attention=keep_attention)
 
 
 @torch.inference_mode()
@@ -120,7 +125,7 @@ def evaluate_run(trained: TrainedRun, settings: EvalSettings, examples: list[Exa
     for start in range(0, len(tensors), settings.batch_size):
         batch = collate(tensors[start : start + settings.batch_size])
         memory, state = encoded = model.encode(batch.src, batch.src_lengths)
-        decoded = decode(trained, batch, settings.beam_size, encoded)
+        decoded = decode(trained, batch, settings.beam_size, encoded, keep_attention=False)  # the tokens alone
         for i, row, n in zip(order[start:], decoded.tokens.tolist(), decoded.lengths.tolist()):
             predictions[i] = row[:n]
         logits, attention = model.decoder(batch.tgt_in, state, memory)  # teacher forced
@@ -159,11 +164,15 @@ def sentence_samples(
     trained: TrainedRun, sentences: Sequence[str], beam_size: int
 ) -> list[tuple[str, Example, Decoded]]:
     """Each source text of ``sentences`` read with the run's own tokenizer and decoded, with its
-    attention: ``(text, its example, decoded)``. Tokens outside the run's vocabulary read as UNK;
-    a text that holds no token at all is left out. None for a model without attention."""
+    attention: ``(text, its example, decoded)``. Tokens outside the run's vocabulary read as UNK (a
+    warning names them); a text that holds no token at all is left out. None for a model without attention."""
     if trained.model.attention is None:
         return []
     read = [(text, Example(src=trained.src_tokenizer.tokenize(text), tgt=[], alignment=None)) for text in sentences]
+    unknown = sorted({token for _, example in read for token in example.src if token not in trained.src_vocab})
+    if unknown and trained.src_tokenizer.kind not in SUBWORD_TOKENIZERS:
+        log.warning("eval.sentences: %d word(s) outside %s's vocabulary read as <unk>: %s", len(unknown),
+                    trained.name, " ".join(unknown[:20]) + (" …" if len(unknown) > 20 else ""))
     read = [(text, example) for text, example in read if example.src]
     if not read:
         return []

@@ -95,6 +95,7 @@ def beam_search(
     pad_id: int = PAD,
     check_every: int = 4,
     encoded: Encoded | None = None,
+    keep_attention: bool = True,
 ) -> BeamDecoded:
     """Decode a padded batch with a beam of ``beam_size`` hypotheses per item (see module docstring).
 
@@ -120,6 +121,7 @@ def beam_search(
     model; call it in eval mode. Whether all items have stopped is read back from the device only
     every ``check_every`` steps; that changes when the loop ends, never the result. ``encoded``:
     ``model.encode(src, src_lengths)`` when the caller has it; the search and the fallback share it.
+    ``keep_attention=False``: no step's weights are kept (``attention`` is None; B·K·H·T_enc floats a step).
     """
     if not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size={beam_size!r} must be a positive integer.")
@@ -130,10 +132,12 @@ def beam_search(
             f"length_penalty={length_penalty!r} must be ≥ 0: the early stop relies on it (0 = no penalty)."
         )
     encoded = encoded if encoded is not None else model.encode(src, src_lengths)
-    best = _beam_core(model, encoded, beam_size, max_length, length_penalty, bos_id, eos_id, pad_id, check_every)
+    best = _beam_core(model, encoded, beam_size, max_length, length_penalty, bos_id, eos_id, pad_id, check_every,
+                      keep_attention)
     if greedy_fallback and beam_size > 1:
         greedy = greedy_decode(
-            model, src, src_lengths, max_length, bos_id, eos_id, pad_id, check_every, encoded=encoded
+            model, src, src_lengths, max_length, bos_id, eos_id, pad_id, check_every, encoded=encoded,
+            keep_attention=keep_attention,
         )
         greedy_scores = sequence_log_prob(
             model, src, src_lengths, greedy.tokens, greedy.lengths, bos_id, encoded=encoded
@@ -153,6 +157,7 @@ def _beam_core(
     eos_id: int,
     pad_id: int,
     check_every: int,
+    keep_attention: bool = True,
 ) -> BeamDecoded:
     """The beam search itself; the output is ``max``-padded to the number of steps it ran."""
     memory, state = encoded
@@ -202,7 +207,7 @@ def _beam_core(
         prev_tokens = token.view(-1)  # (B*K,)
         step_tokens.append(token)
         step_origins.append(origin)
-        if weights is not None:
+        if weights is not None and keep_attention:
             chosen = weights.index_select(0, rows).view(batch, width, *weights.shape[1:])  # (B, K, H, T_enc)
             step_weights.append(chosen.masked_fill(was_finished[:, :, None, None], 0.0))
 

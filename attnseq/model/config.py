@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+
+Size = Annotated[int, Field(ge=1, le=2**16)]  # a 2**16 × 2**16 weight matrix is 17 GB of float32: past any memory
 
 from attnseq.attention.settings import NO_ATTENTION, ScorerSettings, size_problems
 from attnseq.errors import ConfigError
@@ -21,9 +23,10 @@ class ModelGroup(BaseModel):
     """``model.*``: the sizes every encoder, scorer and decoder shares."""
 
     model_config = ConfigDict(extra="allow", strict=True, frozen=True, allow_inf_nan=False)
-    embedding_dim: PositiveInt = Field(description="token embedding size", examples=[64])
-    hidden_size: PositiveInt = Field(description="RNN state size (and the transformer encoder's width)", examples=[128])
-    layers: PositiveInt = Field(description="decoder depth (and the RNN encoder's)", examples=[1])
+    embedding_dim: Size = Field(description="token embedding size", examples=[64])
+    hidden_size: Size = Field(description="RNN state size (and the transformer encoder's width)", examples=[128])
+    layers: int = Field(ge=1, le=64, description="decoder depth (and the RNN encoder's); a step runs them in turn",
+                        examples=[1])
     dropout: float = Field(ge=0, lt=1, description="dropout between layers", examples=[0.1])
     heads: PositiveInt = Field(description="attention heads; must divide the key size (2 × hidden_size for bigru)",
                                examples=[1])

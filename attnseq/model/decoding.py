@@ -39,11 +39,13 @@ def greedy_decode(
     pad_id: int = PAD,
     check_every: int = 4,
     encoded: Encoded | None = None,
+    keep_attention: bool = True,
 ) -> Decoded:
     """Decode a padded batch at once; stop when all sequences emitted EOS or at ``max_length``.
 
     Whether all are finished is read back from the device only every ``check_every`` steps.
-    ``encoded``: ``model.encode(src, src_lengths)`` when the caller has it already.
+    ``encoded``: ``model.encode(src, src_lengths)`` when the caller has it already. ``keep_attention=False``:
+    no step's weights are kept (``attention`` is None), for callers that read the tokens alone.
     """
     memory, state = encoded if encoded is not None else model.encode(src, src_lengths)
     batch = src.shape[0]
@@ -55,7 +57,7 @@ def greedy_decode(
     for t in range(max_length):
         logits, weights, state = model.decoder.step(tokens, state, memory)  # (B, V), (B, H, T_enc)
         tokens = logits.argmax(-1).masked_fill(finished, pad_id)  # (B,)
-        if weights is not None:
+        if weights is not None and keep_attention:
             out_weights.append(weights.masked_fill(finished[:, None, None], 0.0))
         out_tokens.append(tokens)
         just_ended = (tokens == eos_id) & ~finished  # (B,)

@@ -10,12 +10,16 @@ output stops at EOS, or at the run's validation limit of ``decode.max_length_rat
 length + decode.max_length_extra`` tokens. Sources are batched by length, so each output is the
 one its source would get decoded alone, by greedy decoding or by beam search.
 
+A request's cost is bounded by ``RequestLimits`` (the model's MLflow ``model_config``): the beam width,
+each source's tokens and each output's; no step's attention is kept. A refused source is echoed short.
+
 Nothing is unpickled: the config is YAML, the vocabularies and tokenizers JSON, and the weights are
 read with ``torch.load(..., weights_only=True)``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Integral, Real
@@ -34,7 +38,31 @@ from attnseq.model import Seq2Seq, beam_search, greedy_decode, load_saved_model
 BATCH_SIZE = 256
 """Sources of one length are decoded together, this many at most."""
 SHOWN_TOKENS = 12
-"""How many vocabulary tokens an unknown-token error lists as examples."""
+"""How many vocabulary tokens an unknown-token error lists as examples (and unknown tokens it names)."""
+SHOWN_CHARS = 60
+"""How much of a refused source (or token) an error echoes."""
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """What one request may cost; logged as the model's ``model_config``, so a server sets others with
+    ``MLFLOW_PYFUNC_INFERENCE_CONFIG='{"max_beam_size": 32}'`` (or ``load_model(..., model_config=...)``)."""
+
+    max_beam_size: int = 16  # each decoding step costs beam_size × a greedy one
+    max_source_tokens: int = 256  # the run trained on far shorter sources; time grows with the length
+    max_output_tokens: int = 512  # each output stops here, or earlier at the decode limit
+
+    @classmethod
+    def of(cls, model_config: Mapping[str, Any] | None) -> RequestLimits:
+        known = {key: int(value) for key, value in (model_config or {}).items() if key in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+def quoted(text: Any) -> str:
+    """``repr(text)``, cut to its first ``SHOWN_CHARS`` characters (and its length) when longer."""
+    if not isinstance(text, str) or len(text) <= SHOWN_CHARS:
+        return repr(text)
+    return f"{text[:SHOWN_CHARS]!r}… ({len(text)} characters)"
 
 
 class InvalidSource(ProblemAndFix):
@@ -66,6 +94,7 @@ class Translator:
         src_tokenizer: TextTokenizer,
         tgt_tokenizer: TextTokenizer,
         limit: DecodeLimit,
+        limits: RequestLimits = RequestLimits(),
     ) -> None:
         self.model = model
         self.src_vocab = src_vocab
@@ -73,13 +102,14 @@ class Translator:
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
         self.limit = limit
+        self.limits = limits
 
     @classmethod
     def from_files(cls, model_file: str | Path, config_file: str | Path, src_vocab_file: str | Path,
                    tgt_vocab_file: str | Path, src_tokenizer_file: str | Path | None = None,
-                   tgt_tokenizer_file: str | Path | None = None) -> Translator:
+                   tgt_tokenizer_file: str | Path | None = None, limits: RequestLimits = RequestLimits()) -> Translator:
         """From a run's model file, resolved config (YAML), vocabularies (JSON) and, for a subword
-        run, tokenizers (JSON)."""
+        run, tokenizers (JSON); ``limits``: what one request may cost."""
         config = yaml.safe_load(Path(config_file).read_text(encoding="utf-8")) or {}
         dataset = config.get("dataset", {})
         src_tokenizer, tgt_tokenizer = (
@@ -93,6 +123,7 @@ class Translator:
             src_tokenizer,
             tgt_tokenizer,
             DecodeLimit.of_config(config),
+            limits,
         )
 
     def encode(self, sources: Sequence[str]) -> list[list[int]]:
@@ -102,15 +133,23 @@ class Translator:
             tokens = self.src_tokenizer.tokenize(text) if isinstance(text, str) else []
             if not tokens:
                 raise InvalidSource(
-                    f"source {row} ({text!r}) holds no tokens.",
+                    f"source {row} ({quoted(text)}) holds no tokens.",
                     "give every source at least one token, e.g. \"" + self.example_source() + '".',
+                )
+            if len(tokens) > self.limits.max_source_tokens:
+                raise InvalidSource(
+                    f"source {row} ({quoted(text)}) holds {len(tokens)} tokens, more than the served model's "
+                    f"max_source_tokens={self.limits.max_source_tokens}.",
+                    "split it into shorter sources, or serve the model with a higher limit: "
+                    "MLFLOW_PYFUNC_INFERENCE_CONFIG='{\"max_source_tokens\": " f"{len(tokens)}}}'.",
                 )
             open_vocabulary = self.src_tokenizer.kind in SUBWORD_TOKENIZERS
             unknown = [] if open_vocabulary else sorted({token for token in tokens if token not in self.src_vocab})
             if unknown:
                 raise InvalidSource(
-                    f"source {row} ({text!r}) has tokens the model's vocabulary does not hold: "
-                    f"{', '.join(repr(t) for t in unknown)}.",
+                    f"source {row} ({quoted(text)}) has tokens the model's vocabulary does not hold: "
+                    f"{', '.join(quoted(t) for t in unknown[:SHOWN_TOKENS])}"
+                    f"{' …' if len(unknown) > SHOWN_TOKENS else ''}.",
                     f"use only the {len(self.known_tokens())} tokens it was trained on: "
                     f"{' '.join(self.known_tokens()[:SHOWN_TOKENS])}"
                     f"{' …' if len(self.known_tokens()) > SHOWN_TOKENS else ''}.",
@@ -128,12 +167,16 @@ class Translator:
     @torch.no_grad()
     def translate(self, sources: Sequence[str], beam_size: int = 1, length_penalty: float = 0.0) -> list[str]:
         """The output text of each source: greedy with ``beam_size=1``, beam search above."""
-        if isinstance(beam_size, bool) or not isinstance(beam_size, Integral) or beam_size < 1:
-            raise InvalidSource(f"beam_size={beam_size!r} must be a whole number ≥ 1.", "pass beam_size=1 (greedy) "
-                                "or a beam width such as 5.")
-        if isinstance(length_penalty, bool) or not isinstance(length_penalty, Real) or not length_penalty >= 0.0:
-            raise InvalidSource(f"length_penalty={length_penalty!r} must be ≥ 0.", "pass 0 (rank by log-probability) "
-                                "or GNMT's α, e.g. 0.6.")
+        most = self.limits.max_beam_size
+        if isinstance(beam_size, bool) or not isinstance(beam_size, Integral) or not 1 <= beam_size <= most:
+            raise InvalidSource(f"beam_size={quoted(beam_size)} must be a whole number in [1, {most}] (the served "
+                                f"model's max_beam_size).", f"pass beam_size=1 (greedy) or a beam width up to {most}, "
+                                "e.g. 5; a server allows wider ones with MLFLOW_PYFUNC_INFERENCE_CONFIG="
+                                "'{\"max_beam_size\": 32}'.")
+        if isinstance(length_penalty, bool) or not isinstance(length_penalty, Real) \
+                or not 0.0 <= length_penalty < math.inf:
+            raise InvalidSource(f"length_penalty={quoted(length_penalty)} must be a finite number ≥ 0.",
+                                "pass 0 (rank by log-probability) or GNMT's α, e.g. 0.6.")
         beam_size, length_penalty = int(beam_size), float(length_penalty)
         encoded = self.encode(sources)
         outputs: list[str] = [""] * len(encoded)
@@ -151,11 +194,12 @@ class Translator:
     def translate_batch(self, src: Tensor, beam_size: int, length_penalty: float) -> list[str]:
         """Sources of one length, ``src (B, T_src)``."""
         lengths = torch.full((src.shape[0],), src.shape[1], dtype=torch.long)  # (B,)
-        max_length = self.limit(src.shape[1])
+        max_length = min(self.limit(src.shape[1]), self.limits.max_output_tokens)
         if beam_size == 1:
-            decoded = greedy_decode(self.model, src, lengths, max_length=max_length)
+            decoded = greedy_decode(self.model, src, lengths, max_length=max_length, keep_attention=False)
         else:
-            decoded = beam_search(self.model, src, lengths, beam_size, max_length, length_penalty=length_penalty)
+            decoded = beam_search(self.model, src, lengths, beam_size, max_length, length_penalty=length_penalty,
+                                  keep_attention=False)
         return [
             output_text(decoded.tokens[row, : int(decoded.lengths[row])].tolist(), self.tgt_vocab, self.tgt_tokenizer)
             for row in range(src.shape[0])

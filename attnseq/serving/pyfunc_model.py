@@ -3,7 +3,8 @@ no model object is ever pickled. Do not import it; ``attnseq.tracking.logged_mod
 names its path.
 
 Input: a table with a ``source`` column of source texts (``"s3 s1 s4"``). Output: a table with an
-``output`` column of decoded texts. Params: ``beam_size`` (1: greedy) and ``length_penalty``.
+``output`` column of decoded texts. Params: ``beam_size`` (1: greedy) and ``length_penalty``; the
+model's ``model_config``: what one request may cost (``RequestLimits``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 from mlflow.pyfunc import PythonModel
 
-from attnseq.serving.predictor import InvalidSource, Translator
+from attnseq.serving.predictor import InvalidSource, RequestLimits, Translator
 from attnseq.tracking.logged_model import (
     CONFIG,
     DEFAULT_PARAMS,
@@ -38,7 +39,8 @@ class TranslatorModel(PythonModel):
         import_plugins(name.strip() for name in os.environ.get(PLUGINS_ENV, "").split(",") if name.strip())
         files = context.artifacts
         self.translator = Translator.from_files(files[MODEL_FILE], files[CONFIG], files[SRC_VOCAB], files[TGT_VOCAB],
-                                                files.get(SRC_TOKENIZER), files.get(TGT_TOKENIZER))
+                                                files.get(SRC_TOKENIZER), files.get(TGT_TOKENIZER),
+                                                RequestLimits.of(context.model_config))
 
     def predict(self, context, model_input: pd.DataFrame, params: dict | None = None) -> pd.DataFrame:
         """``model_input``: the signature's table (MLflow has checked its ``source`` column)."""

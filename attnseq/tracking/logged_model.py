@@ -115,10 +115,12 @@ def log_translator(
     example_sources: Sequence[str],
     step: int = 0,
     tokenizer_files: tuple[Path, Path] | None = None,
+    model_config: dict | None = None,
 ) -> LoggedModel:
     """Log the MLflow model ``paths.MLFLOW_MODEL`` of run ``run_id``, in the run's experiment.
 
-    ``tokenizer_files``: the (source, target) tokenizers' JSON of a subword run.
+    ``tokenizer_files``: the (source, target) tokenizers' JSON of a subword run. ``model_config``: the
+    model's MLflow ``model_config`` (what one request may cost), which a server may override.
 
     ``step``: when the run output the model. The final value of each of the run's metrics is linked
     to the model, so the *Logged models* table shows them.
@@ -153,6 +155,7 @@ def log_translator(
             signature=SIGNATURE,
             input_example=pd.DataFrame({SOURCE_COLUMN: list(example_sources)}),
             pip_requirements=pip_requirements(),
+            model_config=model_config,
         )
     link_final_metrics(client, run_id, logged.model_id)
     return client.get_logged_model(logged.model_id)

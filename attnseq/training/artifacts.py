@@ -44,6 +44,7 @@ from attnseq.data.vocab import EOS
 from attnseq.lifecycle.signals import Signals
 from attnseq.metrics.translation import signature_params
 from attnseq.model import Seq2Seq, greedy_decode
+from attnseq.serving.predictor import RequestLimits
 from attnseq.tracking import paths, tags
 from attnseq.tracking.length_curves import log_length_curves
 from attnseq.tracking.logged_model import log_translator
@@ -289,7 +290,7 @@ class RunArtifacts(Callback):
         tokenizers = (written[paths.SRC_TOKENIZER], written[paths.TGT_TOKENIZER]) if learned else None
         log_translator(self.run.client, self.run.run_id, model_file, written[paths.RESOLVED_CONFIG],
                        written[paths.SRC_VOCAB], written[paths.TGT_VOCAB], examples, step=trainer.global_step,
-                       tokenizer_files=tokenizers)
+                       tokenizer_files=tokenizers, model_config=asdict(RequestLimits()))
 
 
 def model_weights(state_dict: dict) -> dict:

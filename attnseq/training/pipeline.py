@@ -92,6 +92,7 @@ def train(cfg: DictConfig, runtime: ProcessRuntime | None = None) -> float | Non
 def _train(cfg: DictConfig, runtime: ProcessRuntime, signals: Signals) -> float | None:
     config, record, resumption = prepare(cfg)
     datamodule, module = build_data_and_model(config)
+    check_tracking_uri(config.mlflow.tracking_uri)  # after the data: a bad corpus or tokenizer leaves no store
     run = None
     try:
         with signals.held():  # the run is created and its id kept, or not created at all
@@ -156,7 +157,6 @@ def prepare(cfg: DictConfig) -> tuple[TrainConfig, dict[str, Any], Resumption | 
         record["paths"]["output_dir"] = folder
     try:
         check_with_libraries(config)
-        check_tracking_uri(config.mlflow.tracking_uri)
     except AttnSeqError as error:
         if resumption is None:
             record_failed_sweep_job(cfg, error)
