@@ -23,7 +23,7 @@ from mlflow.entities import Run
 
 from attnseq.tracking.client import TrackingClient
 from attnseq.tracking.redaction import redact_text
-from attnseq.tracking.retry import retry_cut_off, store_unreachable, unavailable
+from attnseq.tracking.retry import retry_transient, store_unreachable, unavailable
 
 PREFIX = "attnseq.resume_claim."
 
@@ -82,7 +82,7 @@ def claim(client: TrackingClient, run_id: str, number: int, after: int | None) -
     key = f"{PREFIX}{number}"
     refusal: Exception | None = None
     try:
-        retry_cut_off(lambda: client.client.log_param(run_id, key, redact_text(ours.value()), synchronous=True))
+        retry_transient(lambda: client.client.log_param(run_id, key, redact_text(ours.value()), synchronous=True))
     except Exception as error:  # noqa: BLE001 - refused (another value holds the key) or unsure: the store decides
         if store_unreachable(error):
             raise unavailable(client.tracking_uri, "claiming the run", error, None) from None
