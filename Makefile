@@ -81,7 +81,7 @@ STORE ?= sqlite:///mlflow.db
 PORT ?= 5000
 STORE_URI = $(if $(findstring ://,$(STORE)),$(if $(filter sqlite:///%,$(STORE)),sqlite:///$(abspath $(patsubst sqlite:///%,%,$(STORE))),$(STORE)),sqlite:///$(abspath $(STORE)))
 ui: $(STAMP)  ## the MLflow UI on STORE (default: this folder's mlflow.db) at http://127.0.0.1:$(PORT)
-	$(PY) -m attnseq.tracking.ui_server --backend-store-uri $(STORE_URI) --host 127.0.0.1 --port $(PORT)
+	@$(PY) -m attnseq.tracking.ui_server --backend-store-uri $(STORE_URI) --host 127.0.0.1 --port $(PORT)
 
 docker-check:  ## build docker/Dockerfile with buildah and train inside it (root; ~4 min cold, ~25 s warm)
 	scripts/docker-check

@@ -3,6 +3,7 @@ compare them side by side. All the work is in ``attnseq.evaluation.evaluate``.
 
     python evaluate.py run_id=<id> eval.lengths=[1,80]
     python evaluate.py parent_run_id=<sweep parent id> eval.beam_size=4
+    python evaluate.py --help                 # how to choose the runs, and every key with its meaning
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path  # noqa: E402
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from attnseq.cli import check_before_the_run, checked_command_line, user_errors  # noqa: E402
+from attnseq.cli import check_before_the_run, checked_command_line, config_help, user_errors, wants_help  # noqa: E402
 from attnseq.config import resolvers  # noqa: E402, F401  (registers ${attnseq.unique:})
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"
@@ -37,6 +38,9 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     with runtime:  # everything it set is undone at the exit
+        if wants_help(sys.argv[1:]):  # answered from the config files: no torch, no MLflow
+            print(config_help("evaluate", CONF_DIR))
+            raise SystemExit(0)
         configs = checked_command_line("evaluate", sys.argv[1:], CONF_DIR)  # a typo fails here, before torch loads
         with user_errors():
             runtime.configure_tracking(configs, sys.argv[1:])

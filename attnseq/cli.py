@@ -267,6 +267,8 @@ def known_keys(config_name: str, conf_dir: Path = CONF_DIR) -> list[str]:
 LIBRARY_CHATTER = (
     "💡 Tip:",  # Lightning advertises its cloud logger on every Trainer
     "`Trainer.fit` stopped:",  # printed on the progress bar's line; the epoch lines already say it
+    "GPU available:", "TPU available:",  # the start line names the device
+    "`Trainer(val_check_interval=",  # "…validation will run at the end of the training epoch"
 )
 """Beginnings of the messages Lightning logs through its ``rank_zero_info`` that attnseq's own
 console lines replace."""

@@ -51,11 +51,12 @@ def config_help(config_name: str, conf_dir: Path = CONF_DIR) -> str:
     """The config groups with their options and the keys with their defaults and meaning."""
     primary = conf_dir / f"{config_name}.yaml"
     meanings = field_descriptions(config_name)
-    lines = [f"python {config_name}.py [key=value ...] [group=option ...]   (-m: a sweep over a,b,c values)", ""]
-    lines += [_leading_comment(primary), ""] if _leading_comment(primary) else []
     groups = [(group, option) for entry in _defaults(primary) if isinstance(entry, dict)
               for group, option in entry.items() if not group.startswith(("override", "hydra"))
               and (conf_dir / group).is_dir()]
+    usage = "[key=value ...] [group=option ...]   (-m: a sweep over a,b,c values)" if groups else "[key=value ...]"
+    lines = [f"python {config_name}.py {usage}", ""]
+    lines += [_leading_block(primary), ""] if _leading_block(primary) else []
     if groups:
         lines.append("Config groups (group=option; * = the default):")
         for group, default in groups:
@@ -90,6 +91,18 @@ def _leading_comment(path: Path) -> str:
         if text and not text.startswith("@package"):
             return text
     return ""
+
+
+def _leading_block(path: Path) -> str:
+    """The comment lines a config file opens with (its usage examples), ``# @package`` left out."""
+    block = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        text = line[1:].removeprefix(" ").rstrip()
+        if not text.lstrip().startswith("@package"):
+            block.append(text)
+    return "\n".join(block).strip("\n")
 
 
 def _option_files(group_dir: Path, option: str) -> list[Path]:

@@ -1,13 +1,20 @@
 """What the terminal shows: the epoch line, the per-bucket table, the UI links, the sweep's rows,
 ``train.py --help``, the library noise that must not appear — on hand-built inputs, and through the
-real ``train.py`` on a tiny run with its progress bar on."""
+real ``train.py`` on a tiny run with its progress bar on, on a pseudo-terminal (a pipe gets no bar:
+tests/test_terminal_story.py)."""
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
+import pty
 import re
+import select
+import struct
 import subprocess
 import sys
+import termios
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -88,7 +95,8 @@ def test_quiet_libraries_drops_only_the_known_chatter(caplog):
         rank_zero.info("💡 Tip: For seamless cloud logging, try installing litlogger")
         rank_zero.info("`Trainer.fit` stopped: `max_epochs=2` reached.")
         rank_zero.info("GPU available: False, used: False")
-    assert [r.getMessage() for r in caplog.records] == ["GPU available: False, used: False"]
+        rank_zero.info("Restoring states from the checkpoint path at last.ckpt")
+    assert [r.getMessage() for r in caplog.records] == ["Restoring states from the checkpoint path at last.ckpt"]
     assert logging.getLogger("mlflow.store.db.utils").getEffectiveLevel() == logging.WARNING
 
 
@@ -137,18 +145,43 @@ def test_train_help_answers_before_the_heavy_imports(tmp_path):
 NOISE = ("litlogger", "LeafSpec", "FLOPs", "Trainer.fit` stopped", "INFO mlflow", "alembic", "v_num")
 
 
+def run_on_a_terminal(root: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``train.py`` with its stdout on a pseudo-terminal (as in a user's shell), stderr in a file."""
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # 24 rows of 120 columns
+    with open(root / "stderr.txt", "w+") as stderr:
+        child = subprocess.Popen([sys.executable, str(TRAIN_PY), *args], cwd=root, env=clean_env(),
+                                 stdin=subprocess.DEVNULL, stdout=terminal, stderr=stderr)
+        os.close(terminal)
+        chunks = []
+        while select.select([controller], [], [], timeout)[0]:
+            try:
+                chunk = os.read(controller, 1 << 16)
+            except OSError:  # EIO: the child has closed the terminal
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(controller)
+        child.wait(timeout=timeout)
+        stderr.seek(0)
+        return subprocess.CompletedProcess(child.args, child.returncode, b"".join(chunks).decode(), stderr.read())
+
+
 @pytest.mark.slow
 def test_a_run_prints_its_epochs_table_and_url_without_library_noise(tmp_path):
-    proc = run_cli(tmp_path, *tiny(), "trainer.enable_progress_bar=true", "trainer.enable_model_summary=true",
-                   *outputs_under(tmp_path))
+    proc = run_on_a_terminal(tmp_path, *tiny(), "trainer.enable_progress_bar=true",
+                             "trainer.enable_model_summary=true", *outputs_under(tmp_path))
     assert proc.returncode == 0, explain(proc)
-    out = proc.stdout.replace("\r", "\n")
+    out = proc.stdout.replace("\r\n", "\n").replace("\r", "\n")
     assert re.search(r"^Training '.+': [\d,]+ parameters \([\d,]+ trainable\), 2 epochs, on cpu$", out, re.M), out
     metric = r"\d\.\d{3}"
     for epoch in (1, 2):
         line = rf"^epoch {epoch}/2  loss {metric}  val loss {metric}  acc {metric}  exact {metric}  " \
-               rf"exact@train lengths {metric}  align@train lengths {metric}$"
+               rf"exact@train lengths {metric}  align@train lengths {metric}  \(.+\)$"
         assert len(re.findall(line, out, re.M)) == 1, out
+        assert re.search(rf"^Epoch {epoch}/2: +\d+%", out, re.M), out  # the bar counts epochs as the lines do
+    assert not re.search(r"^Epoch 0", out, re.M), out
     assert re.search(r"val_exact=\d\.\d{3}, val_acc=\d\.\d{3}", out), out  # on the bar
     assert re.search(rf"^\* 01-05 +\d+ +{metric} +{metric}\n  06-10 +\d+ +{metric} +{metric}\n  11-12 ", out, re.M)
     store = (tmp_path / "mlflow.db").resolve()
@@ -173,10 +206,11 @@ def test_a_misspelt_option_exits_2_quickly(tmp_path, full_error):
     assert not (Path(tmp_path) / "mlflow.db").exists()
 
 
-def test_library_lines_are_printed_once_and_plain(tiny_run):
-    """Lightning's console lines (seed, accelerators) appear as Lightning prints them, once: not also
-    through the run log's formatter (``[date][logger][INFO] - …``), whatever the order the entry point
-    composes, validates and imports in."""
+def test_library_lines_are_dropped_and_never_formatted(tiny_run):
+    """Lightning's start-up lines (seed, accelerators), which attnseq's start line replaces, are not
+    printed, and none of Lightning's lines goes through the run log's formatter
+    (``[date][logger][INFO] - …``), whatever the order the entry point composes, validates and imports in."""
     output = tiny_run.proc.stdout + tiny_run.proc.stderr
-    assert output.count("Seed set to") == 1, output[:3000]
+    for line in ("Seed set to", "GPU available:", "TPU available:", "val_check_interval"):
+        assert line not in output, output[:3000]
     assert not re.search(r"^\[\d{4}-\d\d-\d\d [\d:,]+\]\[lightning", output, re.M), output[:3000]

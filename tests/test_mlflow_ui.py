@@ -33,6 +33,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from attnseq.tracking.store import ui_url
+from attnseq.tracking.tags import children_of
 
 pytestmark = pytest.mark.slow
 
@@ -216,3 +217,23 @@ def test_the_comparison_run_sits_under_the_sweep_parent(ui):
     browser.wait_for(f"document.body.innerText.includes('Parent run') && {link_shown(sweep.info.run_name)}",
                      PAGE_S, "the comparison run's page naming its parent")
     screenshot(ui, "comparison_run.png")
+
+
+def test_the_sweeps_link_opens_the_list_of_its_jobs(ui):
+    """The link a sweep prints (its experiment's Runs tab filtered on the parent: ``ui_url``'s
+    ``runs_filter``) opens the Runs tab with that filter in its search box, in the model-training view;
+    MLflow 3.17 nests the sweep's runs under the parent's row (a nesting no URL query turns off), its
+    jobs one click away."""
+    browser, [sweep] = ui["browser"], ui["kind"]["sweep"]
+    search = children_of(sweep.info.run_id)
+    browser.goto(ui_url(ui["address"], ui["experiment_id"], runs_filter=search))
+    browser.wait_for(f"Array.from(document.querySelectorAll('input')).some(i => i.value === {search!r})", PAGE_S,
+                     "the sweep's filter in the runs search box")
+    browser.wait_for(link_shown(sweep.info.run_name), PAGE_S, "the sweep parent's row")
+    assert "Observability" not in page_text(browser)
+    job = ui["kind"]["train"][0].info.run_name
+    if not browser.evaluate(link_shown(job)):
+        browser.evaluate(f"document.querySelector({CHILD_ROW_EXPANDER!r}).click()")
+    for job in ui["kind"]["train"]:
+        browser.wait_for(link_shown(job.info.run_name), PAGE_S, f"the sweep's job {job.info.run_name}")
+    screenshot(ui, "sweep_jobs.png")

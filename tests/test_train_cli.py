@@ -19,6 +19,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 import torch
@@ -321,8 +322,9 @@ def test_sweep_ends_with_one_row_per_job(sweep):
         assert row.split()[-3:] == ["FINISHED", f"{child.data.metrics['val/acc_best']:.3f}", url], row
     store = (sweep["root"] / "mlflow.db").resolve()
     assert f"mlflow ui --backend-store-uri sqlite:///{store} --port 5000" in tail
-    parent = sweep["parent"].info.run_id
-    assert tail.rstrip().endswith(f"http://127.0.0.1:5000/#/experiments/{experiment}/runs/{parent}{VIEW}")
+    parent = sweep["parent"].info.run_id  # the sweep's link: the Runs tab filtered on its jobs
+    jobs = quote(f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent}'", safe="")
+    assert tail.rstrip().endswith(f"http://127.0.0.1:5000/#/experiments/{experiment}/runs{VIEW}&searchFilter={jobs}")
 
 
 # -- the same sweep in parallel (joblib) --------------------------------------------------------

@@ -72,7 +72,7 @@ def suite_spec(cfg: TrainBase, stage: str) -> SuiteSpec:
 
 def logged_metrics(cfg: TrainBase, stage: str = "val") -> list[str]:
     """The epoch metrics ``Seq2SeqLitModule`` logs for ``cfg`` in ``stage`` (val or test), then the
-    training ones (``train/loss``, ``train/padding_fraction``: the last two), the plugins' included."""
+    training ones (``train/loss``, ``train/padding_fraction``, ``train/lr``), the plugins' included."""
     return names(suite_spec(cfg, stage)) + names(suite_spec(cfg, "train"))
 
 
@@ -92,7 +92,7 @@ def metric_problems(cfg: TrainBase) -> list[ConfigError]:
     """``checkpoint.monitor`` is a metric logged during fit, with a ``checkpoint.mode`` that keeps the
     best of it; ``optimized_metric`` one logged by the end (test metrics too with test_after_fit)."""
     during_fit = logged_metrics(cfg)
-    by_end = during_fit + (logged_metrics(cfg, "test")[:-2] if cfg.training.test_after_fit else [])
+    by_end = during_fit + (names(suite_spec(cfg, "test")) if cfg.training.test_after_fit else [])
     problems = []
     for key, metric, valid in (("checkpoint.monitor", cfg.checkpoint.monitor, during_fit),
                                ("optimized_metric", cfg.optimized_metric, by_end)):

@@ -273,7 +273,7 @@ class Counterfactual(MetricDeclaration):
 
 class Training(MetricDeclaration):
     """``train/loss`` and ``train/padding_fraction``: epoch means the LightningModule's training step
-    accumulates (it decodes nothing)."""
+    accumulates (it decodes nothing); ``train/lr``: the learning rate the epoch trained with."""
 
     name = "training"
     stages = ("train",)
@@ -282,4 +282,4 @@ class Training(MetricDeclaration):
 
     @classmethod
     def overall_names(cls, spec: SuiteSpec) -> list[str]:
-        return ["loss", "padding_fraction"]
+        return ["loss", "padding_fraction", "lr"]

@@ -9,7 +9,7 @@ import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
@@ -274,17 +274,22 @@ def ensure_experiment(client: MlflowClient, name: str) -> str:
 
 
 def ui_url(tracking_uri: str, experiment_id: str, run_id: str | None = None,
-           ui_address: str = "http://127.0.0.1:5000") -> str:
+           ui_address: str = "http://127.0.0.1:5000", runs_filter: str | None = None) -> str:
     """The address of an experiment's page, or of one of its runs, in the model-training view.
 
     For a tracking server (``http(s)://``) the server itself serves the UI (its credentials are left
     out: the browser asks for them); for any other store it is ``ui_address``, where ``mlflow ui``
     started on that store listens. The UI routes after ``#``:
-    ``<address>/#/experiments/<id>/runs/<run id>?workflowType=machine_learning``.
+    ``<address>/#/experiments/<id>/runs/<run id>?workflowType=machine_learning``. With ``runs_filter``
+    (a search filter, or ``""``: none) the experiment's Runs tab, filtered as its search box would be
+    (the UI reads its ``searchFilter`` query).
     """
     is_server = tracking_uri.lower().startswith(("http://", "https://"))
     parts = urlsplit(tracking_uri if is_server else ui_address)
     address = urlunsplit((parts.scheme, parts.netloc.rsplit("@", 1)[-1], parts.path.rstrip("/"), "", ""))
+    if runs_filter is not None:
+        search = f"&searchFilter={quote(runs_filter, safe='')}" if runs_filter else ""
+        return f"{address}/#/experiments/{experiment_id}/runs?{WORKFLOW_TYPE}{search}"
     page = f"/experiments/{experiment_id}" + (f"/runs/{run_id}" if run_id else "")
     return f"{address}/#{page}?{WORKFLOW_TYPE}"
 
@@ -301,12 +306,13 @@ class UiLinks(NamedTuple):
     url: str  # the page of the experiment, or of the run (``ui_url``)
 
 
-def ui_links(tracking_uri: str, experiment_id: str, run_id: str | None = None, port: int = UI_PORT) -> UiLinks:
+def ui_links(tracking_uri: str, experiment_id: str, run_id: str | None = None, port: int = UI_PORT,
+             runs_filter: str | None = None) -> UiLinks:
     """The command that opens the store (its absolute path, so it works from any folder) and the URL
     of the experiment's or run's page in the model-training view. For an ``http(s)`` store the URL is
     the server's own; for any other store it is the local ``mlflow ui`` the command starts. Every
     link attnseq prints is built here."""
-    url = ui_url(tracking_uri, experiment_id, run_id, ui_address=f"http://{UI_HOST}:{port}")
+    url = ui_url(tracking_uri, experiment_id, run_id, ui_address=f"http://{UI_HOST}:{port}", runs_filter=runs_filter)
     if tracking_uri.lower().startswith(("http://", "https://")):
         return UiLinks(None, redact_text(url))
     store = tracking_uri

@@ -10,6 +10,10 @@ runs that app (``mlflow.server.fastapi_app``) under uvicorn in this one process 
 the first request, MLflow's default security (requests from this machine only), and no job runner
 (MLflow's GenAI background jobs, which attnseq does not use).
 
+Before anything else it checks the port: a busy one exits 2 with the ``PORT=`` to use instead. Once
+the store is open it prints the page of each experiment's runs, in the model-training view
+(``workflowType=machine_learning``; the bare address opens MLflow's GenAI welcome page).
+
 ``mlflow server`` hands its settings to the app in environment variables, read when
 ``mlflow.server`` is imported, so they are set first; ``SERVER_ENV`` names them as MLflow 3.17 does
 (tests/test_tracking_server.py checks them against ``mlflow.server.constants``).
@@ -18,7 +22,10 @@ the first request, MLflow's default security (requests from this machine only), 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import socket
+import sys
 import uuid
 from pathlib import Path
 
@@ -65,8 +72,45 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def port_is_free(host: str, port: int) -> bool:
+    """Whether a server could listen on ``host:port`` now (as uvicorn binds: with ``SO_REUSEADDR``)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                return False
+            raise
+    return True
+
+
+def busy_port_message(host: str, port: int) -> str:
+    """What to do about a busy port: the next free one, as ``make ui`` and this module take it."""
+    free = next((p for p in range(port + 1, port + 50) if port_is_free(host, p)), None)
+    fix = f"make ui PORT={free}` (or `--port {free}`)" if free else "make ui PORT=<a free port>`"
+    return (f"Port {port} on {host} is in use (another MLflow UI, or another server): "
+            f"open the one running, or start this one elsewhere with `{fix}")
+
+
+def experiment_links(store_uri: str, address: str) -> list[str]:
+    """A line per experiment with runs (or the empty Default one alone): its name and its runs page."""
+    from mlflow.entities import ViewType
+    from mlflow.tracking import MlflowClient
+
+    from attnseq.tracking.store import ui_url
+
+    client = MlflowClient(store_uri)
+    experiments = client.search_experiments(view_type=ViewType.ACTIVE_ONLY)
+    with_runs = [e for e in experiments if client.search_runs([e.experiment_id], max_results=1)] or experiments[:1]
+    return [f"  {e.name}: {ui_url(store_uri, e.experiment_id, ui_address=address, runs_filter='')}" for e in with_runs]
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if not port_is_free(args.host, args.port):
+        print(busy_port_message(args.host, args.port), file=sys.stderr, flush=True)
+        raise SystemExit(2)
     destination = args.artifacts_destination
     if "://" not in destination:
         destination = str(Path(destination).resolve())
@@ -78,7 +122,9 @@ def main(argv: list[str] | None = None) -> None:
     from mlflow.server.handlers import initialize_backend_stores
 
     initialize_backend_stores(args.backend_store_uri, args.backend_store_uri, PROXIED_ARTIFACT_ROOT)
-    print(f"MLflow UI on {redact('', args.backend_store_uri)}: http://{args.host}:{args.port}", flush=True)
+    address = f"http://{args.host}:{args.port}"
+    print(f"MLflow UI on {redact('', args.backend_store_uri)}: {address}\n"
+          + "\n".join(experiment_links(args.backend_store_uri, address)), flush=True)
     uvicorn.run(app, host=args.host, port=args.port, workers=1, log_config=str(_UVICORN_LOG_CONFIG))
 
 

@@ -5,12 +5,14 @@ Metrics are updated on tensors (no host syncs in the steps) and logged once per 
 ``MeanMetric``s: a ``self.log`` call costs Python time a small model's step cannot spare; with
 ``nan_strategy="disable"`` torchmetrics ignores the batch-size weights, so each batch counts once),
 ``train/loss_step`` only on the steps the logger writes (every ``trainer.log_every_n_steps``),
+``train/lr`` (the learning rate the epoch trained with),
 ``val/acc_best``, and everything ``attnseq.metrics.MetricSuite`` reports for the run (``val/loss``,
 ``val/acc``, the length buckets, the training-lengths subset, the attention diagnostics, sacreBLEU
 and chrF for text tasks: ``attnseq.metrics.names`` lists them), the suite evaluation uses too.
 Text references are the targets as the target vocabulary spells them, so a token outside it reads
 ``<unk>`` there; evaluation (``eval/sacrebleu``) scores against the examples' own text.
-``test/…`` likewise.
+``test/…`` likewise. Each validation also keeps a few sample outputs (``last_samples``) that the
+console prints and the run logs as a table.
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ class Seq2SeqLitModule(L.LightningModule):
             metric.persistent(True)  # in the checkpoint: a resumed run keeps its best and its running means
         self.last_bucket_tables: dict[str, list[dict]] = {}
         """The latest epoch's per-bucket rows, by stage: read by the tracking callbacks."""
+        self.last_samples: list[dict] = []
+        """The latest validation's sample outputs (``samples``): read by the console's report."""
 
     def metric_suite(self, stage: str, data: object = None) -> MetricSuite:
         """The metrics ``stage`` reports, for this model and the task of ``data`` (a data module;
@@ -137,6 +141,10 @@ class Seq2SeqLitModule(L.LightningModule):
         every = self.trainer.log_every_n_steps
         return every > 0 and (self.global_step + 1) % every == 0
 
+    def on_train_epoch_start(self) -> None:
+        # read before the epoch's steps: an epoch scheduler steps before ``on_train_epoch_end``
+        self.log("train/lr", float(self.trainer.optimizers[0].param_groups[0]["lr"]), on_step=False, on_epoch=True)
+
     def on_train_epoch_end(self) -> None:
         # MeanMetric syncs across processes itself (DDP): one value per epoch, every sequence once.
         self.log_dict({"train/loss": self.train_loss.compute(), "train/padding_fraction": self.train_padding.compute()})
@@ -154,15 +162,16 @@ class Seq2SeqLitModule(L.LightningModule):
         }
 
     # -- evaluation ----------------------------------------------------------------------
-    def _evaluate(self, batch: Batch, metrics: MetricSuite) -> None:
+    def _evaluate(self, batch: Batch, metrics: MetricSuite) -> Tensor:
         """Encode once; decode greedily and run the teacher-forced pass from that encoding (as the
-        evaluator does); feed both to the suite."""
+        evaluator does); feed both to the suite. Returns the decoded tokens."""
         memory, state = encoded = self.model.encode(batch.src, batch.src_lengths)
         limit = decode_length_limit(batch.src_lengths, self.decode_ratio, self.decode_extra)
         decoded = greedy_decode(self.model, batch.src, batch.src_lengths, max_length=limit, encoded=encoded)
         logits, attention = self.model.decoder(batch.tgt_in, state, memory)  # teacher forced
         loss = self.loss(logits, batch.tgt_out)
         metrics.update(BatchOutputs.of(batch, decoded.tokens, attention=attention, logits=logits, loss=loss))
+        return decoded.tokens
 
     def _log_epoch(self, metrics: MetricSuite) -> dict[str, Tensor]:
         values = metrics.compute()
@@ -172,7 +181,9 @@ class Seq2SeqLitModule(L.LightningModule):
         return values
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
-        self._evaluate(batch, self.val_metrics)
+        tokens = self._evaluate(batch, self.val_metrics)
+        if batch_idx == 0:
+            self.last_samples = samples(batch, tokens, self.trainer.datamodule)
 
     def on_validation_epoch_end(self) -> None:
         values = self._log_epoch(self.val_metrics)
@@ -185,3 +196,22 @@ class Seq2SeqLitModule(L.LightningModule):
 
     def on_test_epoch_end(self) -> None:
         self._log_epoch(self.test_metrics)
+
+
+SAMPLES = 3
+"""Sample outputs kept at each validation."""
+
+
+def samples(batch: Batch, tokens: Tensor, data) -> list[dict]:
+    """``SAMPLES`` examples of the first validation batch (its shortest, middle and longest source:
+    the same ones every epoch), as text: source, reference, hypothesis and whether it is right."""
+    order = torch.argsort(batch.src_lengths.cpu(), stable=True).tolist()
+    picked = dict.fromkeys(order[round(i * (len(order) - 1) / max(SAMPLES - 1, 1))] for i in range(SAMPLES))
+    rows = []
+    for i in picked:
+        source = data.src_tokenizer.detokenize(data.src_vocab.decode(batch.src[i, : batch.src_lengths[i]].tolist()))
+        reference = output_text(batch.tgt_out[i].tolist(), data.tgt_vocab, data.tgt_tokenizer)
+        hypothesis = output_text(tokens[i].tolist(), data.tgt_vocab, data.tgt_tokenizer)
+        rows.append({"source": source, "reference": reference, "hypothesis": hypothesis,
+                     "correct": hypothesis == reference})
+    return rows

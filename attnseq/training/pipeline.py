@@ -33,7 +33,7 @@ from attnseq.tracking.run import TrackedRun
 from attnseq.tracking.store import check_tracking_uri, ui_links
 from attnseq.training.artifacts import RunArtifacts, UploadedCheckpoint
 from attnseq.training.build import build_datamodule, build_module, check_with_libraries
-from attnseq.training.console import ResultsBar, TrainingReport
+from attnseq.training.console import TrainingReport, phase, progress_bar
 from attnseq.training.identity import run_identity
 from attnseq.training.lit_module import Seq2SeqLitModule
 from attnseq.training.logger import RunLogger
@@ -90,13 +90,16 @@ def train(cfg: DictConfig, runtime: ProcessRuntime | None = None) -> float | Non
 
 
 def _train(cfg: DictConfig, runtime: ProcessRuntime, signals: Signals) -> float | None:
-    config, record, resumption = prepare(cfg)
-    datamodule, module = build_data_and_model(config)
+    shown = not data_parallel_worker()  # a start-up phase over a second gets a line (rank 0's)
+    with phase("Loaded the libraries and checked the config", shown):
+        config, record, resumption = prepare(cfg)
+    with phase("Built the data and the model", shown):
+        datamodule, module = build_data_and_model(config)
     check_tracking_uri(config.mlflow.tracking_uri)  # after the data: a bad corpus or tokenizer leaves no store
     run = None
     try:
-        with signals.held():  # the run is created and its id kept, or not created at all
-            run = open_run(config, resumption)
+        with signals.held(), phase("Opened the MLflow store and the run", shown):
+            run = open_run(config, resumption)  # created and its id kept, or not created at all
         interrupts = InterruptCheckpoint(Path(config.paths.output_dir) / paths.LAST_CHECKPOINT, run.tracked, signals)
         # inherited by data-parallel workers, which fit starts
         with runtime.handed_off({RUN_ID_ENV: run.tracked.run_id,
@@ -161,7 +164,7 @@ def prepare(cfg: DictConfig) -> tuple[TrainConfig, dict[str, Any], Resumption | 
         if resumption is None:
             record_failed_sweep_job(cfg, error)
         raise
-    L.seed_everything(config.seed, workers=True)
+    L.seed_everything(config.seed, workers=True, verbose=False)  # the run's params hold the seed
     Path(config.paths.output_dir).mkdir(parents=True, exist_ok=True)
     return config, record, resumption
 
@@ -234,14 +237,15 @@ def fit(
     trainer_args = arguments(cfg.trainer)
     # the model summary is the report's start line (Lightning's table has an empty FLOPs column)
     trainer_args["enable_model_summary"] = False
-    bar = [ResultsBar()] if trainer_args.get("enable_progress_bar", True) else []
+    bar = progress_bar(trainer_args.get("enable_progress_bar"))  # on a terminal only
+    trainer_args["enable_progress_bar"] = bool(bar)
     trainer = L.Trainer(
         **trainer_args,
         logger=RunLogger(run.tracked, run.experiment_id, logged_through),
         callbacks=[FirstStepClock(run.tracked), RuntimeRecord(run, resumed=resumption is not None),
                    SignalBridge(signals), guard, best, last, artifacts, interrupts,
                    Heartbeat(run.tracked, cfg.heartbeat.every_s),
-                   *stop_at(cfg), *bar, TrainingReport(run.tracked.name)],
+                   *stop_at(cfg), *bar, TrainingReport(run.tracked)],
         default_root_dir=cfg.paths.output_dir,
     )
     # Lightning's SIGTERM handler, while its loops run, calls ours after its own (see signals)

@@ -142,7 +142,9 @@ class SweepParentRun(Callback):
                 self.client.tracking_uri, "closing the sweep", error, parent.run_id)
             print(f"\nSweep parent run {parent.run_id} not closed: {lost}", file=sys.stderr, flush=True)
             return
-        links = ui_links(self.client.tracking_uri, self.experiment_id, parent.run_id)
+        # the sweep's link opens the list of its jobs (the parent's own page holds two metrics)
+        links = ui_links(self.client.tracking_uri, self.experiment_id,
+                         runs_filter=tags.children_of(parent.run_id))
         lines = [f"\nSweep parent run {parent.run_id}: {len(rows)} jobs, {len(failed)} not finished", table]
         if status == "KILLED":
             lines[0] += " (marked KILLED: a signal stopped the sweep)"
