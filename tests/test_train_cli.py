@@ -212,7 +212,7 @@ def test_single_run_bucket_table_counts_every_epoch(single):
     rows = [dict(zip(table["columns"], row)) for row in table["data"]]
     counts = Counter(bucket_of(len(e.src), BUCKET_WIDTH, EVAL_LENGTHS[1]) for e in single["data"].val_examples)
     every_bucket = sorted({bucket_of(n, BUCKET_WIDTH, EVAL_LENGTHS[1]) for n in range(1, EVAL_LENGTHS[1] + 1)})
-    for epoch in range(MAX_EPOCHS):
+    for epoch in range(1, MAX_EPOCHS + 1):  # counted from 1, as the terminal counts
         logged = {r["bucket"]: r["sequences"] for r in rows if r["epoch"] == epoch}
         assert logged == {b: counts.get(b, 0) for b in every_bucket}, (epoch, rows)
 

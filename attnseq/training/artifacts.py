@@ -164,7 +164,7 @@ class RunArtifacts(Callback):
         if trainer.sanity_checking or not trainer.is_global_zero:
             return
         self.log_untrained_heatmaps(trainer, pl_module)
-        epoch, step = trainer.current_epoch, metric_step(trainer)
+        epoch, step = trainer.current_epoch + 1, metric_step(trainer)  # counted from 1, as the terminal does
         rows = pl_module.last_bucket_tables.get("val", [])
         if rows:
             table = {key: [row[key] for row in rows] for key in rows[0]}
@@ -173,7 +173,7 @@ class RunArtifacts(Callback):
             title = f"validation accuracy vs source length, epoch {epoch} (step {step})"
             figure = accuracy_vs_length(length_curves_of(rows), pl_module.train_lengths, title)
             self.run.log_image_step(figure_to_array(figure), paths.LENGTH_IMAGE, step)
-        if self.samples and epoch % self.heatmap_every_n_epochs == 0:
+        if self.samples and (epoch - 1) % self.heatmap_every_n_epochs == 0:  # the first epoch, then every n
             self.log_heatmaps(trainer, pl_module, f"epoch {epoch} (step {step})")
 
     def on_train_start(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
