@@ -1,18 +1,25 @@
 """Callbacks that keep a run's results safe: ``FiniteLossGuard`` stops a run whose loss became
 NaN or infinite before broken weights can replace the last good checkpoint; ``InterruptCheckpoint``
 saves the newest state when the run is interrupted; ``SignalBridge`` tells ``signals`` when
-Lightning's loops and validation run; ``Heartbeat`` shows, on the run, that its process is alive."""
+Lightning's loops and validation run; ``Heartbeat`` shows, on the run, that its process is alive;
+``held_folder`` keeps a second training out of a folder one is writing to."""
 
 from __future__ import annotations
 
+import fcntl
+import os
+import shlex
+import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from attnseq.errors import TrainingError
+from attnseq.errors import ConfigError, TrainingError
 from attnseq.lifecycle.signals import Signals
 from attnseq.tracking import paths, tags
 from attnseq.tracking.run import TrackedRun
@@ -135,3 +142,35 @@ class Heartbeat(Callback):
 
 def heartbeat_value() -> str:
     return f"{time.time():.3f}"
+
+
+FOLDER_LOCK = ".attnseq.lock"
+"""Inside a training's output folder: locked (``flock``) by the training writing there, for its whole
+life. The OS releases it when the process ends, however it ends (a SIGKILL never leaves it held)."""
+
+
+@contextmanager
+def held_folder(folder: Path) -> Iterator[None]:
+    """Hold ``folder`` for one training: another training already holding it is refused (exit 2,
+    naming its process), before this one writes anything there. Two trainings in one folder would
+    overwrite each other's checkpoints and model."""
+    lock = folder / FOLDER_LOCK
+    with open(lock, "a+") as file:
+        try:
+            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            file.seek(0)
+            holder = file.read().strip() or "a process that has not said which"
+            raise ConfigError(
+                f"another training is writing to {folder} ({holder}): two trainings in one folder would "
+                "overwrite each other's checkpoints and model",
+                f"give this one a folder of its own: hydra.run.dir={shlex.quote(str(folder))}-2, or leave "
+                "hydra.run.dir unset (every run then gets a folder of its own)",
+            ) from None
+        file.truncate(0)
+        file.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+        file.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(file, fcntl.LOCK_UN)

@@ -20,7 +20,14 @@ from omegaconf import DictConfig
 from attnseq.config import TrainConfig, validate_train
 from attnseq.data import Seq2SeqDataModule
 from attnseq.errors import AttnSeqError
-from attnseq.lifecycle.guards import FiniteLossGuard, Heartbeat, InterruptCheckpoint, SignalBridge, heartbeat_value
+from attnseq.lifecycle.guards import (
+    FiniteLossGuard,
+    Heartbeat,
+    InterruptCheckpoint,
+    SignalBridge,
+    heartbeat_value,
+    held_folder,
+)
 from attnseq.lifecycle.resume import Resumption, prepare_resume, reopen_claimed
 from attnseq.lifecycle.signals import Signals, exit_code, release_interrupted_frames
 from attnseq.tracking import paths, tags
@@ -93,6 +100,13 @@ def _train(cfg: DictConfig, runtime: ProcessRuntime, signals: Signals) -> float 
     shown = not data_parallel_worker()  # a start-up phase over a second gets a line (rank 0's)
     with phase("Loaded the libraries and checked the config", shown):
         config, record, resumption = prepare(cfg)
+    # a data-parallel worker shares rank 0's folder; any other training gets it alone (a resume too)
+    with nullcontext() if data_parallel_worker() else held_folder(Path(config.paths.output_dir)):
+        return _train_in_folder(config, record, resumption, runtime, signals, shown)
+
+
+def _train_in_folder(config: TrainConfig, record: dict[str, Any], resumption: Resumption | None,
+                     runtime: ProcessRuntime, signals: Signals, shown: bool) -> float | None:
     with phase("Built the data and the model", shown):
         datamodule, module = build_data_and_model(config)
     check_tracking_uri(config.mlflow.tracking_uri)  # after the data: a bad corpus or tokenizer leaves no store
