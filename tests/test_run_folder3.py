@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import resource
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -107,3 +109,37 @@ def test_a_second_training_into_a_held_folder_exits_2_and_the_first_keeps_its_mo
     assert run.info.status == "FINISHED"
     uploaded = Path(client.download_artifacts(run.info.run_id, "checkpoints/last.ckpt", str(tmp_path / "dl")))
     assert sha(folder / "checkpoints" / "last.ckpt") == sha(uploaded), "the folder's checkpoint is not the run's"
+
+
+FILE_SIZE_LIMIT = 1_500_000
+"""Above what the store and a run's small files reach in the run below (about 1 MB), below one of
+its checkpoints (about 2.3 MB with ``model.hidden_size=128``)."""
+
+
+def small_disk() -> None:
+    """In the child: a write past ``FILE_SIZE_LIMIT`` bytes of a file fails with EFBIG, as on a full disk."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
+
+
+def assert_failed_with_one_message(proc: subprocess.CompletedProcess, client: MlflowClient, path: str) -> None:
+    assert proc.returncode == 1, explain(proc)
+    assert "Traceback" not in proc.stdout + proc.stderr, explain(proc)
+    assert path in proc.stderr, explain(proc)
+    [run] = all_runs(client)
+    assert run.info.status == "FAILED"
+    assert run.info.run_id in proc.stderr, explain(proc)
+
+
+def test_a_checkpoint_that_does_not_fit_on_the_disk_fails_the_run_with_one_message(tmp_path):
+    args = [*outputs_under(tmp_path, seeded=True), *tiny(max_epochs=1, heatmaps=False), "model.hidden_size=128"]
+    proc = subprocess.run([sys.executable, str(TRAIN_PY), *args], cwd=tmp_path, env=user_env(),
+                          capture_output=True, text=True, timeout=CLI_TIMEOUT_S, preexec_fn=small_disk)
+    assert_failed_with_one_message(proc, MlflowClient(tracking_uri(tmp_path)), str(tmp_path / "out" / "checkpoints"))
+
+
+def test_an_artifact_location_that_cannot_be_written_fails_the_run_with_one_message(tmp_path):
+    (tmp_path / "mlruns").write_text("a file where the store's artifact root would be")
+    proc = run_cli(tmp_path, *outputs_under(tmp_path, seeded=True), *tiny(max_epochs=1, heatmaps=False),
+                   env=user_env())
+    assert_failed_with_one_message(proc, MlflowClient(tracking_uri(tmp_path)), str(tmp_path / "mlruns"))

@@ -28,6 +28,7 @@ All of it happens on rank 0 only, and never inside a training step.
 from __future__ import annotations
 
 import copy
+import os
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
@@ -36,6 +37,7 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from attnseq.data import Example, collate
 from attnseq.data.datamodule import Seq2SeqDataModule
@@ -328,3 +330,16 @@ class UploadedCheckpoint(ModelCheckpoint):
         if written != self.uploaded:
             self.run.log_file(path, paths.CHECKPOINTS)
             self.uploaded = written
+
+
+class NamedCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint writer, whose failure to write names the checkpoint (a full disk's
+    ``OSError`` from ``write`` carries no file name)."""
+
+    def save_checkpoint(self, checkpoint: dict, path: str | os.PathLike, storage_options=None) -> None:
+        try:
+            super().save_checkpoint(checkpoint, path, storage_options)
+        except OSError as error:
+            if error.filename is not None:
+                raise
+            raise OSError(error.errno, error.strerror, str(path)) from error

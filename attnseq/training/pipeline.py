@@ -5,6 +5,7 @@ over it, and tests call it directly with a composed config."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import sys
@@ -19,7 +20,7 @@ from omegaconf import DictConfig
 
 from attnseq.config import TrainConfig, validate_train
 from attnseq.data import Seq2SeqDataModule
-from attnseq.errors import AttnSeqError
+from attnseq.errors import AttnSeqError, TrainingError
 from attnseq.lifecycle.guards import (
     FiniteLossGuard,
     Heartbeat,
@@ -38,7 +39,7 @@ from attnseq.tracking.redaction import redact
 from attnseq.tracking.retry import TrackingUnavailable
 from attnseq.tracking.run import TrackedRun
 from attnseq.tracking.store import check_tracking_uri, ui_links
-from attnseq.training.artifacts import RunArtifacts, UploadedCheckpoint
+from attnseq.training.artifacts import NamedCheckpointIO, RunArtifacts, UploadedCheckpoint
 from attnseq.training.build import build_datamodule, build_module, check_with_libraries
 from attnseq.training.console import TrainingReport, phase, progress_bar
 from attnseq.training.identity import run_identity
@@ -128,10 +129,40 @@ def _train_in_folder(config: TrainConfig, record: dict[str, Any], resumption: Re
         # this process is ending, so the run's fresh heartbeat is no sign of life: resume must be forced
         resume = f"python train.py resume={run.tracked.run_id} resume_force=true"
         raise lost.with_local_checkpoint(Path(config.paths.output_dir) / paths.LAST_CHECKPOINT, resume) from None
+    except OSError as error:
+        if error.errno not in UNWRITABLE:
+            stop(run, error, signals)
+            raise
+        raise not_written(error, config, run, signals) from None
     except BaseException as error:
         stop(run, error, signals)
         raise
     return result
+
+
+UNWRITABLE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR}
+"""The errors of a file that cannot be written where it must go (a full disk, a quota, a file-size
+limit, a read-only or wrong location): told as one message, not a traceback."""
+
+
+def not_written(error: OSError, cfg: TrainConfig, run: TrainingRun | None, signals: Signals) -> TrainingError:
+    """The run marked FAILED (if the store can still be written) and the message: which path, why,
+    what to do."""
+    try:
+        stop(run, error, signals)
+        marked = f" MLflow run {run.tracked.run_id} is marked FAILED." if run is not None and run.owned else ""
+    except Exception:  # noqa: BLE001 - the store may sit on the same full disk
+        marked = f" MLflow run {run.tracked.run_id} could not be marked FAILED." if run is not None else ""
+    path = error.filename2 or error.filename or f"a file under {cfg.paths.output_dir}"
+    checkpoint = Path(cfg.paths.output_dir) / paths.LAST_CHECKPOINT
+    resume = (f"; then continue it with `python train.py resume={run.tracked.run_id}`"
+              if run is not None and checkpoint.is_file() else "")
+    return TrainingError(
+        f"could not write {path}: {os.strerror(error.errno)}; training stopped.{marked}",
+        "free space on that disk (or raise its quota or file-size limit), or point the run's folder "
+        "(hydra.run.dir=...) or the artifact location (mlflow.tracking_uri=..., or MLflow's "
+        f"--default-artifact-root) at a writable place{resume}",
+    )
 
 
 @contextmanager
@@ -261,6 +292,7 @@ def fit(
                    Heartbeat(run.tracked, cfg.heartbeat.every_s),
                    *stop_at(cfg), *bar, TrainingReport(run.tracked)],
         default_root_dir=cfg.paths.output_dir,
+        plugins=[NamedCheckpointIO()],  # a checkpoint that cannot be written is named
     )
     # Lightning's SIGTERM handler, while its loops run, calls ours after its own (see signals)
     trainer.fit(module, datamodule=datamodule, weights_only=True,  # never unpickle objects
