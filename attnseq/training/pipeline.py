@@ -159,9 +159,10 @@ def not_written(error: OSError, cfg: TrainConfig, run: TrainingRun | None, signa
               if run is not None and checkpoint.is_file() else "")
     return TrainingError(
         f"could not write {path}: {os.strerror(error.errno)}; training stopped.{marked}",
-        "free space on that disk (or raise its quota or file-size limit), or point the run's folder "
-        "(hydra.run.dir=...) or the artifact location (mlflow.tracking_uri=..., or MLflow's "
-        f"--default-artifact-root) at a writable place{resume}",
+        "free space on that disk (or raise its quota or file-size limit) or make that path a writable folder; "
+        "elsewhere: the run's folder is hydra.run.dir=<folder>, and an experiment keeps the artifact location "
+        "it was created with (a SQLite store's: ./mlruns where its first run started), so start a new one "
+        f"(mlflow.experiment_name=<new name>) from a folder where ./mlruns can be written{resume}",
     )
 
 
