@@ -230,7 +230,7 @@ def test_dot_with_a_bidirectional_encoder_is_rejected():
             dict(heads=3, hidden_size=64, bidirectional=True, scorer="general"),
             ["model.heads=3", "d_k=128", "bidirectional"],
         ),
-        (dict(hidden_size=0), ["model.hidden_size=0", "≥ 1"]),
+        (dict(hidden_size=0), ["model.hidden_size=0", "[1, "]),
         (dict(embedding_dim=-4), ["model.embedding_dim=-4"]),
         (dict(layers=0), ["model.layers=0"]),
         (dict(dropout=1.5), ["model.dropout=1.5"]),
