@@ -62,8 +62,9 @@ class TrainedRun:
 def train_once(root: Path, *overrides: str, env: dict | None = None) -> TrainedRun:
     from cli_helpers import outputs_under, run_cli
 
+    args = [*overrides, *outputs_under(root, seeded=True)]  # may first make the schema template: seconds
     launched = time.time()
-    proc = run_cli(root, *overrides, *outputs_under(root, seeded=True), env=env)
+    proc = run_cli(root, *args, env=env)
     return TrainedRun(root, proc, launched)
 
 
