@@ -144,11 +144,33 @@ def checked_command_line(config_name: str, argv: list[str], conf_dir: Path = CON
     if configs and parsed is not None and not parsed[1]:
         # one run: the typed config's stage one, still before torch, Lightning or MLflow load. A sweep's jobs
         # are each checked as they start, so that one bad job fails alone and the others run.
-        from attnseq.config import validate_evaluate, validate_train
+        from attnseq.config import validate_evaluate, validate_train, validate_translate
 
+        validate = {"train": validate_train, "translate": validate_translate}.get(config_name, validate_evaluate)
         with user_errors():
-            (validate_train if config_name == "train" else validate_evaluate)(configs[0])
+            validate(configs[0])
     return configs
+
+
+OVERRIDE = re.compile(r"^(?:\+{0,2}[A-Za-z_][\w.@/-]*=|~[A-Za-z_][\w.@/-]*(?:=|$))")
+"""A Hydra override (``key=value``, ``+key=value``, ``~key``): what a command that also takes free text
+(``translate.py``'s sources) reads as a setting."""
+
+
+def overrides_and_texts(argv: list[str]) -> tuple[list[str], list[str]]:
+    """A command line's overrides and its free texts: an argument that reads as an override is one,
+    and so is ``--help``; every other argument, and every one after ``--``, is a text."""
+    overrides: list[str] = []
+    texts: list[str] = []
+    arguments = iter(argv)
+    for argument in arguments:
+        if argument == "--":
+            texts += list(arguments)
+        elif OVERRIDE.match(argument) or argument in HELP_FLAGS:
+            overrides.append(argument)
+        else:
+            texts.append(argument)
+    return overrides, texts
 
 
 def check_before_the_run(config_name: str, configs: list[DictConfig], argv: list[str]) -> None:

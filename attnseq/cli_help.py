@@ -22,7 +22,7 @@ def wants_help(argv: list[str]) -> bool:
 def field_descriptions(config_name: str) -> dict[str, str]:
     """Every dotted key the typed config declares, with its description (the choices' settings included)."""
     from attnseq.attention.settings import ScorerSettings
-    from attnseq.config.models import EvalConfig, TrainBase
+    from attnseq.config.models import EvalConfig, TrainBase, TranslateConfig
     from attnseq.data.tasks import TASKS, DatasetKeys
     from attnseq.model.conventions import DECODER_CONVENTIONS
     from attnseq.model.encoders import ENCODER_KINDS
@@ -38,8 +38,8 @@ def field_descriptions(config_name: str) -> dict[str, str]:
             elif field.description:
                 found.setdefault(key, field.description)
 
-    walk(EvalConfig if config_name == "evaluate" else TrainBase, "")
-    if config_name != "evaluate":
+    walk({"evaluate": EvalConfig, "translate": TranslateConfig}.get(config_name, TrainBase), "")
+    if config_name == "train":
         for group, registry in (("encoder", ENCODER_KINDS), ("scorer", ScorerSettings.registry),
                                 ("decoder", DECODER_CONVENTIONS), ("dataset", TASKS)):
             for cls in [*registry.values(), *([DatasetKeys] if group == "dataset" else [])]:
@@ -47,14 +47,17 @@ def field_descriptions(config_name: str) -> dict[str, str]:
     return found
 
 
-def config_help(config_name: str, conf_dir: Path = CONF_DIR) -> str:
-    """The config groups with their options and the keys with their defaults and meaning."""
+def config_help(config_name: str, conf_dir: Path = CONF_DIR, usage: str | None = None,
+                footer: str | None = None) -> str:
+    """The config groups with their options and the keys with their defaults and meaning; ``usage``
+    and ``footer``: a command's own first and last lines (one that is no Hydra app: ``translate.py``)."""
     primary = conf_dir / f"{config_name}.yaml"
     meanings = field_descriptions(config_name)
     groups = [(group, option) for entry in _defaults(primary) if isinstance(entry, dict)
               for group, option in entry.items() if not group.startswith(("override", "hydra"))
               and (conf_dir / group).is_dir()]
-    usage = "[key=value ...] [group=option ...]   (-m: a sweep over a,b,c values)" if groups else "[key=value ...]"
+    usage = usage or ("[key=value ...] [group=option ...]   (-m: a sweep over a,b,c values)" if groups
+                      else "[key=value ...]")
     lines = [f"python {config_name}.py {usage}", ""]
     lines += [_leading_block(primary), ""] if _leading_block(primary) else []
     if groups:
@@ -74,8 +77,9 @@ def config_help(config_name: str, conf_dir: Path = CONF_DIR) -> str:
     lines.append("Keys (key=value; the default follows the key):")
     lines += [f"  {f'{dotted} = {value}' if value else f'{dotted}.*':38s} {meaning}".rstrip()
               for dotted, (value, meaning) in keys.items()]
-    return "\n".join([*lines, "", f"Every key with its current value: python {config_name}.py --cfg job   "
-                      "(Hydra's own help: --hydra-help)"])
+    footer = footer or (f"Every key with its current value: python {config_name}.py --cfg job   "
+                        "(Hydra's own help: --hydra-help)")
+    return "\n".join([*lines, "", footer])
 
 
 def _defaults(path: Path) -> list:

@@ -1,4 +1,4 @@
-"""Helpers shared by the tests that drive the real CLIs (``train.py``, ``evaluate.py``) in
+"""Helpers shared by the tests that drive the real CLIs (``train.py``, ``evaluate.py``, ``translate.py``) in
 subprocesses, with every output — MLflow store, Hydra directories — under the test's ``tmp_path``."""
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 TRAIN_PY = REPO / "train.py"
 BUILD_CORPUS_PY = REPO / "build_corpus.py"
 EVALUATE_PY = REPO / "evaluate.py"
+TRANSLATE_PY = REPO / "translate.py"
 EXPERIMENT = "attnseq"
 
 TRAIN_LENGTHS = (1, 6)
@@ -116,12 +117,15 @@ def free_port() -> int:
 
 
 def run_cli(
-    root: Path, *args: str, timeout: float = CLI_TIMEOUT_S, script: Path = TRAIN_PY, env: dict | None = None
+    root: Path, *args: str, timeout: float = CLI_TIMEOUT_S, script: Path = TRAIN_PY, env: dict | None = None,
+    stdin: str | None = None,
 ) -> subprocess.CompletedProcess:
+    """``script`` with ``args`` in ``root``; ``stdin``: the text it reads there (None: the test's own stdin)."""
     return subprocess.run(
         [sys.executable, str(script), *args],
         cwd=root,
         env=clean_env() if env is None else env,
+        input=stdin,
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -94,6 +94,25 @@ def tiny_run(tmp_path_factory) -> TrainedRun:
 
 
 @pytest.fixture(scope="session")
+def copy_run(tmp_path_factory) -> TrainedRun:
+    """A run that copies: 5 symbols, source lengths 1-5, 3,200 examples, 4 epochs at a high learning
+    rate, one thread (about 15 s of CPU). Its validation exact match within the training lengths is
+    1.000 (0.97 after 3 epochs), so a test may assert a short source's output literally; ``tiny_run``,
+    barely trained, outputs noise."""
+    from cli_helpers import explain
+
+    overrides = ["dataset.train_size=3200", "dataset.val_size=64", "dataset.test_size=32", "dataset.num_symbols=5",
+                 "dataset.train_lengths=[1,5]", "dataset.eval_lengths=[1,10]", "model.hidden_size=32",
+                 "model.embedding_dim=16", "optimizer.lr=0.01", "trainer.max_epochs=4", "threads=1",
+                 "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false",
+                 "tracking.heatmap_samples=0"]
+    trained = train_once(tmp_path_factory.mktemp("copy_run"), *overrides)
+    assert trained.proc.returncode == 0, explain(trained.proc)
+    assert len(trained.runs) == 1, [r.info.run_name for r in trained.runs]
+    return trained
+
+
+@pytest.fixture(scope="session")
 def nan_run(tmp_path_factory) -> TrainedRun:
     """A run that fails mid-way, after its MLflow run exists: epoch 0 trains normally, then the
     schedule makes the learning rate finite but absurd (3e27) and the loss becomes NaN. Run as a

@@ -114,7 +114,7 @@ def test_the_served_model_refuses_a_request_past_its_limits_naming_them(served):
     model = served()
     assert "length_penalty=inf" in refused(model, ["s1 s2"], beam_size=2, length_penalty=float("inf"))
     assert "max_beam_size" in refused(model, ["s1 s2"], beam_size=1000)
-    assert "max_source_tokens=256" in refused(model, [" ".join(["s1"] * 300)], beam_size=4)
+    assert "limit of 256 (max_source_tokens)" in refused(model, [" ".join(["s1"] * 300)], beam_size=4)
     assert model.predict(pd.DataFrame({"source": ["s1 s2"]}), params={"beam_size": 16})["output"].tolist()
 
 
@@ -132,7 +132,7 @@ def test_a_refused_source_is_echoed_short(served):
 def test_the_limits_are_the_models_config_a_server_may_set(served):
     model = served(max_beam_size=2, max_source_tokens=4, max_output_tokens=2)
     assert "must be a whole number in [1, 2]" in refused(model, ["s1 s2"], beam_size=3)
-    assert "max_source_tokens=4" in refused(model, ["s1 s2 s3 s4 s5"])
+    assert "limit of 4 (max_source_tokens)" in refused(model, ["s1 s2 s3 s4 s5"])
     for beam in (1, 2):  # every output stops at max_output_tokens (the decode limit alone would allow 9)
         outputs = model.predict(pd.DataFrame({"source": ["s1 s2 s3 s4"]}), params={"beam_size": beam})["output"]
         assert len(outputs[0].split()) <= 2, outputs

@@ -55,7 +55,7 @@ LAYERS = {
     "serving": {"kernels", "attention", "data", "model", "tracking"},
     "lifecycle": {"tracking"},
     "training": {"kernels", "attention", "data", "metrics", "model", "tracking", "config", "serving", "lifecycle"},
-    "evaluation": {"kernels", "attention", "data", "metrics", "model", "tracking", "config", "lifecycle"},
+    "evaluation": {"kernels", "attention", "data", "metrics", "model", "tracking", "config", "serving", "lifecycle"},
 }
 """The layering the README's "Layout" describes, bottom first."""
 

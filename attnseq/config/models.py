@@ -1,8 +1,9 @@
-"""The typed configs of ``conf/train.yaml`` and ``conf/evaluate.yaml``: each key's type, range and
-meaning on one line (the yaml holds the defaults). The encoder, scorer, decoder and dataset groups are
-the registered choices' own settings, a discriminated union on their name (``train_config_model``).
-attnseq's own groups take a key added with ``+`` (only the run's params read it); the groups handed on
-as arguments (``HANDED_ON``) are checked against their callable's signature in stage two. Torch-free."""
+"""The typed configs of ``conf/train.yaml``, ``conf/evaluate.yaml`` and ``conf/translate.yaml``: each
+key's type, range and meaning on one line (the yaml holds the defaults). The encoder, scorer, decoder
+and dataset groups are the registered choices' own settings, a discriminated union on their name
+(``train_config_model``). attnseq's own groups take a key added with ``+`` (only the run's params
+read it); the groups handed on as arguments (``HANDED_ON``) are checked against their callable's
+signature in stage two. Torch-free."""
 
 from __future__ import annotations
 
@@ -202,3 +203,22 @@ class EvalConfig(Group):
                                 examples=[["my_scorers"]])
     mlflow: Mlflow
     paths: Paths
+
+
+class TranslateConfig(Group):
+    """``conf/translate.yaml``: the run whose model translates, and how it decodes."""
+
+    run_id: Text = Field(description="a training run's id, or latest: the newest finished training run",
+                         examples=["latest"])
+    experiment_name: Text | None = Field(description="with run_id=latest: the newest in this experiment",
+                                         examples=["attnseq"])
+    beam_size: int = Field(ge=1, le=16, description="1 = greedy decoding; at most 16, as the served model "
+                           "(its max_beam_size)", examples=[4])
+    length_penalty: float = Field(ge=0, description="beam search's GNMT α; 0 ranks by log-probability",
+                                  examples=[0.6])
+    heatmaps: Text | None = Field(description="a folder: each source's attention heatmap as source_<n>.png; "
+                                  "or a .png file for one source", examples=["heatmaps"])
+    plugins: list[Text] = Field(description="modules to import (runs their code): those the run was trained with",
+                                examples=[["my_scorers"]])
+    threads: Threads | None = Field(description="torch CPU threads; null = every core", examples=[1])
+    mlflow: Mlflow

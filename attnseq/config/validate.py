@@ -13,7 +13,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from attnseq.attention.settings import NO_ATTENTION
 from attnseq.config.memory import check_memory, memory_budget
-from attnseq.config.models import HANDED_ON, EvalConfig, TrainBase, train_config_model
+from attnseq.config.models import HANDED_ON, EvalConfig, TrainBase, TranslateConfig, train_config_model
 from attnseq.data.tasks import TASKS
 from attnseq.errors import ConfigError
 from attnseq.metrics.declarations import SuiteSpec, lower_is_better, names
@@ -39,6 +39,14 @@ def validate_evaluate(cfg: DictConfig) -> EvalConfig:
     if isinstance(data.get("plugins"), list) and all(isinstance(p, str) for p in data["plugins"]):
         import_plugins(data["plugins"])  # asked for: the runs' saved plugins are never imported on their own
     return _validated(EvalConfig, data, unset, problems)
+
+
+def validate_translate(cfg: DictConfig) -> TranslateConfig:
+    """The typed ``TranslateConfig`` of a composed ``conf/translate.yaml``, or ``ConfigError`` naming every problem."""
+    data, unset, problems = plain(cfg)
+    if isinstance(data.get("plugins"), list) and all(isinstance(p, str) for p in data["plugins"]):
+        import_plugins(data["plugins"])  # asked for: the run's saved plugins are never imported on their own
+    return _validated(TranslateConfig, data, unset, problems)
 
 
 def _validated(model: type, data: dict, unset: list[str], problems: list[ConfigError]):

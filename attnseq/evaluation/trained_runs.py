@@ -83,6 +83,26 @@ def latest_sweep(client: TrackingClient, experiment_name: str | None) -> str:
     return sweeps[0].info.run_id
 
 
+def latest_training_run(client: TrackingClient, experiment_name: str | None) -> Run:
+    """The most recent finished training run (in ``experiment_name`` when given)."""
+    if experiment_name:
+        experiment_id = client.experiment_id(experiment_name)
+        if experiment_id is None:
+            raise ConfigError(f"no MLflow experiment named {experiment_name!r}.", "check the name in the MLflow UI.")
+        experiment_ids = [experiment_id]
+    else:
+        experiment_ids = client.experiment_ids()
+    query = f"{tags.tag_equals(tags.KIND, tags.TRAIN)} and attributes.status = 'FINISHED'"
+    runs = client.runs(experiment_ids, filter_string=query, order_by=["attributes.start_time DESC"], max_results=1)
+    if not runs:
+        raise ConfigError(
+            f"no finished training run in the store {redact('', client.tracking_uri)}"
+            f"{f' (experiment {experiment_name!r})' if experiment_name else ''}.",
+            "train one first (`python train.py`), or check mlflow.tracking_uri (or MLFLOW_TRACKING_URI).",
+        )
+    return runs[0]
+
+
 def select_runs(
     client: TrackingClient,
     run_id: str | None = None,

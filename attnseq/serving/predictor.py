@@ -33,7 +33,7 @@ from torch import Tensor
 from attnseq.data import SPECIAL_TOKENS, Vocabulary
 from attnseq.data.tokenizers import SUBWORD_TOKENIZERS, TextTokenizer, output_text, tokenizer_for
 from attnseq.errors import ProblemAndFix
-from attnseq.model import Seq2Seq, beam_search, greedy_decode, load_saved_model
+from attnseq.model import BeamDecoded, Decoded, Seq2Seq, beam_search, greedy_decode, load_saved_model
 
 BATCH_SIZE = 256
 """Sources of one length are decoded together, this many at most."""
@@ -138,8 +138,9 @@ class Translator:
                 )
             if len(tokens) > self.limits.max_source_tokens:
                 raise InvalidSource(
+                    # not "max_source_tokens=256": a console that masks secrets reads a *_tokens= value as one
                     f"source {row} ({quoted(text)}) holds {len(tokens)} tokens, more than the served model's "
-                    f"max_source_tokens={self.limits.max_source_tokens}.",
+                    f"limit of {self.limits.max_source_tokens} (max_source_tokens).",
                     "split it into shorter sources, or serve the model with a higher limit: "
                     "MLFLOW_PYFUNC_INFERENCE_CONFIG='{\"max_source_tokens\": " f"{len(tokens)}}}'.",
                 )
@@ -193,14 +194,20 @@ class Translator:
 
     def translate_batch(self, src: Tensor, beam_size: int, length_penalty: float) -> list[str]:
         """Sources of one length, ``src (B, T_src)``."""
-        lengths = torch.full((src.shape[0],), src.shape[1], dtype=torch.long)  # (B,)
-        max_length = min(self.limit(src.shape[1]), self.limits.max_output_tokens)
-        if beam_size == 1:
-            decoded = greedy_decode(self.model, src, lengths, max_length=max_length, keep_attention=False)
-        else:
-            decoded = beam_search(self.model, src, lengths, beam_size, max_length, length_penalty=length_penalty,
-                                  keep_attention=False)
+        decoded = self.decode_batch(src, beam_size, length_penalty)
         return [
             output_text(decoded.tokens[row, : int(decoded.lengths[row])].tolist(), self.tgt_vocab, self.tgt_tokenizer)
             for row in range(src.shape[0])
         ]
+
+    @torch.no_grad()
+    def decode_batch(self, src: Tensor, beam_size: int, length_penalty: float,
+                     keep_attention: bool = False) -> Decoded | BeamDecoded:
+        """Sources of one length, ``src (B, T_src)``, decoded within the limits (``keep_attention``:
+        each step's attention too, for a heatmap: what a served request never keeps)."""
+        lengths = torch.full((src.shape[0],), src.shape[1], dtype=torch.long)  # (B,)
+        max_length = min(self.limit(src.shape[1]), self.limits.max_output_tokens)
+        if beam_size == 1:
+            return greedy_decode(self.model, src, lengths, max_length=max_length, keep_attention=keep_attention)
+        return beam_search(self.model, src, lengths, beam_size, max_length, length_penalty=length_penalty,
+                           keep_attention=keep_attention)
