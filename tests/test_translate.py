@@ -11,7 +11,10 @@ import sys
 
 import pytest
 from cli_helpers import TRANSLATE_PY, clean_env, explain, run_cli, user_env
+from hydra import compose, initialize_config_dir
 
+from attnseq.cli import overrides_and_texts
+from attnseq.config import validate_translate
 from attnseq.evaluation.trained_runs import load_trained_run
 from attnseq.evaluation.translate import LONGER_THAN_TRAINING
 from attnseq.serving.predictor import DecodeLimit, InvalidSource, RequestLimits, Translator
@@ -98,3 +101,16 @@ def test_help_lists_the_keys_before_the_heavy_imports(tmp_path):
         assert re.search(rf"^  {re.escape(key)} = \S+ +\S", proc.stdout, re.M), key
     assert "python translate.py run_id=" in proc.stdout  # the usage examples, from translate.yaml
     assert not list(tmp_path.iterdir())
+
+
+def test_settings_and_sources_are_told_apart_and_after_dashes_all_are_sources():
+    argv = ["run_id=abc", "s3 s1 s4", "+x.y=1", "~heatmaps", "--help", "s0", "--", "a=b c", "beam_size=2"]
+    assert overrides_and_texts(argv) == (["run_id=abc", "+x.y=1", "~heatmaps", "--help"],
+                                         ["s3 s1 s4", "s0", "a=b c", "beam_size=2"])
+
+
+def test_every_key_of_translate_yaml_is_a_declared_field():
+    with initialize_config_dir(config_dir=str(TRANSLATE_PY.parent / "conf"), version_base="1.3"):
+        typed = validate_translate(compose("translate", overrides=["run_id=abc"]))
+    assert typed.run_id == "abc" and typed.beam_size == 1 and typed.heatmaps is None
+    assert not typed.model_extra and not typed.mlflow.model_extra
