@@ -64,6 +64,10 @@ def translate(cfg: TranslateConfig, sources: Sequence[str]) -> Translation:
 def load_run(cfg: TranslateConfig) -> TrainedRun:
     """The run ``cfg.run_id`` names (``latest``: the newest finished training run), rebuilt; a
     ``ConfigError`` for a store, run or model that is not there."""
+    if cfg.experiment_name and cfg.run_id != LATEST:
+        raise ConfigError(f"experiment_name={cfg.experiment_name} chooses among an experiment's runs, but "
+                          f"run_id={cfg.run_id} names one already.",
+                          "drop experiment_name, or pass run_id=latest for that experiment's newest run.")
     uri = cfg.mlflow.tracking_uri
     path = sqlite_path(uri) if uri.lower().startswith("sqlite:") else None
     if path is not None and not path.is_file():  # reading only: a missing store is not created
