@@ -46,7 +46,7 @@ def sweep_run_name(task_overrides: Iterable[str], sweep_keys: Iterable[str], job
 def single_run_name(choices: str, seed: object, started: datetime) -> str:
     """A run's name outside a sweep: its choices, its seed and the local time it started
     (``copy-gru-additive-bahdanau-h1 seed 0 · 11:09:40``), so that two runs of one config differ in a
-    list of runs; the date is the list's *Created* column, the run id its tag."""
+    list of runs (the date is in the list's *Created* column)."""
     return f"{choices} seed {seed} · {started:%H:%M:%S}"
 
 

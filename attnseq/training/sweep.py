@@ -5,8 +5,8 @@ creates the experiment and the parent run, then hands the parent's id and the va
 to the jobs through the environment, which the entry point's runtime sets and restores
 (``sweep_context`` reads them, in process or in a joblib worker); jobs become its children
 (``mlflow.parentRunId``) and are named after the overrides that vary; the parent after what the sweep
-varies and when it started (``sweep scorer=additive,dot model.heads=1,4 · 2026-12-02 11:09``, its id
-in its ``attnseq.sweep_id`` tag, its folder in ``attnseq.sweep_dir``). At the end it marks the
+varies and when it started (``sweep scorer=additive,dot model.heads=1,4 · 2026-12-02 11:09``; its id
+and its folder are its tags ``tags.SWEEP_ID`` and ``tags.SWEEP_DIR``). At the end it marks the
 parent FINISHED when every child finished, FAILED otherwise, and prints one row per job (status,
 the sweep's optimized metric, the job's URL) and the sweep's URL. Whatever else ends the sweep (a
 failed launch, a worker's death, SIGTERM or Ctrl-C) closes it the same way at the runtime's exit,
