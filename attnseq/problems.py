@@ -3,11 +3,15 @@ its value, what it must be (the field's JSON schema in words) and a paste-able f
 model uses it, so it sits beside ``attnseq.errors`` at the bottom of the layers.
 
     error: model.dropout=abc must be a number in [0, 1).
-      Fix: set model.dropout to a number in [0, 1), e.g. model.dropout=0.1.
-"""
+      Fix: set model.dropout to a number in [0, 1), e.g. model.dropout=0.1
+
+Every value a fix suggests pastes into a shell as printed (``override``: lists without spaces, a
+value the shell would split or expand quoted)."""
 
 from __future__ import annotations
 
+import re
+import shlex
 import typing
 from collections.abc import Sequence
 from typing import Annotated, Any
@@ -54,7 +58,8 @@ def raise_all(problems: Sequence[ConfigError]) -> None:
 
 
 def shown(value: Any) -> str:
-    """A value as the command line writes it: ``null``, ``true``, ``''``, ``[1, 2]``; a long text cut short."""
+    """A value as the command line writes it: ``null``, ``true``, ``''``, ``[1,2]`` (no space: a pasted
+    ``key=[1, 2]`` is two words to the shell); a long text cut short."""
     if value is None or isinstance(value, bool):
         return {None: "null", True: "true", False: "false"}[value]
     if isinstance(value, str) and len(value) > 80:
@@ -62,8 +67,19 @@ def shown(value: Any) -> str:
     if isinstance(value, str):
         return value if value.strip() and value == value.strip() else repr(value)
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(shown(item) for item in value) + "]"
+        return "[" + ",".join(shown(item) for item in value) + "]"
     return str(value)
+
+
+_SHELL_SPECIAL = re.compile(r"[\s'\"$`\\;&|<>()*!#]")
+
+
+def override(key: str, value: Any) -> str:
+    """``key=value`` as a fix suggests it, to paste into a shell as printed: ``model.dropout=0.1``,
+    ``dataset.train_lengths=[1,6]``, ``'mlflow.run_name=my run'`` (quoted where the shell would split
+    or expand it)."""
+    text = f"{key}={shown(value)}"
+    return shlex.quote(text) if _SHELL_SPECIAL.search(text) else text
 
 
 def validated(model: Any, data: Any, prefix: str = "", unset: Sequence[str] = ()) -> Any:
@@ -120,13 +136,13 @@ def one(item: dict, key: str, value: Any, field: FieldInfo | None, owner: Any, a
             models_in(annotation)[0].registry.lookup(item["ctx"]["tag"])
         except ConfigError as error:
             return error
-    example = shown(example_of(field, item))
+    example = example_of(field, item)
     if kind == "missing" and str(item["loc"][-1]) == name and unset:  # not an item of a list or tuple
         return ConfigError(f"{key} is not set (???), and this config needs it.",
-                           f"add it on the command line, e.g. {key}={example}.")
+                           f"add it on the command line, e.g. {override(key, example)}")
     if kind == "missing" and str(item["loc"][-1]) == name:
         return ConfigError(f"{key} is missing from the config (was it deleted with ~{key}?).",
-                           f"keep it, e.g. {key}={example}.")
+                           f"keep it, e.g. {override(key, example)}")
     if kind == "extra_forbidden":
         known = [f.alias or n for n, f in getattr(owner, "model_fields", {}).items()]
         choice, registry = getattr(owner, "choice_name", lambda: None)(), getattr(owner, "registry", None)
@@ -145,7 +161,7 @@ def one(item: dict, key: str, value: Any, field: FieldInfo | None, owner: Any, a
 
 def rejected(key: str, value: Any, what: str, example: Any) -> ConfigError:
     """The one message every bad value gets: the key and value, what it must be, the fix."""
-    return ConfigError(f"{key}={shown(value)} must be {what}.", f"set {key} to {what}, e.g. {key}={shown(example)}.")
+    return ConfigError(f"{key}={shown(value)} must be {what}.", f"set {key} to {what}, e.g. {override(key, example)}")
 
 
 def example_of(field: FieldInfo | None, item: dict | None = None) -> Any:

@@ -141,7 +141,7 @@ def test_the_limits_are_the_models_config_a_server_may_set(served):
 # -- evaluation: each size bounded before anything heavy ------------------------------------------------------
 EVAL_BOUNDS = [
     ("eval.beam_size=100000", "eval.beam_size=100000"),
-    ("eval.lengths=[1,100000]", "eval.lengths=[1, 100000]"),
+    ("eval.lengths=[1,100000]", "eval.lengths=[1,100000]"),
     ("eval.sentences=['" + " ".join(["s1"] * 20000) + "']", "eval.sentences="),
 ]
 

@@ -155,6 +155,7 @@ def test_same_seed_threads_and_versions_give_bit_identical_validation_metrics(tm
     per_epoch = {key: history for key, history in ours.items() if not key.endswith("_by_length")}  # step = length
     assert len(per_epoch) >= 5 and all(len(history) == 2 for history in per_epoch.values()), ours  # two epochs each
     assert ours == theirs  # exact float equality, every step
+    assert first.info.run_name != second.info.run_name  # one config, one seed: told apart by their start
     for run in (first, second):
         params = run.data.params
         assert params["threads"] == params[provenance.THREADS] == str(threads)

@@ -285,6 +285,14 @@ def test_sweep_parent(sweep):
     assert len(lines) == len(SCORERS) * len(HEADS) and all(line.startswith("FINISHED") for line in lines), lines
 
 
+def test_the_sweep_parent_is_named_by_what_it_sweeps(sweep):
+    """As the command line wrote the swept overrides (its id is its attnseq.sweep_id tag)."""
+    parent = sweep["parent"]
+    assert f"scorer={','.join(SCORERS)}" in parent.info.run_name, parent.info.run_name
+    assert f"model.heads={','.join(map(str, HEADS))}" in parent.info.run_name, parent.info.run_name
+    assert parent.data.tags["attnseq.sweep_id"] == parent.info.run_id
+
+
 def test_sweep_has_one_child_per_grid_point(sweep):
     children, parent_id = sweep["children"], sweep["parent"].info.run_id
     assert len(children) == len(SCORERS) * len(HEADS)

@@ -13,7 +13,7 @@ from attnseq.attention.settings import NO_ATTENTION
 from attnseq.data.tasks import TASKS
 from attnseq.data.vocab import SPECIAL_TOKENS
 from attnseq.errors import ConfigError
-from attnseq.problems import shown
+from attnseq.problems import override, shown
 
 BYTES_PER_DATA_TOKEN = 48  # a list slot (8 bytes) in source, target, alignment of Example and EncodedExample
 BYTES_PER_PARAMETER = 16  # float32 weights, their gradients and Adam's two moments (the default optimizer)
@@ -115,8 +115,9 @@ def check_memory(cfg: Any, budget: MemoryBudget | None = None) -> None:
                                        key=lambda n: not budget.fits(memory_needs(cfg, **{side: n})[index]))
         sizes = "dataset.train_size" if index == 0 else "dataset.val_size / dataset.test_size"
         sizes += " / model.heads" if cfg.model.heads > 1 and cfg.scorer.name != NO_ATTENTION else ""
-        fix = (f"lower the longest length, e.g. {need.key}=[{lo}, {lo + first_too_long - 1}] (about the most that "
-               f"fits), or lower dataset.batch_size / {sizes}" if first_too_long else
+        longest = override(need.key, [lo, lo + first_too_long - 1])
+        fix = (f"lower the longest length, e.g. {longest} (about the most that fits), or lower "
+               f"dataset.batch_size / {sizes}" if first_too_long else
                f"lower dataset.batch_size and {sizes}")
         raise ConfigError(f"{need.key}={shown([lo, hi])} needs at least {_size(need.data + need.batch)} of memory "
                           f"({need.why}), more than {budget}.", fix + ".")

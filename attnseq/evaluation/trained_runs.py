@@ -20,6 +20,7 @@ from mlflow.entities import Run
 from attnseq.data import Vocabulary
 from attnseq.data.tokenizers import SUBWORD_TOKENIZERS, SYMBOLS, RuleTokenizer, TextTokenizer, tokenizer_for
 from attnseq.errors import ConfigError
+from attnseq.evaluation.validation import EXAMPLE_FILTER
 from attnseq.model import Seq2Seq, load_saved_model
 from attnseq.tracking import paths, tags
 from attnseq.tracking.client import NoSuchRun, TrackingClient
@@ -59,8 +60,8 @@ def get_run(client: TrackingClient, run_id: str) -> Run:
     except NoSuchRun as error:
         raise ConfigError(
             f"no MLflow run with id {run_id!r} in the store {redact('', client.tracking_uri)} ({error.code}).",
-            "copy the id from the MLflow UI or `mlflow runs list`, and check mlflow.tracking_uri "
-            "(or MLFLOW_TRACKING_URI) points at the store that holds it.",
+            f"copy the id from the MLflow UI or from `{client.runs_list_command()}`, and check "
+            "mlflow.tracking_uri (or MLFLOW_TRACKING_URI) points at the store that holds it.",
         ) from None
 
 
@@ -120,7 +121,7 @@ def select_runs(
         raise ConfigError(
             f"choose the runs to evaluate in exactly one way; got {chosen or 'none'}.",
             "pass one of run_id=<id>, run_ids=[<id>,<id>], parent_run_id=<sweep parent id>, "
-            "or experiment_name=<name> (with an optional filter=\"params.`scorer.name` = 'dot'\").",
+            f"or experiment_name=<name> (with an optional filter, e.g. {EXAMPLE_FILTER}).",
         )
     if run_id:
         return [get_run(client, run_id)]

@@ -9,6 +9,10 @@ from omegaconf import DictConfig
 from attnseq.config import EvalConfig, shown, validate_evaluate
 from attnseq.errors import ConfigError
 
+EXAMPLE_FILTER = "\"filter='params.\\\"scorer.name\\\" = \\\"dot\\\" and metrics.\\\"val/acc\\\" > 0.9'\""
+"""A filter as the shell passes it to Hydra intact: the override in the shell's double quotes, its value
+in Hydra's single quotes, MLflow's names and values in (escaped) double quotes."""
+
 
 def check_config(cfg: DictConfig) -> EvalConfig:
     """The typed config, or ``ConfigError`` naming every bad value, what it must be and the fix."""
@@ -35,6 +39,6 @@ def check_filter(cfg: EvalConfig) -> None:
     except MlflowException as error:
         raise ConfigError(
             f"filter={shown(search)} is not MLflow search syntax: {error.message}",
-            "write it like filter=\"params.`scorer.name` = 'dot' and metrics.`val/acc` > 0.9\" (quote values "
-            "with ', names with dots or slashes with `).",
+            f"write it like {EXAMPLE_FILTER} (pasted as printed: for MLflow, values and names with dots or "
+            "slashes in double quotes).",
         ) from None

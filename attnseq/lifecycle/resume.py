@@ -74,7 +74,8 @@ def prepare_resume(
     except NoSuchRun:
         raise ConfigError(
             f"resume={run_id}: no such run in {redact('', client.tracking_uri)}.",
-            "copy the run id from the MLflow UI, and check mlflow.tracking_uri points at its store.",
+            f"copy the run id from the MLflow UI or from `{client.runs_list_command()}`, and check "
+            "mlflow.tracking_uri points at its store.",
         ) from None
     if run.data.tags.get(tags.KIND) != tags.TRAIN:
         raise ConfigError(

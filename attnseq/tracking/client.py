@@ -8,6 +8,7 @@ and a store that stopped answering ``TrackingUnavailable`` (every call goes thro
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -16,6 +17,7 @@ from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from attnseq.tracking.redaction import redact
 from attnseq.tracking.retry import call_store
 from attnseq.tracking.run import TrackedRun
 from attnseq.tracking.store import ensure_experiment
@@ -52,6 +54,19 @@ class TrackingClient:
     def experiment_ids(self) -> list[str]:
         experiments = self._call("listing the experiments", self.client.search_experiments)
         return [experiment.experiment_id for experiment in experiments]
+
+    def runs_list_command(self) -> str:
+        """A command that lists the store's runs and their ids, to paste as printed:
+        ``MLFLOW_TRACKING_URI=sqlite:///mlflow.db mlflow runs list --experiment-id 1`` (the first
+        experiment with runs, the others named after it; secrets in the URI masked)."""
+        uri = shlex.quote(redact("", self.tracking_uri))
+        try:
+            experiments = self._call("listing the experiments", self.client.search_experiments)
+            ids = [e.experiment_id for e in experiments if self.client.search_runs([e.experiment_id], max_results=1)]
+        except Exception:  # noqa: BLE001 - the store that failed: the command still says how
+            ids = []
+        command = f"MLFLOW_TRACKING_URI={uri} mlflow runs list --experiment-id {ids[0] if ids else '<experiment id>'}"
+        return command + (f" (or --experiment-id {', '.join(ids[1:])})" if len(ids) > 1 else "")
 
     # -- runs -------------------------------------------------------------------------------------
     def run(self, run_id: str) -> Run:

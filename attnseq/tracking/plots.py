@@ -204,6 +204,13 @@ def figure_to_array(fig: Figure) -> np.ndarray:
     return image
 
 
+def write_png(image: np.ndarray, path) -> None:
+    """An RGB ``uint8`` array ``(H, W, 3)`` written as a PNG file (as MLflow's ``log_image`` writes one)."""
+    from PIL import Image
+
+    Image.fromarray(image).save(path, format="PNG")
+
+
 def save_figure(fig: Figure, path) -> None:
     """Write a PNG (at 120 pixels per inch, or the figure's own if finer) and close the figure."""
     fig.savefig(path, dpi=max(120, fig.dpi))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shlex
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -77,12 +78,12 @@ def _check_sqlite(uri: str, shown: str) -> None:
     if not folder.is_dir():
         raise ConfigError(
             f"the SQLite tracking store {shown} is in a folder that does not exist ({folder}).",
-            f"create it (mkdir -p {folder}) or use mlflow.tracking_uri=sqlite:///mlflow.db.",
+            f"create it (mkdir -p {shlex.quote(str(folder))}) or use mlflow.tracking_uri=sqlite:///mlflow.db.",
         )
     if path.is_dir():
         raise ConfigError(
             f"the SQLite tracking store {shown} names a folder ({path}), not a database file.",
-            f"name a file in it: mlflow.tracking_uri=sqlite:///{path / 'mlflow.db'}.",
+            f"name a file in it: {shlex.quote('mlflow.tracking_uri=sqlite:///' + str(path / 'mlflow.db'))}.",
         )
     if path.is_file() and path.stat().st_size and not _has_sqlite_header(path):
         raise ConfigError(
@@ -196,10 +197,10 @@ def _cannot_open(uri: str, path: Path | None, error: Exception) -> ConfigError:
         return ConfigError(
             f"the tracking store {shown} cannot be opened: {reason}",
             f"for a store made by an older MLflow, take a backup, then upgrade its schema (mlflow db upgrade "
-            f"{shown}); or use a new store, e.g. mlflow.tracking_uri=sqlite:///mlflow.db.",
+            f"{shlex.quote(shown)}); or use a new store, e.g. mlflow.tracking_uri=sqlite:///mlflow.db.",
         )
     moved = path.with_name(path.name + ".damaged")
-    move = f"mv {path} {moved}"
+    move = f"mv {shlex.quote(str(path))} {shlex.quote(str(moved))}"
     if _holds_no_runs(path):
         return ConfigError(
             f"the SQLite tracking store {path} is damaged and holds no runs (its creation was cut short, "
@@ -208,9 +209,9 @@ def _cannot_open(uri: str, path: Path | None, error: Exception) -> ConfigError:
         )
     return ConfigError(
         f"the SQLite tracking store {path} holds runs but MLflow cannot open it: {reason}",
-        f"if an older MLflow made it, take a backup (cp {path} {path}.backup) and upgrade it "
-        f"(mlflow db upgrade sqlite:///{path.resolve()}); otherwise move it aside ({move}) to start a new "
-        "store there, or point mlflow.tracking_uri at another file.",
+        f"if an older MLflow made it, take a backup (cp {shlex.quote(str(path))} {shlex.quote(f'{path}.backup')}) "
+        f"and upgrade it (mlflow db upgrade {shlex.quote(f'sqlite:///{path.resolve()}')}); otherwise move it aside "
+        f"({move}) to start a new store there, or point mlflow.tracking_uri at another file.",
     )
 
 

@@ -21,6 +21,10 @@ paths are ``attnseq.tracking.paths``).
   model file (config + weights, loadable with ``torch.load(weights_only=True)``), and the same
   model as an MLflow model (``attnseq.serving``: ``runs:/<run id>/model``).
 
+The plain-file figures (the accuracy-vs-length figure, the last epoch's and the best checkpoint's
+heatmaps) are written into the run's folder first, beside its checkpoints (``<output_dir>/figures/``,
+``<output_dir>/attention/``: found without the UI), and that same file is what the run stores.
+
 The run's note (its description on the run page) says what the run is and where these pictures are.
 All of it happens on rank 0 only, and never inside a training step.
 """
@@ -50,7 +54,7 @@ from attnseq.serving.predictor import RequestLimits
 from attnseq.tracking import paths, tags
 from attnseq.tracking.length_curves import log_length_curves
 from attnseq.tracking.logged_model import log_translator
-from attnseq.tracking.plots import accuracy_vs_length, attention_heatmap, figure_to_array
+from attnseq.tracking.plots import accuracy_vs_length, attention_heatmap, figure_to_array, write_png
 from attnseq.tracking.redaction import redact_document
 from attnseq.tracking.run import TrackedRun
 from attnseq.training.lit_module import Seq2SeqLitModule, decode_length_limit
@@ -134,8 +138,10 @@ class RunArtifacts(Callback):
         last: ModelCheckpoint,
         heatmap_samples: int = 3,
         heatmap_every_n_epochs: int = 1,
+        folder: Path | None = None,
     ) -> None:
         self.run = run
+        self.folder = folder  # the run's output folder: its plain-file figures are also written there
         self.signals = signals
         self.resolved_config = resolved_config
         self.best = best
@@ -226,7 +232,7 @@ class RunArtifacts(Callback):
         """The last epoch's heatmaps and the best checkpoint's, as plain files in ``attention/``."""
         when = f"after {epochs(trainer.current_epoch)}"
         for label, image in self.heatmap_images(trainer, pl_module, when).items():
-            self.run.log_image(image, paths.heatmap_file(label))
+            self.log_picture(image, paths.heatmap_file(label))
         best = self.best.best_model_path
         if not best or not Path(best).is_file():
             return
@@ -235,7 +241,18 @@ class RunArtifacts(Callback):
         model.load_state_dict(model_weights(checkpoint["state_dict"]))
         when = f"best checkpoint, after {epochs(checkpoint['epoch'] + 1)}"
         for label, image in self.heatmap_images(trainer, pl_module, when, model=model).items():
-            self.run.log_image(image, paths.best_heatmap_file(label))
+            self.log_picture(image, paths.best_heatmap_file(label))
+
+    def log_picture(self, image: np.ndarray, artifact: str) -> None:
+        """A figure as a plain file: written at ``artifact`` under the run's folder, beside its
+        checkpoints, and that file stored in the run at the same path (without a folder: stored only)."""
+        if self.folder is None:
+            self.run.log_image(image, artifact)
+            return
+        path = self.folder / artifact
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_png(image, path)
+        self.run.log_file(path, paths.folder(artifact))
 
     def on_train_end(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
         """The last validation's accuracy and exact match by length, as curves MLflow overlays."""
@@ -257,7 +274,7 @@ class RunArtifacts(Callback):
                 pl_module.train_lengths,
                 f"validation accuracy vs source length, after {trainer.current_epoch} epochs",
             )
-            self.run.log_image(figure_to_array(figure), paths.LENGTH_FIGURE)
+            self.log_picture(figure_to_array(figure), paths.LENGTH_FIGURE)
         if self.samples:
             self.log_final_heatmaps(trainer, pl_module)
         self.log_checkpoints(trainer, pl_module)

@@ -1,10 +1,13 @@
-"""What a training run is called and tagged: its name from the config's choices (or, in a sweep,
-from the overrides that vary), its overrides, and its place in a sweep. Importing it registers the config's resolvers
+"""What a training run is called and tagged: its name from the config's choices, its seed and the time
+it started (``copy-gru-additive-bahdanau-h1 seed 0 · 11:09:40``: runs of one config told apart), or in
+a sweep from the overrides that vary (``scorer=dot model.heads=4 (#3)``); its overrides, and its place
+in a sweep. Importing it registers the config's resolvers
 (``attnseq.config.resolvers``: the output folder's unique suffix), for every process that trains."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import NamedTuple
 
 from hydra.core.hydra_config import HydraConfig
@@ -40,10 +43,19 @@ def sweep_run_name(task_overrides: Iterable[str], sweep_keys: Iterable[str], job
     return f"{name} (#{job_num})" if job_num is not None else name
 
 
-def run_identity(cfg: TrainConfig | DictConfig) -> RunIdentity:
+def single_run_name(choices: str, seed: object, started: datetime) -> str:
+    """A run's name outside a sweep: its choices, its seed and the local time it started
+    (``copy-gru-additive-bahdanau-h1 seed 0 · 11:09:40``), so that two runs of one config differ in a
+    list of runs (the date is in the list's *Created* column)."""
+    return f"{choices} seed {seed} · {started:%H:%M:%S}"
+
+
+def run_identity(cfg: TrainConfig | DictConfig, now: datetime | None = None) -> RunIdentity:
+    """The run's name (``mlflow.run_name`` when set), tags and sweep parent; ``now``: when it starts."""
     parent, keys = sweep_context()
-    run_tags = {tags.KIND: tags.TRAIN, tags.CHOICES: describe_choices(cfg)}
-    name = cfg.mlflow.run_name or describe_choices(cfg)
+    choices = describe_choices(cfg)
+    run_tags = {tags.KIND: tags.TRAIN, tags.CHOICES: choices}
+    name = cfg.mlflow.run_name or single_run_name(choices, cfg.seed, now or datetime.now())
     if HydraConfig.initialized():
         hydra = HydraConfig.get()
         overrides = redact_overrides(hydra.overrides.task)

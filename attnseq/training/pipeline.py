@@ -122,7 +122,7 @@ def _train_in_folder(config: TrainConfig, record: dict[str, Any], resumption: Re
             if resumption is None and run.owned:
                 run.tracked.log_params(config_params(record))
             result = fit(config, config_yaml(record), run, module, datamodule, resumption, interrupts, signals)
-        finish(run, config.mlflow.tracking_uri)
+        finish(run, config.mlflow.tracking_uri, Path(config.paths.output_dir))
     except TrackingUnavailable as lost:  # the store stopped answering: nothing more can be recorded
         if run is None:
             raise
@@ -276,6 +276,7 @@ def fit(
         last=last,
         heatmap_samples=cfg.tracking.heatmap_samples,
         heatmap_every_n_epochs=cfg.tracking.heatmap_every_n_epochs,
+        folder=Path(cfg.paths.output_dir),
     )
     # the loss is checked as often as Lightning logs it (its default: every 50 steps)
     guard = FiniteLossGuard(interrupts.path, check_every_n_steps=cfg.trainer.log_every_n_steps or 50)
@@ -349,8 +350,9 @@ def stop(run: TrainingRun | None, error: BaseException, signals: Signals) -> Non
         raise SystemExit(code) from error
 
 
-def finish(run: TrainingRun, uri: str) -> None:
-    """Mark the run FINISHED and say where to find it."""
+def finish(run: TrainingRun, uri: str, folder: Path | None = None) -> None:
+    """Mark the run FINISHED and say where to find it: in the store, and its folder (``folder``:
+    its checkpoints and its figures)."""
     if not run.owned:
         return
     tracked = run.tracked
@@ -362,7 +364,14 @@ def finish(run: TrainingRun, uri: str) -> None:
         lines += [f"Open it with: {links.open_with}   (or: make ui STORE=<the store>)", f"then:         {links.url}"]
     else:
         lines.append(f"Open it with: {links.url}")
+    if folder is not None:
+        held = [name for name in (paths.CHECKPOINTS, *FIGURE_FOLDERS) if (folder / name).is_dir()]
+        lines.append(f"Its folder:   {folder.resolve()}" + (f"  ({', '.join(f'{n}/' for n in held)})" if held else ""))
     print("\n".join(lines), flush=True)
+
+
+FIGURE_FOLDERS = (paths.folder(paths.heatmap_file("long")), paths.folder(paths.LENGTH_FIGURE))
+"""The folders of a run's output folder that hold its figures (``RunArtifacts.log_picture``)."""
 
 
 def record_failed_sweep_job(cfg: DictConfig, error: AttnSeqError) -> None:

@@ -4,7 +4,9 @@ Registered in ``conf/train.yaml`` under ``hydra.callbacks``. In the launching pr
 creates the experiment and the parent run, then hands the parent's id and the varying override keys
 to the jobs through the environment, which the entry point's runtime sets and restores
 (``sweep_context`` reads them, in process or in a joblib worker); jobs become its children
-(``mlflow.parentRunId``) and are named after the overrides that vary. At the end it marks the
+(``mlflow.parentRunId``) and are named after the overrides that vary; the parent after what the sweep
+varies and when it started (``sweep scorer=additive,dot model.heads=1,4 · 2026-12-02 11:09``; its id
+and its folder are its tags ``tags.SWEEP_ID`` and ``tags.SWEEP_DIR``). At the end it marks the
 parent FINISHED when every child finished, FAILED otherwise, and prints one row per job (status,
 the sweep's optimized metric, the job's URL) and the sweep's URL. Whatever else ends the sweep (a
 failed launch, a worker's death, SIGTERM or Ctrl-C) closes it the same way at the runtime's exit,
@@ -21,6 +23,7 @@ import os
 import sys
 from collections.abc import Callable
 from contextlib import nullcontext
+from datetime import datetime
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -60,6 +63,23 @@ def sweep_keys(config: DictConfig) -> list[str]:
     return keys
 
 
+SHOWN_SWEEP_CHARS = 48
+"""How much of one swept override a sweep's name shows (a long search space is cut short)."""
+
+
+def sweep_name(config: DictConfig, started: datetime) -> str:
+    """The parent run's name: what the sweep varies, as the command line wrote it (secrets masked; a
+    sweeper's search space from its config, by key), and the local time it started:
+    ``sweep scorer=additive,dot,general · 2026-12-02 11:09``."""
+    overrides = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
+    swept = redact_overrides([o.input_line for o in overrides if o.is_sweep_override()])
+    keys = {o.get_key_element().lstrip("+~") for o in overrides if o.is_sweep_override()}
+    params = OmegaConf.select(config, "hydra.sweeper.params") or {}
+    swept += [str(k) for k in params.keys() if str(k) not in keys]
+    shown = [s if len(s) <= SHOWN_SWEEP_CHARS else s[:SHOWN_SWEEP_CHARS - 1] + "…" for s in swept]
+    return f"sweep {' '.join(shown) or 'jobs'} · {started:%Y-%m-%d %H:%M}"
+
+
 class SweepParentRun(Callback):
     def __init__(self) -> None:
         self.parent: TrackedRun | None = None
@@ -85,8 +105,7 @@ class SweepParentRun(Callback):
         self.experiment_id = client.ensure_experiment(config.mlflow.experiment_name)
         keys = sweep_keys(config)
         sweep_dir = str(config.hydra.sweep.dir)
-        name = f"sweep {os.path.basename(sweep_dir.rstrip('/'))}: {', '.join(keys) or 'jobs'}"
-        parent = client.create_run(self.experiment_id, name, {
+        parent = client.create_run(self.experiment_id, sweep_name(config, datetime.now()), {
             tags.KIND: tags.SWEEP,
             tags.SWEEP_DIR: sweep_dir,
             tags.SWEEP_OVERRIDES: " ".join(redact_overrides(config.hydra.overrides.task)),
