@@ -6,19 +6,21 @@ both decoder conventions; and one training through the real CLI."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from cli_helpers import explain, tiny
+from cli_helpers import artifact_paths, explain, tiny
 from conftest import train_once
 from model_checks import padded_batch, step_by_step
 
 from attnseq.attention import build_attention, lengths_to_valid_mask
-from attnseq.attention.local import MonotonicWindow
+from attnseq.attention.local import MonotonicWindow, PredictiveWindow
 from attnseq.attention.settings import MonotonicSettings, PredictiveSettings
 from attnseq.model import build_seq2seq
 from attnseq.model.config import ModelConfig
+from attnseq.model.saved import load_saved_model
 
 D_Q = 8  # query size = key size, so that dot works
 LENGTHS = (6, 3, 1, 5)  # different source lengths: padding in every row but the first
@@ -253,4 +255,45 @@ def test_train_logs_a_local_p_run(tmp_path):
     assert run.data.params["attention.local"] == "predictive"
     assert run.data.params["attention.window"] == "3"
     assert "local-predictive" in run.info.run_name
-    assert any(key.startswith("val/") for key in run.data.metrics)
+    metrics = run.data.metrics
+    assert "val/exact_match" in metrics and "val/aer" in metrics  # the alignment metrics read the local weights
+    images = artifact_paths(trained.client, run.info.run_id, "images")
+    assert any(path.startswith("images/attention~") for path in images)  # the heatmaps too
+    model = load_saved_model(trained.client.download_artifacts(run.info.run_id, "weights/model.pt", str(tmp_path)))
+    assert isinstance(model.attention.window, PredictiveWindow) and model.attention.window.half_width == 3
+
+
+# -- the config ----------------------------------------------------------------------------------------------------
+def test_the_bottleneck_local_rows_are_local_p_and_local_m_with_general(tmp_path):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from attnseq.attention.settings import LOCAL_ATTENTION
+    from attnseq.config import validate_train
+
+    conf = Path(__file__).resolve().parents[1] / "conf"
+    overrides = ["experiment=bottleneck_local", f"paths.output_dir={tmp_path}",
+                 f"mlflow.tracking_uri=sqlite:///{tmp_path}/mlflow.db"]
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        cfg = compose("train", overrides=overrides, return_hydra_config=True)
+        parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
+        (sweep,) = parser.parse_overrides([f"attention.local={cfg.hydra.sweeper.params['attention.local']}"])
+        swept = list(sweep.sweep_string_iterator())
+        for kind in swept:
+            job = compose("train", overrides=[*overrides, f"attention.local={kind}"])
+            typed = validate_train(job)
+            assert typed.scorer.name == "general" and typed.attention.local == kind
+            assert typed.attention.half_width == 10
+    assert sorted(swept) == sorted(set(LOCAL_ATTENTION) - {"none"})  # every local kind
+
+
+@pytest.mark.parametrize("overrides", [("attention.window=5",), ("scorer=none", "attention.local=monotonic"),
+                                       ("attention.local=predictiv",)])
+def test_a_local_attention_that_cannot_work_stops_before_training(tmp_path, overrides):
+    from cli_helpers import outputs_under, run_cli, user_env
+
+    proc = run_cli(tmp_path, *overrides, *outputs_under(tmp_path), env=user_env())
+    assert proc.returncode == 2, explain(proc)
+    assert "attention." in proc.stderr and "Fix:" in proc.stderr
+    assert not (tmp_path / "mlflow.db").exists()

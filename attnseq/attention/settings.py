@@ -144,8 +144,8 @@ class GlobalSettings(LocalSettings):
     """Global attention: every real source position, as Bahdanau and Luong's global model."""
 
     local: Literal["none"] = "none"
-    window: Annotated[None, What("null with attention.local=none (the window is [p_t − D, p_t + D] of local "
-                                 "attention; set attention.local=monotonic or predictive for it)")] = Field(
+    window: Annotated[None, What("null with attention.local=none (a window [p_t − D, p_t + D] is local attention's: "
+                                 "attention.local=monotonic or predictive)")] = Field(
         None, description="D: local attention's window is [p_t − D, p_t + D] (null: 10); null with local=none",
         examples=[None])
 
