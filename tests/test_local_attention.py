@@ -297,3 +297,16 @@ def test_a_local_attention_that_cannot_work_stops_before_training(tmp_path, over
     assert proc.returncode == 2, explain(proc)
     assert "attention." in proc.stderr and "Fix:" in proc.stderr
     assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_the_counterfactual_check_permutes_the_local_weights():
+    from attnseq.evaluation.counterfactual import counterfactual_decoder
+
+    model = local_model("general", "monotonic", "luong", False, D=1)  # the states do not read the attention
+    src, lengths, tgt_in = padded_batch(lengths=LENGTHS, tgt_len=6)
+    with torch.no_grad():
+        _, real = step_by_step(model, src, lengths, tgt_in)  # (B, H, T_dec, T_enc)
+        model.decoder = counterfactual_decoder(model.decoder, "permute", torch.Generator().manual_seed(0))
+        _, permuted = step_by_step(model, src, lengths, tgt_in)  # (B, H, T_dec, T_enc)
+    torch.testing.assert_close(permuted.sort(-1).values, real.sort(-1).values)  # the same weights, moved
+    assert not torch.equal(permuted, real)
