@@ -6,7 +6,11 @@
 - ``keys``: ``(B, T_enc, d_k)``; in classic attention the keys are also the values;
 - ``valid_mask``: ``(B, T_enc)`` bool, True at real tokens;
 - returns ``context`` ``(B, d_k)`` / ``(B, T_dec, d_k)`` and ``weights`` ``(B, H, T_enc)`` /
-  ``(B, H, T_dec, T_enc)``, H the head count.
+  ``(B, H, T_dec, T_enc)``, H the head count;
+- ``step`` (optional): the target step t of the (first) query, read by local-m attention only.
+
+Any scorer may attend within a local window (``window``, Luong's local-m or local-p:
+``attnseq.attention.local``), set after construction; the weights then come from the window.
 
 With H heads the key size is split into H groups of ``d_k / H``; each head scores and averages
 its own slice, and the per-head contexts are concatenated back to ``d_k``. A scorer that learns

@@ -112,9 +112,10 @@ class PredictiveWindow(LocalWindow):
         self.v_p = nn.Parameter(nn.init.uniform_(torch.empty(query_dim), -bound, bound))
 
     def centres(self, query: Tensor, valid_mask: Tensor, step: int | None) -> Tensor:
-        lengths = valid_mask.sum(-1, keepdim=True).to(query.dtype)  # (B, 1): S
+        lengths = valid_mask.sum(-1, keepdim=True)  # (B, 1): S
         hidden = torch.tanh(query @ self.W_p.T)  # (B, T_dec, d_q)
-        return lengths * torch.sigmoid(hidden @ self.v_p)  # (B, T_dec): p_t ∈ [0, S]
+        gate = torch.sigmoid((hidden @ self.v_p).to(torch.promote_types(query.dtype, torch.float32)))  # (B, T_dec)
+        return lengths.to(gate.dtype) * gate  # (B, T_dec): p_t ∈ [0, S], in float32 at least (positions up to S)
 
 
 def build_window(settings: LocalSettings, query_dim: int) -> LocalWindow | None:
