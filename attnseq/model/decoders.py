@@ -19,7 +19,11 @@ decoder's ``teacher_forced`` fast path, which computes the same values and gradi
   (the recurrence does not read the attention), then attention over all steps in one call (an
   additive/concat score through ``kernels.additive_scores``, ``FastPaths.additive_all_steps``).
 
-``FastPaths`` (given at construction) turns the fast paths off. The conventions: docs/attention.md.
+``FastPaths`` (given at construction) turns the fast paths off. An attention within a local window
+(Luong's local-m/local-p) declares it does not fuse (``Attention.fuses``): Bahdanau and Luong with input
+feeding then step; Luong without it attends over all steps in one call through the window. The state
+carries the step index t (``DecoderState.step``), passed to an attention that ``reads_step`` (local-m).
+The conventions: docs/attention.md.
 """
 
 from __future__ import annotations
