@@ -9,7 +9,7 @@ PIP_INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check
 STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: train lint system-deps test test-fast test-slow test-gpu ui bottleneck bottleneck-transformer reverse-alignment messages-corpus messages-results bench docker-check clean
+.PHONY: train lint system-deps test test-fast test-slow test-gpu ui bottleneck bottleneck-transformer bottleneck-local reverse-alignment messages-corpus messages-results bench docker-check clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,10 @@ bottleneck: $(STAMP)  ## no attention vs every scorer in conf/scorer/, 3 seeds e
 
 bottleneck-transformer: $(STAMP)  ## the bottleneck's extra rows: a self-attention encoder (none, additive, general, multihead; 3 seeds)
 	$(PY) train.py -m experiment=bottleneck_transformer
+	$(PY) evaluate.py parent_run_id=latest experiment_name=bottleneck eval.lengths=[1,80] eval.bucket_width=10
+
+bottleneck-local: $(STAMP)  ## the bottleneck's local-attention rows: Luong's local-p and local-m with the general score (D = 10; 3 seeds)
+	$(PY) train.py -m experiment=bottleneck_local
 	$(PY) evaluate.py parent_run_id=latest experiment_name=bottleneck eval.lengths=[1,80] eval.bucket_width=10
 
 reverse-alignment: $(STAMP)  ## additive attention on reverse (GRU, biGRU × both conventions): where it looks vs what it uses

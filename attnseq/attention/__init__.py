@@ -16,6 +16,9 @@ _HOMES = {
     "import_plugins": "registry", "scorer_class": "registry", "scorer_names": "registry",
     "AdditiveAttention": "scorers", "ConcatAttention": "scorers", "DotAttention": "scorers",
     "GeneralAttention": "scorers", "ScaledDotAttention": "scorers", "build_attention": "build",
+    "LOCAL_ATTENTION": "settings", "LocalSettings": "settings", "GlobalSettings": "settings",
+    "MonotonicSettings": "settings", "PredictiveSettings": "settings", "LocalWindow": "local", "WINDOWS": "local",
+    "build_window": "local",
 }
 __all__ = sorted(_HOMES)
 

@@ -6,7 +6,11 @@
 - ``keys``: ``(B, T_enc, d_k)``; in classic attention the keys are also the values;
 - ``valid_mask``: ``(B, T_enc)`` bool, True at real tokens;
 - returns ``context`` ``(B, d_k)`` / ``(B, T_dec, d_k)`` and ``weights`` ``(B, H, T_enc)`` /
-  ``(B, H, T_dec, T_enc)``, H the head count.
+  ``(B, H, T_dec, T_enc)``, H the head count;
+- ``step`` (optional): the target step t of the (first) query, read by local-m attention only.
+
+Any scorer may attend within a local window (``window``, Luong's local-m or local-p:
+``attnseq.attention.local``), set after construction; the weights then come from the window.
 
 With H heads the key size is split into H groups of ``d_k / H``; each head scores and averages
 its own slice, and the per-head contexts are concatenated back to ``d_k``. A scorer that learns
@@ -26,6 +30,7 @@ import torch
 from pydantic import create_model
 from torch import Tensor, nn
 
+from attnseq.attention.local import LocalWindow
 from attnseq.attention.masking import masked_softmax
 from attnseq.attention.registry import NO_ATTENTION, SCORERS
 from attnseq.attention.settings import ScorerSettings, size_problems
@@ -115,6 +120,9 @@ class Attention(nn.Module):
         self.key_dim = key_dim
         self.heads = heads
         self.head_dim = key_dim // heads
+        self.window: LocalWindow | None = None
+        """Luong's local attention (``attnseq.attention.local``, ``attention.local``), or None: global.
+        Set after construction (``build_attention(..., local=...)``), so that any scorer takes it."""
 
     # -- what a scorer defines ------------------------------------------------------------
     def project_keys(self, keys: Tensor) -> Tensor:
@@ -161,7 +169,10 @@ class Attention(nn.Module):
         keys: Tensor,
         valid_mask: Tensor,
         projected_keys: Tensor | None = None,
+        step: int | None = None,
     ) -> tuple[Tensor, Tensor]:
+        """``step``: the index t of the target token the (first) query is for; read by local-m
+        attention only (``reads_step``), the queries of a ``(B, T_dec, d_q)`` call being t, t+1, …"""
         self.check_shapes(query, keys, valid_mask)
         one_step = query.dim() == 2
         if one_step:
@@ -169,11 +180,29 @@ class Attention(nn.Module):
         if projected_keys is None:
             projected_keys = self.project_keys(keys)  # (B, H, T_enc, d_p)
         scores = self.score(query, projected_keys)  # (B, H, T_dec, T_enc)
-        weights = masked_softmax(scores, valid_mask[:, None, None, :])  # (B, H, T_dec, T_enc)
+        weights = self.weigh(scores, valid_mask, query, step)  # (B, H, T_dec, T_enc)
         context = self.average(weights, keys, projected_keys)  # (B, T_dec, d_k)
         if one_step:
             return context.squeeze(1), weights.squeeze(2)  # (B, d_k), (B, H, T_enc)
         return context, weights
+
+    def weigh(self, scores: Tensor, valid_mask: Tensor, query: Tensor, step: int | None = None) -> Tensor:
+        """Scores ``(B, H, T_dec, T_enc)`` of queries ``(B, T_dec, d_q)`` → weights, same shape: the softmax
+        over the valid positions, or over the local window's (``window``)."""
+        if self.window is None:
+            return masked_softmax(scores, valid_mask[:, None, None, :])  # (B, H, T_dec, T_enc)
+        return self.window.weights(scores, valid_mask, query, step)  # (B, H, T_dec, T_enc)
+
+    @property
+    def fuses(self) -> bool:
+        """Whether a fused decoder loop, which calls the scorer's parts and takes a softmax over every
+        valid position itself, computes what ``forward`` does: the window's declared ``fuses`` if any."""
+        return self.window is None or self.window.fuses
+
+    @property
+    def reads_step(self) -> bool:
+        """Whether ``forward`` needs ``step`` (local-m's p_t = t): the window's declared ``reads_step``."""
+        return self.window is not None and self.window.reads_step
 
     def average(self, weights: Tensor, keys: Tensor, projected_keys: Tensor) -> Tensor:
         """Weights ``(B, H, T_dec, T_enc)`` × values (here the keys themselves) → context ``(B, T_dec, d_k)``,

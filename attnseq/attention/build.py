@@ -7,11 +7,20 @@ from typing import Any
 import attnseq.attention.multihead  # noqa: F401  (registers the built-in scorers)
 import attnseq.attention.scorers  # noqa: F401
 from attnseq.attention.base import Attention
+from attnseq.attention.local import build_window
 from attnseq.attention.registry import scorer_class
+from attnseq.attention.settings import GlobalSettings, LocalSettings
+
+GLOBAL = GlobalSettings()
+"""Global attention: every real source position (``attention.local=none``)."""
 
 
-def build_attention(scorer: str, query_dim: int, key_dim: int, heads: int = 1, **options: Any) -> Attention:
-    """Build the scorer registered as ``scorer`` with its own ``options`` (e.g. ``attn_dim=64``);
-    an unknown name, an unknown option or sizes that cannot work raise ``ConfigError`` here, at once."""
+def build_attention(scorer: str, query_dim: int, key_dim: int, heads: int = 1,
+                    local: LocalSettings = GLOBAL, **options: Any) -> Attention:
+    """Build the scorer registered as ``scorer`` with its own ``options`` (e.g. ``attn_dim=64``), global or
+    within the window ``local`` describes (``attention.*``: Luong's local-m or local-p); an unknown name, an
+    unknown option or sizes that cannot work raise ``ConfigError`` here, at once."""
     cls = scorer_class(scorer)
-    return cls(query_dim, key_dim, heads=heads, **cls.settings(options))
+    attention = cls(query_dim, key_dim, heads=heads, **cls.settings(options))
+    attention.window = build_window(local, query_dim)
+    return attention

@@ -7,11 +7,12 @@ so d_q must equal d_k), lives here with the settings; ``Attention`` subclasses r
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, PositiveInt
 
 from attnseq.errors import ConfigError
+from attnseq.problems import What
 from attnseq.registry import Choice, Registry
 
 NO_ATTENTION = "none"
@@ -106,3 +107,76 @@ class MultiheadSettings(ScorerSettings):
         return multiple_of_heads("model_dim", self.model_dim, heads, key_dim,
                                  f"queries, keys and values are projected to model_dim and split into {heads} "
                                  "heads of model_dim / heads")
+
+
+# -- Luong's local attention (``attention.*``) ----------------------------------------------------------
+LOCAL_ATTENTION = Registry("local attention", "attention.local", default="none", names_options=False)
+"""Every kind of window around an aligned position p_t (Luong, Pham & Manning 2015, §3.2), by the name
+``attention.local=<name>`` picks; ``none`` is global attention. The torch side of each kind is the
+``LocalWindow`` class of ``attnseq.attention.local`` registered under the same name."""
+
+DEFAULT_WINDOW = 10
+"""D when ``attention.window`` is null: Luong et al.'s own choice."""
+
+
+class LocalSettings(Choice):
+    """``attention.*``: which positions each decoder step may attend to. Capabilities (class attributes):
+    ``reads_step`` (p_t needs the decoder's step index t)."""
+
+    registry: ClassVar[Registry] = LOCAL_ATTENTION
+    reads_step: ClassVar[bool] = False
+    local: str
+
+    @property
+    def is_local(self) -> bool:
+        return self.local != "none"
+
+    @property
+    def half_width(self) -> int | None:
+        """D, or None for global attention."""
+        return None
+
+    def problems(self, scorer: str) -> list[ConfigError]:
+        return []
+
+
+class GlobalSettings(LocalSettings):
+    """Global attention: every real source position, as Bahdanau and Luong's global model."""
+
+    local: Literal["none"] = "none"
+    window: Annotated[None, What("null with attention.local=none (a window [p_t − D, p_t + D] is local attention's: "
+                                 "attention.local=monotonic or predictive)")] = Field(
+        None, description="D: local attention's window is [p_t − D, p_t + D] (null: 10); null with local=none",
+        examples=[None])
+
+
+class WindowedSettings(LocalSettings):
+    """A local kind: the window [p_t − D, p_t + D] clipped to the real source positions."""
+
+    window: PositiveInt | None = Field(None, le=2**16, description="D: the window [p_t − D, p_t + D]; null = 10 "
+                                       "(Luong et al.'s)", examples=[10])
+
+    @property
+    def half_width(self) -> int:
+        return DEFAULT_WINDOW if self.window is None else self.window
+
+    def problems(self, scorer: str) -> list[ConfigError]:
+        if scorer != NO_ATTENTION:
+            return []
+        return [ConfigError(
+            f"attention.local={self.local} restricts the attention to a window, and scorer=none has no attention.",
+            "pick a scorer, e.g. scorer=general (Luong's local-p with the general score), or set attention.local=none.",
+        )]
+
+
+class MonotonicSettings(WindowedSettings):
+    """local-m: p_t = t, the decoder step (source and target roughly monotonically aligned)."""
+
+    local: Literal["monotonic"] = "monotonic"
+    reads_step: ClassVar[bool] = True
+
+
+class PredictiveSettings(WindowedSettings):
+    """local-p: p_t = S · sigmoid(v_pᵀ tanh(W_p q_t)), weights times a Gaussian of σ = D/2 around p_t."""
+
+    local: Literal["predictive"] = "predictive"

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, create_model
 from pydantic.functional_validators import AfterValidator
 
-from attnseq.attention.settings import ScorerSettings
+from attnseq.attention.settings import LOCAL_ATTENTION, GlobalSettings, ScorerSettings
 from attnseq.data.tasks import TASKS, dataset_union
 from attnseq.model.config import ModelGroup
 from attnseq.model.conventions import DECODER_CONVENTIONS
@@ -155,12 +155,14 @@ class TrainBase(Group):
 
 def train_config_model() -> type[TrainBase]:
     """``TrainConfig`` with every choice registered now (the built-in ones and the plugins')."""
-    key = tuple(tuple(registry) for registry in (ENCODER_KINDS, ScorerSettings.registry, DECODER_CONVENTIONS, TASKS))
+    key = tuple(tuple(registry) for registry in (ENCODER_KINDS, ScorerSettings.registry, DECODER_CONVENTIONS, TASKS,
+                                                 LOCAL_ATTENTION))
     if key not in _MODELS:
         _MODELS[key] = create_model(
             "TrainConfig", __base__=TrainBase, __module__=__name__,
             encoder=(ENCODER_KINDS.union(), ...), scorer=(ScorerSettings.registry.union(), ...),
             decoder=(DECODER_CONVENTIONS.union(), ...), dataset=(dataset_union(), ...),
+            attention=(LOCAL_ATTENTION.union(), GlobalSettings()),  # absent from a run saved before it: global
         )
     return _MODELS[key]
 

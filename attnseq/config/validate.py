@@ -62,7 +62,7 @@ def _validated(model: type, data: dict, unset: list[str], problems: list[ConfigE
                     for key in METRIC_KEYS}  # what the monitored metrics need is sound: judge them all the same
             problems += metric_problems(SimpleNamespace(**view))
     if isinstance(typed, TrainBase):
-        problems += architecture_problems(typed.model, typed.encoder, typed.scorer, typed.decoder)
+        problems += architecture_problems(typed.model, typed.encoder, typed.scorer, typed.decoder, typed.attention)
         problems += metric_problems(typed)
     raise_all(problems)
     if isinstance(typed, TrainBase):

@@ -21,7 +21,7 @@ import copy
 import torch
 from torch import Tensor, nn
 
-from attnseq.attention import Attention, masked_softmax
+from attnseq.attention import Attention
 from attnseq.metrics.counterfactual import MODES, CounterfactualTotals
 
 __all__ = ["MODES", "CounterfactualAttention", "CounterfactualTotals", "counterfactual_decoder",
@@ -63,8 +63,13 @@ class CounterfactualAttention(nn.Module):
     def project_keys(self, keys: Tensor) -> Tensor:
         return self.inner.project_keys(keys)
 
+    @property
+    def reads_step(self) -> bool:
+        return self.inner.reads_step
+
     def forward(
-        self, query: Tensor, keys: Tensor, valid_mask: Tensor, projected_keys: Tensor | None = None
+        self, query: Tensor, keys: Tensor, valid_mask: Tensor, projected_keys: Tensor | None = None,
+        step: int | None = None,
     ) -> tuple[Tensor, Tensor]:
         inner = self.inner
         inner.check_shapes(query, keys, valid_mask)
@@ -72,8 +77,9 @@ class CounterfactualAttention(nn.Module):
         if self.mode == "permute":
             if projected_keys is None:
                 projected_keys = inner.project_keys(keys)  # (B, H, T_enc, d_p)
-            scores = inner.score(query.unsqueeze(1) if one_step else query, projected_keys)  # (B, H, T_dec, T_enc)
-            weights = masked_softmax(scores, valid_mask[:, None, None, :])  # (B, H, T_dec, T_enc)
+            queries = query.unsqueeze(1) if one_step else query  # (B, T_dec, d_q)
+            scores = inner.score(queries, projected_keys)  # (B, H, T_dec, T_enc)
+            weights = inner.weigh(scores, valid_mask, queries, step)  # (B, H, T_dec, T_enc): local ones too
             weights = permute_weights(weights.squeeze(2) if one_step else weights, valid_mask, self.generator)
         else:
             steps = () if one_step else (query.shape[1],)

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 Size = Annotated[int, Field(ge=1, le=2**16)]  # a 2**16 × 2**16 weight matrix is 17 GB of float32: past any memory
 
-from attnseq.attention.settings import NO_ATTENTION, ScorerSettings, size_problems
+from attnseq.attention.settings import LOCAL_ATTENTION, NO_ATTENTION, LocalSettings, ScorerSettings, size_problems
 from attnseq.errors import ConfigError
 from attnseq.model.conventions import DecoderSettings
 from attnseq.model.encoders import RNN, EncoderSettings
@@ -33,9 +33,11 @@ class ModelGroup(BaseModel):
 
 
 def architecture_problems(model: ModelGroup, encoder: EncoderSettings, scorer: ScorerSettings,
-                          decoder: DecoderSettings) -> list[ConfigError]:
-    """What cannot work in this combination of sizes, encoder, scorer and decoder (every problem)."""
+                          decoder: DecoderSettings, local: LocalSettings | None = None) -> list[ConfigError]:
+    """What cannot work in this combination of sizes, encoder, scorer, decoder and local attention
+    (every problem)."""
     found = encoder.problems(model.hidden_size) + decoder.problems()
+    found += local.problems(scorer.name) if local is not None else []
     if scorer.name == NO_ATTENTION:
         return found
     d_k = encoder.key_dim(model.hidden_size)
@@ -69,6 +71,10 @@ class ModelConfig:
     decoder: str = "bahdanau"
     input_feeding: bool | None = None
     """Luong only: feed h̃_{t-1} into the next step (None: on)."""
+    local: str = "none"
+    """Luong's local attention (``attention.local``): ``none`` (global), ``monotonic`` or ``predictive``."""
+    window: int | None = None
+    """Its half-width D (``attention.window``; None: 10 for a local kind)."""
     plugins: tuple[str, ...] = ()
     """Modules imported before validation, so that the choices they define are registered."""
 
@@ -79,7 +85,8 @@ class ModelConfig:
                    cell=cfg.encoder.cell, bidirectional=cfg.encoder.bidirectional, encoder=cfg.encoder.kind,
                    encoder_options=cfg.encoder.options, scorer=cfg.scorer.name,
                    scorer_options=cfg.scorer.model_dump(exclude={"name"}), decoder=cfg.decoder.convention,
-                   input_feeding=getattr(cfg.decoder, "input_feeding", None), plugins=tuple(cfg.plugins))
+                   input_feeding=getattr(cfg.decoder, "input_feeding", None), local=cfg.attention.local,
+                   window=cfg.attention.window, plugins=tuple(cfg.plugins))
 
     @classmethod
     def from_saved(cls, saved: Mapping[str, Any]) -> ModelConfig:
@@ -138,6 +145,12 @@ class ModelConfig:
         raise_all(problems)
         return tuple(parts)
 
+    def local_settings(self) -> LocalSettings:
+        """The local attention this config stands for (``attention.*``; ``ConfigError`` for a bad value)."""
+        from attnseq.problems import validated
+
+        return validated(LOCAL_ATTENTION.union(), {"local": self.local, "window": self.window}, "attention")
+
     def validate(self) -> None:
         """Raise ``ConfigError`` naming every bad value, the shapes involved and the fix."""
         from attnseq.problems import raise_all
@@ -146,4 +159,4 @@ class ModelConfig:
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{key}={value!r} must be a whole number ≥ 1.", f"set {key} to a whole number ≥ 1.")
-        raise_all(architecture_problems(*self.parts()))
+        raise_all(architecture_problems(*self.parts(), self.local_settings()))

@@ -19,7 +19,11 @@ decoder's ``teacher_forced`` fast path, which computes the same values and gradi
   (the recurrence does not read the attention), then attention over all steps in one call (an
   additive/concat score through ``kernels.additive_scores``, ``FastPaths.additive_all_steps``).
 
-``FastPaths`` (given at construction) turns the fast paths off. The conventions: docs/attention.md.
+``FastPaths`` (given at construction) turns the fast paths off. An attention within a local window
+(Luong's local-m/local-p) declares it does not fuse (``Attention.fuses``): Bahdanau and Luong with input
+feeding then step; Luong without it attends over all steps in one call through the window. The state
+carries the step index t (``DecoderState.step``), passed to an attention that ``reads_step`` (local-m).
+The conventions: docs/attention.md.
 """
 
 from __future__ import annotations
@@ -109,14 +113,20 @@ class Decoder(nn.Module):
 
     def attention_fuses(self) -> bool:
         """Whether a fused loop, which calls the scorer through its parts, computes what stepping
-        would: one layer, and our own scorer without hooks (a wrapped or hooked attention must see
-        every call)."""
+        would: one layer, our own scorer without hooks (a wrapped or hooked attention must see
+        every call), and one that declares it fuses (``Attention.fuses``: not within a local window)."""
         attention = self.attention
         return (
             self.rnn.num_layers == 1
             and isinstance(attention, Attention)
+            and attention.fuses
             and not (attention._forward_hooks or attention._forward_pre_hooks)
         )
+
+    def step_of(self, step: int) -> dict[str, int]:
+        """The attention's ``step`` argument when it declares it reads one (``reads_step``: local-m),
+        else none (a wrapped attention need not take it)."""
+        return {"step": step} if getattr(self.attention, "reads_step", False) else {}
 
     def run_rnn(self, inputs: Tensor, rnn_state: RNNState) -> Tensor:
         """The RNN over a whole input ``(B, T, d_in)`` → its outputs ``(B, T, d_s)``."""
@@ -162,11 +172,11 @@ class BahdanauDecoder(Decoder):
     def step(self, prev_tokens: Tensor, state: DecoderState, memory: Memory) -> StepOutput:
         query = top_layer(state.rnn)  # (B, d_s): s_{t-1}, before the step
         context, weights = self.attention(
-            query, memory.keys, memory.valid_mask, projected_keys=memory.projected_keys
+            query, memory.keys, memory.valid_mask, projected_keys=memory.projected_keys, **self.step_of(state.step)
         )  # (B, d_k), (B, H, T_enc)
         embedded = self.dropout(self.embedding(prev_tokens))  # (B, E)
         output, rnn_state = self.rnn_step(torch.cat([embedded, context], dim=-1), state.rnn)  # (B, d_s): s_t
-        return self.read_out(output, context, embedded), weights, DecoderState(rnn_state)
+        return self.read_out(output, context, embedded), weights, DecoderState(rnn_state, step=state.step + 1)
 
     def read_out(self, output: Tensor, context: Tensor, embedded: Tensor) -> Tensor:
         """Logits ``(B, [T_dec,] V)`` from s_t, c_t and E y_{t-1}, for one step or all at once."""
@@ -211,13 +221,15 @@ class LuongDecoder(Decoder):
         top = top_layer(encoder_final)  # (B, d_s)
         return DecoderState(encoder_final, torch.zeros_like(top))  # h̃_0 = 0
 
-    def attend(self, output: Tensor, memory: Memory) -> tuple[Tensor, Tensor, Tensor]:
-        """s_t ``(B, [T_dec,] d_s)`` → logits, weights and h̃_t, for one step or all at once."""
+    def attend(self, output: Tensor, memory: Memory, step: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+        """s_t ``(B, [T_dec,] d_s)`` → logits, weights and h̃_t, for one step or all at once (``step``:
+        the first one's index t)."""
         attended = None
         if output.dim() == 3 and self.fast_paths.additive_all_steps and self.attention_fuses():
             attended = fused_decoders.additive_all_steps(self.attention, output, memory)
         if attended is None:
-            attended = self.attention(output, memory.keys, memory.valid_mask, projected_keys=memory.projected_keys)
+            attended = self.attention(output, memory.keys, memory.valid_mask, projected_keys=memory.projected_keys,
+                                      **self.step_of(step))
         context, weights = attended  # (B, [T_dec,] d_k), (B, H, [T_dec,] T_enc)
         attentional = fast_tanh(self.W_c(torch.cat([context, output], dim=-1)))  # (B, [T_dec,] d_s)
         logits = self.W_s(self.dropout(attentional))  # (B, [T_dec,] V)
@@ -227,8 +239,8 @@ class LuongDecoder(Decoder):
         embedded = self.dropout(self.embedding(prev_tokens))  # (B, E)
         rnn_input = torch.cat([embedded, state.feed], dim=-1) if self.input_feeding else embedded  # (B, E [+ d_s])
         output, rnn_state = self.rnn_step(rnn_input, state.rnn)  # (B, d_s): s_t, after the step
-        logits, weights, attentional = self.attend(output, memory)
-        return logits, weights, DecoderState(rnn_state, attentional if self.input_feeding else None)
+        logits, weights, attentional = self.attend(output, memory, state.step)
+        return logits, weights, DecoderState(rnn_state, attentional if self.input_feeding else None, state.step + 1)
 
     def takes_fast_path(self) -> bool:
         return super().takes_fast_path() and (not self.input_feeding or self.attention_fuses())
@@ -238,7 +250,7 @@ class LuongDecoder(Decoder):
             return fused_decoders.luong_input_feeding(self, tgt_in, state, memory)
         embedded = self.dropout(self.embedding(tgt_in))  # (B, T_dec, E)
         outputs = self.run_rnn(embedded, state.rnn)  # (B, T_dec, d_s): s_1..s_T in one call
-        logits, weights, _ = self.attend(outputs, memory)  # (B, T_dec, V), (B, H, T_dec, T_enc)
+        logits, weights, _ = self.attend(outputs, memory, state.step)  # (B, T_dec, V), (B, H, T_dec, T_enc)
         return logits, weights
 
 
@@ -265,7 +277,7 @@ class PlainDecoder(Decoder):
     def step(self, prev_tokens: Tensor, state: DecoderState, memory: Memory) -> StepOutput:
         embedded = self.dropout(self.embedding(prev_tokens))  # (B, E)
         output, rnn_state = self.rnn_step(embedded, state.rnn)  # (B, d_s)
-        return self.output(self.dropout(output)), None, DecoderState(rnn_state)  # (B, V)
+        return self.output(self.dropout(output)), None, DecoderState(rnn_state, step=state.step + 1)  # (B, V)
 
     def teacher_forced(self, tgt_in: Tensor, state: DecoderState, memory: Memory) -> tuple[Tensor, None]:
         embedded = self.dropout(self.embedding(tgt_in))  # (B, T_dec, E)

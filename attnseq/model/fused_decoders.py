@@ -13,7 +13,8 @@ Luong without input feeding scores all steps at once; with such a scorer, throug
 ``additive_all_steps``.
 
 The decoder (``attnseq.model.decoders``) decides when these apply: one layer, an ``Attention``
-called through its parts with no hooks, full teacher forcing, ``FastPaths.fused_decoder``.
+called through its parts with no hooks and declaring it fuses (``Attention.fuses``: no local window),
+full teacher forcing, ``FastPaths.fused_decoder``.
 """
 
 from __future__ import annotations

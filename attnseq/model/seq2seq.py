@@ -63,6 +63,7 @@ def build_seq2seq(config: ModelConfig, fast_paths: FastPaths = DEFAULT_FAST_PATH
     if not config.uses_attention:
         return Seq2Seq(encoder, PlainDecoder(**shared), config)
     attention = build_attention(
-        config.scorer, config.query_dim, encoder.key_dim, heads=config.heads, **config.scorer_options
+        config.scorer, config.query_dim, encoder.key_dim, heads=config.heads, local=config.local_settings(),
+        **config.scorer_options,
     )
     return Seq2Seq(encoder, convention.build(attention, **shared), config)

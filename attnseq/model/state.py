@@ -19,10 +19,12 @@ class Memory(NamedTuple):
 
 
 class DecoderState(NamedTuple):
-    """The recurrent state, plus Luong's input feed h̃_{t-1} when input feeding is on."""
+    """The recurrent state, plus Luong's input feed h̃_{t-1} when input feeding is on, and the index of
+    the target token the next step produces (what local-m attention centres its window on)."""
 
     rnn: RNNState
     feed: Tensor | None = None  # (B, d_s)
+    step: int = 0  # t: every entry of a batch (and every beam) is at the same step
 
 
 def top_layer(rnn_state: RNNState) -> Tensor:
@@ -39,7 +41,7 @@ def select_state(state: DecoderState, index: Tensor) -> DecoderState:
     else:
         rnn = rnn.index_select(1, index)
     feed = None if state.feed is None else state.feed.index_select(0, index)
-    return DecoderState(rnn, feed)
+    return DecoderState(rnn, feed, state.step)
 
 
 def select_memory(memory: Memory, index: Tensor) -> Memory:

@@ -32,6 +32,8 @@ def describe_choices(cfg: TrainConfig | DictConfig) -> str:
     parts = [cfg.dataset.task, cfg.encoder.name, scorer]
     if scorer != "none":
         parts += [cfg.decoder.convention, f"h{cfg.model.heads}"]
+        local = getattr(getattr(cfg, "attention", None), "local", "none")  # Luong's local attention, if on
+        parts += [f"local-{local}"] if local != "none" else []
     return "-".join(str(p) for p in parts)
 
 
