@@ -42,6 +42,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from attnseq.tracking import paths, tags
+from attnseq.tracking.plots import HEATMAP_DPI, HEATMAP_LABEL_PT
 from attnseq.tracking.store import UI_HOST, UI_PORT, ui_url
 from attnseq.tracking.tags import children_of
 
@@ -255,8 +256,9 @@ SCREENSHOTS_ENV = "ATTNSEQ_SCREENSHOTS"
 URL = re.compile(r"https?://[^\s`'\"()]+")
 MAX_CLICKS = 3
 """From the run page to the trained heatmap (issue 24)."""
-LEGIBLE_SCALE = 0.5
-"""The smallest on-screen size of the heatmap, against its own pixels, that leaves its labels readable."""
+LEGIBLE_PX = 9.0
+"""The smallest on-screen height of the heatmap's labels (its tokens, ``HEATMAP_LABEL_PT``) that reads:
+the Artifacts tab scales an image to its pane, so a wide heatmap's labels shrink with it."""
 
 
 def shown(element: str) -> str:
@@ -379,7 +381,8 @@ def assert_the_preview_is_the_last_epochs_heatmap(browser, tiny_run, run, tmp_pa
         const i = {PREVIEWED_IMAGE}, r = i.getBoundingClientRect();
         return [i.naturalWidth, [r.left, r.top, r.right, r.width]];
     }})()""")
-    assert natural > 0 and width / natural >= LEGIBLE_SCALE, (natural, width)
+    label_px = HEATMAP_LABEL_PT / 72 * HEATMAP_DPI * width / natural  # (a point is 1/72 in)
+    assert label_px >= LEGIBLE_PX, f"its labels are {label_px:.1f} px on screen ({natural} px shown in {width:.0f})"
     # its title (the sample, the epoch, the verdict) on the screen, no side cut off
     assert 0 <= left and right <= browser.evaluate("innerWidth"), (left, right)
     assert 0 <= top < browser.evaluate("innerHeight") / 2, top
