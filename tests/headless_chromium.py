@@ -101,6 +101,40 @@ class HeadlessChromium:
                 raise TimeoutError(f"not within {timeout_s:.0f} s: {what or expression}\n--- page text ---\n{text}")
             time.sleep(0.5)
 
+    def click(self, element: str, what: str = "", settle_s: float = 10.0) -> None:
+        """Click the element the JavaScript expression ``element`` finds as a user would: scrolled
+        into view, the mouse pressed and released at its centre (real input events, which MLflow's
+        tabs and tree need: a scripted ``.click()`` does not switch a tab), once the element has
+        stopped moving (a page still laying itself out would take the click elsewhere). Refused when
+        something else lies on top of that point."""
+        where = f"""(() => {{
+            const e = {element};
+            if (!e) return null;
+            e.scrollIntoView({{block: 'nearest', inline: 'nearest'}});
+            const r = e.getBoundingClientRect(), x = r.left + r.width / 2, y = r.top + r.height / 2;
+            const top = document.elementFromPoint(x, y);
+            return top && (e === top || e.contains(top) || top.contains(e)) ? [x, y] : null;
+        }})()"""
+        deadline = time.monotonic() + settle_s
+        centre = self.evaluate(where)
+        while True:
+            time.sleep(0.3)
+            again = self.evaluate(where)
+            if again is not None and again == centre or time.monotonic() > deadline:
+                break
+            centre = again
+        if again is None or again != centre:
+            raise LookupError(f"nothing to click (absent, covered or still moving): {what or element}")
+        x, y = centre
+        self.send("Input.dispatchMouseEvent", type="mouseMoved", x=x, y=y)
+        for kind in ("mousePressed", "mouseReleased"):
+            self.send("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
+
+    def pages(self) -> list[dict]:
+        """The browser's pages (tabs): DevTools' target infos, each with its ``url`` and, for one a
+        link opened, its ``openerId``."""
+        return [t for t in self.send("Target.getTargets")["targetInfos"] if t["type"] == "page"]
+
     def screenshot(self, path: Path) -> Path:
         data = self.send("Page.captureScreenshot", format="png")["data"]
         path.write_bytes(base64.b64decode(data))

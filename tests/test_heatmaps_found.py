@@ -14,6 +14,7 @@ from matplotlib.text import Text
 
 from attnseq.tracking import paths, tags
 from attnseq.tracking.plots import ARGMAX_LABEL, GOLD_LABEL, HEATMAP_DPI, HEATMAP_MIN_WIDTH_IN, attention_heatmap
+from attnseq.tracking.store import ui_route
 from attnseq.training.artifacts import heatmap_title
 
 CHECK_DPI = 40
@@ -72,3 +73,5 @@ def test_the_run_note_says_what_the_run_is_and_where_each_picture_is(tiny_run):
     named = [name for name in re.findall(r"`([^`]+)`", note) if name.endswith(".png")]
     assert paths.heatmap_file("long") in named and paths.LENGTH_FIGURE in named
     assert set(named) <= artifact_paths(tiny_run.client, run.info.run_id)  # every picture it names is there
+    for name in named:  # each a link that opens it in the Artifacts tab, relative to the UI's address
+        assert f"[`{name}`]({ui_route(run.info.experiment_id, run.info.run_id, name)})" in note, name

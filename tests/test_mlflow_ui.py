@@ -2,17 +2,26 @@
 the DevTools protocol: ``headless_chromium``), served by ``mlflow server`` on loopback from a store
 holding a 2-job sweep, its evaluation and the comparison run: the pages attnseq's URLs open are in
 the model-training view, a heatmap image loads, the length-curve chart overlays the two runs, and the
-comparison run sits under the sweep parent. Every screenshot is kept in ``test-artifacts/mlflow_ui/``."""
+comparison run sits under the sweep parent. Every screenshot is kept in ``test-artifacts/mlflow_ui/``.
+
+Then a newcomer's first hour (issue 24), on ``tiny_run``'s store served by ``make ui``'s own server
+(``attnseq.tracking.ui_server``): the link it prints and the run link ``train.py`` printed, opened as
+printed, show the training view on their first screen, and the run's last-epoch heatmap is one click
+(the run description's link) or three (Artifacts → ``attention`` → ``long.png``) from the run page,
+real mouse clicks each. Those screenshots go to ``$ATTNSEQ_SCREENSHOTS`` (else the test's folder)."""
 
 from __future__ import annotations
 
+import base64
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import requests
@@ -32,7 +41,9 @@ from headless_chromium import HeadlessChromium, chromium_executable
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
-from attnseq.tracking.store import ui_url
+from attnseq.tracking import paths, tags
+from attnseq.tracking.plots import HEATMAP_DPI, HEATMAP_LABEL_PT
+from attnseq.tracking.store import UI_HOST, UI_PORT, ui_url
 from attnseq.tracking.tags import children_of
 
 pytestmark = pytest.mark.slow
@@ -237,3 +248,191 @@ def test_the_sweeps_link_opens_the_list_of_its_jobs(ui):
     for job in ui["kind"]["train"]:
         browser.wait_for(link_shown(job.info.run_name), PAGE_S, f"the sweep's job {job.info.run_name}")
     screenshot(ui, "sweep_jobs.png")
+
+
+# -- the links a newcomer is given, opened as printed ------------------------------------------------
+SCREENSHOTS_ENV = "ATTNSEQ_SCREENSHOTS"
+"""A folder to keep the newcomer-path screenshots in (for a note); by default the test's own folder."""
+URL = re.compile(r"https?://[^\s`'\"()]+")
+MAX_CLICKS = 3
+"""From the run page to the trained heatmap (issue 24)."""
+LEGIBLE_PX = 9.0
+"""The smallest on-screen height of the heatmap's labels (its tokens, ``HEATMAP_LABEL_PT``) that reads:
+the Artifacts tab scales an image to its pane, so a wide heatmap's labels shrink with it."""
+
+
+def shown(element: str) -> str:
+    """JavaScript: is the element the expression finds laid out inside the window (its first screen)?"""
+    return f"""(() => {{
+        const e = {element};
+        if (!e) return false;
+        const r = e.getBoundingClientRect();
+        return r.width > 0 && r.height > 0 && r.top >= 0 && r.left >= 0 && r.bottom <= innerHeight
+            && r.right <= innerWidth;
+    }})()"""
+
+
+def with_text(text: str) -> str:
+    """JavaScript: the first element laid out on the page whose own text is exactly ``text``."""
+    return f"""(() => {{
+        if (!document.body) return null;  // a page still loading
+        const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+        for (let node; (node = walk.nextNode());) {{
+            if (node.nodeValue.trim() !== {text!r}) continue;
+            const r = node.parentElement.getBoundingClientRect();
+            if (r.width > 0 && r.height > 0) return node.parentElement;
+        }}
+        return null;
+    }})()"""
+
+
+def tab(name: str) -> str:
+    return f"Array.from(document.querySelectorAll('[role=tab]')).find(t => t.innerText.trim() === {name!r})"
+
+
+PREVIEWED_IMAGE = """Array.from(document.images).find(i => i.src.startsWith('blob:') && i.complete && i.naturalWidth > 0
+    && i.getBoundingClientRect().width > 0)"""
+"""The image the Artifacts tab previews (MLflow fetches the file and shows it from a blob URL)."""
+
+
+@pytest.fixture(scope="module")
+def made_ui(tiny_run, tmp_path_factory):
+    """``make ui``'s server (``attnseq.tracking.ui_server``, with the Makefile's arguments) on
+    ``tiny_run``'s store, the experiment link it printed, and a fresh headless Chromium: a newcomer's
+    browser, no UI state saved."""
+    chromium = chromium_executable()
+    assert chromium, "no chromium on PATH: scripts/install-system-deps installs it"
+    root = tmp_path_factory.mktemp("made_ui")
+    port = free_port()
+    log_path = root / "ui_server.log"
+    log = log_path.open("w")  # a file, not a pipe: the server logs every request the pages make
+    server = subprocess.Popen(
+        [sys.executable, "-m", "attnseq.tracking.ui_server", "--backend-store-uri", tiny_run.uri,
+         "--host", "127.0.0.1", "--port", str(port)],
+        cwd=root, env=clean_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    browser = None
+    experiment_id = tiny_run.runs[0].info.experiment_id
+    try:
+        deadline = time.monotonic() + SERVER_START_S
+        while True:
+            links = [u for u in URL.findall(log_path.read_text()) if f"/experiments/{experiment_id}/" in u]
+            try:
+                if links and requests.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            assert server.poll() is None, log_path.read_text()[-3000:]
+            assert time.monotonic() < deadline, f"make ui's server did not answer within {SERVER_START_S} s"
+            time.sleep(1)
+        browser = HeadlessChromium(chromium, root / "profile")
+        shots = Path(os.environ.get(SCREENSHOTS_ENV) or root / "screenshots")
+        shots.mkdir(parents=True, exist_ok=True)
+        yield {"browser": browser, "address": f"127.0.0.1:{port}", "link": links[0], "shots": shots}
+    finally:
+        if browser is not None:
+            browser.close()
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+        log.close()
+
+
+def test_the_link_make_ui_prints_opens_the_runs_table_on_its_first_screen(made_ui, tiny_run):
+    browser, (run,) = made_ui["browser"], tiny_run.runs
+    browser.goto(made_ui["link"])
+    name = f"(() => {{ const e = {with_text(run.info.run_name)}; return e && e.closest('a'); }})()"
+    browser.wait_for(shown(name), PAGE_S, "the run's name in the runs table, on the first screen")
+    text = page_text(browser)
+    assert re.search(r"\b1 matching run\b", text), text[:2000]  # the runs table's count: the training view
+    assert "Detect Issues" not in text and "Observability" not in text  # nothing of the GenAI view
+    browser.screenshot(made_ui["shots"] / "1_make_ui_link_runs_table.png")
+
+
+def open_the_printed_run_link(made_ui, tiny_run):
+    """Open the run link ``train.py`` printed, on the port this test's UI listens on, and wait for
+    the run's Overview."""
+    browser, (run,) = made_ui["browser"], tiny_run.runs
+    [printed] = {u for u in URL.findall(tiny_run.proc.stdout) if f"/runs/{run.info.run_id}" in u}
+    parts = urlsplit(printed)
+    assert parts.netloc == f"{UI_HOST}:{UI_PORT}", printed  # where `make ui` listens by default
+    browser.goto(urlunsplit(parts._replace(netloc=made_ui["address"])))
+    browser.wait_for(f"{tab('Overview')} && {tab('Overview')}.getAttribute('aria-selected') === 'true'"
+                     f" && {shown(with_text(run.info.run_name))}", PAGE_S, "the run's Overview")
+    return run
+
+
+def assert_the_preview_is_the_last_epochs_heatmap(browser, tiny_run, run, tmp_path) -> None:
+    """The image the Artifacts tab previews is the run's last-epoch long heatmap, byte for byte,
+    whole and large enough to read."""
+    browser.wait_for(f"!!({PREVIEWED_IMAGE})", PAGE_S, "the previewed heatmap, loaded")
+    shown_png = base64.b64decode(browser.evaluate(f"""(async () => {{
+        const bytes = new Uint8Array(await (await fetch({PREVIEWED_IMAGE}.src)).arrayBuffer());
+        let text = '';
+        for (let i = 0; i < bytes.length; i += 0x8000) text += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+        return btoa(text);
+    }})()"""))
+    logged = Path(tiny_run.client.download_artifacts(run.info.run_id, paths.heatmap_file("long"), str(tmp_path)))
+    assert shown_png == logged.read_bytes(), f"the preview is not {paths.heatmap_file('long')}"
+    natural, (left, top, right, width) = browser.evaluate(f"""(() => {{
+        const i = {PREVIEWED_IMAGE}, r = i.getBoundingClientRect();
+        return [i.naturalWidth, [r.left, r.top, r.right, r.width]];
+    }})()""")
+    label_px = HEATMAP_LABEL_PT / 72 * HEATMAP_DPI * width / natural  # (a point is 1/72 in)
+    assert label_px >= LEGIBLE_PX, f"its labels are {label_px:.1f} px on screen ({natural} px shown in {width:.0f})"
+    # its title (the sample, the epoch, the verdict) on the screen, no side cut off
+    assert 0 <= left and right <= browser.evaluate("innerWidth"), (left, right)
+    assert 0 <= top < browser.evaluate("innerHeight") / 2, top
+
+
+def test_the_run_link_train_py_prints_opens_the_overview_and_the_trained_heatmap_is_3_clicks_away(
+        made_ui, tiny_run, tmp_path):
+    browser, shots = made_ui["browser"], made_ui["shots"]
+    run = open_the_printed_run_link(made_ui, tiny_run)
+    # the first screen: the run's Overview, its description (the note) and its metrics
+    first_line = next(line for line in run.data.tags[tags.NOTE].splitlines() if line.strip()).replace("`", "")
+    note = f"Array.from(document.querySelectorAll('p')).find(p => p.innerText.trim() === {first_line.strip()!r})"
+    browser.wait_for(shown(note), PAGE_S, "the run's description, on the first screen")
+    metrics = "Array.from(document.querySelectorAll('h4')).find(h => /^Metrics \\(\\d+\\)$/.test(h.innerText.trim()))"
+    assert browser.evaluate(shown(metrics)), "the run's metrics do not start on the first screen"
+    assert "Observability" not in page_text(browser)
+    browser.screenshot(shots / "2_run_link_overview.png")
+
+    # to the last epoch's long heatmap: Artifacts, its folder, its file
+    folder, file = paths.heatmap_file("long").split("/")
+    clicks = [(tab("Artifacts"), with_text(folder), "the Artifacts tab"),
+              (with_text(folder), with_text(file), f"the {folder}/ folder"),
+              (with_text(file), PREVIEWED_IMAGE, file)]
+    assert len(clicks) <= MAX_CLICKS
+    for step, (target, then, what) in enumerate(clicks, start=3):
+        browser.wait_for(shown(target), PAGE_S, f"{what}, to click")
+        browser.click(target, what)
+        browser.wait_for(f"!!({then})", PAGE_S, f"what clicking {what} shows")
+        time.sleep(0.5)  # the preview pane lays the image out once it has loaded
+        browser.screenshot(shots / f"{step}_clicked_{re.sub(r'[^a-z]+', '_', what.lower()).strip('_')}.png")
+    assert_the_preview_is_the_last_epochs_heatmap(browser, tiny_run, run, tmp_path)
+
+
+def test_the_run_notes_link_opens_the_trained_heatmap_in_one_click(made_ui, tiny_run, tmp_path):
+    """The run's description names each picture as a link (``ui_route``): on the run page's first
+    screen, one click opens the heatmap in the Artifacts tab, in a new browser tab (MLflow opens a
+    note's links so)."""
+    browser = made_ui["browser"]
+    run = open_the_printed_run_link(made_ui, tiny_run)
+    link = f"(() => {{ const e = {with_text(paths.heatmap_file('long'))}; return e && e.closest('a'); }})()"
+    browser.wait_for(shown(link), PAGE_S, "the note's link to the long heatmap, on the first screen")
+    this_page = {page["targetId"] for page in browser.pages() if page["attached"]}
+    browser.click(link, "the note's link")
+    deadline = time.monotonic() + PAGE_S
+    while not (opened := [page for page in browser.pages() if page.get("openerId") in this_page]):
+        assert time.monotonic() < deadline, ("clicking the note's link opened no tab", browser.pages())
+        time.sleep(0.5)
+    [new_tab] = opened
+    assert f"/runs/{run.info.run_id}/artifacts/{paths.heatmap_file('long')}" in new_tab["url"], new_tab["url"]
+    browser.send("Target.closeTarget", targetId=new_tab["targetId"])
+    browser.goto(new_tab["url"])  # what that tab shows, in the page this test drives
+    assert_the_preview_is_the_last_epochs_heatmap(browser, tiny_run, run, tmp_path)
+    browser.screenshot(made_ui["shots"] / "6_note_link_opens_long_heatmap.png")

@@ -16,7 +16,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_GIT_DIRTY, MLFLOW
 from attnseq.tracking import paths, provenance, tags
 from attnseq.tracking.length_curves import length_curve_points, log_length_curves
 from attnseq.tracking.run import TrackedRun
-from attnseq.tracking.store import EXPERIMENT_KIND, MODEL_TRAINING_KIND, ensure_experiment, ui_url
+from attnseq.tracking.store import EXPERIMENT_KIND, MODEL_TRAINING_KIND, ensure_experiment, ui_route, ui_url
 from attnseq.training.logger import RunLogger
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,6 +48,14 @@ def test_ui_urls_open_the_model_training_view():
     assert ui_url(f"https://me:{SECRET}@mlflow.example.org:8443/", "7") == (
         "https://mlflow.example.org:8443/#/experiments/7?workflowType=machine_learning"
     )
+
+
+def test_an_artifacts_route_opens_it_in_the_runs_artifacts_tab_relative_to_any_address():
+    assert ui_route("3", "abc123", "attention/long.png") == (
+        "#/experiments/3/runs/abc123/artifacts/attention/long.png?workflowType=machine_learning"
+    )
+    assert ui_route("3", "abc123", "a b/c#d.png").split("?")[0].endswith("/artifacts/a%20b/c%23d.png")
+    assert ui_url("sqlite:///mlflow.db", "3", "abc123").endswith("/" + ui_route("3", "abc123"))
 
 
 BUCKET_ROWS = [  # as LengthBucketedAccuracy.bucket_table writes them: 06-10 has no sequences

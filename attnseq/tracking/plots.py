@@ -21,12 +21,15 @@ ARGMAX_LABEL = "attention argmax"
 
 
 HEATMAP_DPI = 150
-"""Pixels per inch of every heatmap: a source or output token gets ``HEATMAP_CELL_IN`` inches (48 px)
-and its label is 9 pt, 19 px tall, so a full-size heatmap is ``150 × (0.32 × T_src + 1.8)`` px wide
-(a 12-token source: 846 px; 24 tokens: 1422 px) and ``150 × (0.32 × T_out + 1.9)`` px tall. MLflow's
+"""Pixels per inch of every heatmap: a source or output token gets ``HEATMAP_CELL_IN`` inches (30 px)
+and its label is 9 pt, 19 px tall, so a full-size heatmap is ``150 × (0.2 × T_src + 1.8)`` px wide
+(a 12-token source: 630 px; 30 tokens: 1170 px) and ``150 × (0.2 × T_out + 1.9)`` px tall. MLflow's
 image cards show a copy scaled to at most 256 px (``mlflow.tracking.multimedia.compress_image_size``);
-the full image opens when a card is clicked."""
-HEATMAP_CELL_IN = 0.32
+the full image opens when a card is clicked. The Artifacts tab fits an image to its preview pane
+(about 680 px wide in a 1600-px window, MLflow's assistant panel open): the cell is no larger than
+a rotated label needs, so that a 30-token heatmap's labels still read there (10 px; at 48 px a
+cell, 7 px)."""
+HEATMAP_CELL_IN = 0.2
 HEATMAP_LABEL_PT = 9
 HEATMAP_MIN_WIDTH_IN = 4.0
 """The narrowest heatmap (600 px): room for the legend on one line and a title in two."""

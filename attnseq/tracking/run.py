@@ -129,6 +129,10 @@ class TrackedRun:
         """The params the run holds now."""
         return dict(self._call("reading the run", self.client.get_run, self.run_id).data.params)
 
+    def experiment_id(self) -> str:
+        """The id of the experiment the run is in."""
+        return self._call("reading the run", self.client.get_run, self.run_id).info.experiment_id
+
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         batch = [RunTag(key, _tag_value(key, value)) for key, value in tags.items()]
         self._log_batch("setting tags", tags=batch)

@@ -291,8 +291,21 @@ def ui_url(tracking_uri: str, experiment_id: str, run_id: str | None = None,
     if runs_filter is not None:
         search = f"&searchFilter={quote(runs_filter, safe='')}" if runs_filter else ""
         return f"{address}/#/experiments/{experiment_id}/runs?{WORKFLOW_TYPE}{search}"
+    return f"{address}/{ui_route(experiment_id, run_id)}"
+
+
+def ui_route(experiment_id: str, run_id: str | None = None, artifact: str | None = None) -> str:
+    """The UI's route to an experiment's page, one of its runs, or one of a run's artifacts (its
+    Artifacts tab, that file open), in the model-training view:
+    ``#/experiments/<id>/runs/<run id>/artifacts/<path>?workflowType=machine_learning``. It is what
+    follows the address in ``ui_url``; on its own, a link relative to whatever address serves the UI
+    (a run's note links its pictures with it)."""
     page = f"/experiments/{experiment_id}" + (f"/runs/{run_id}" if run_id else "")
-    return f"{address}/#{page}?{WORKFLOW_TYPE}"
+    if artifact is not None:
+        if run_id is None:
+            raise ValueError("an artifact's route needs its run")
+        page += f"/artifacts/{quote(artifact, safe='/')}"
+    return f"#{page}?{WORKFLOW_TYPE}"
 
 
 UI_HOST = "127.0.0.1"

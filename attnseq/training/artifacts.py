@@ -34,6 +34,7 @@ from __future__ import annotations
 import copy
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -57,6 +58,7 @@ from attnseq.tracking.logged_model import log_translator
 from attnseq.tracking.plots import accuracy_vs_length, attention_heatmap, figure_to_array, write_png
 from attnseq.tracking.redaction import redact_document
 from attnseq.tracking.run import TrackedRun
+from attnseq.tracking.store import ui_route
 from attnseq.training.lit_module import Seq2SeqLitModule, decode_length_limit
 
 
@@ -90,9 +92,15 @@ def epochs(count: int) -> str:
     return f"{count} epoch{'' if count == 1 else 's'}"
 
 
-def run_note(data: Seq2SeqDataModule, module: Seq2SeqLitModule, heatmap_labels: list[str]) -> str:
+def run_note(data: Seq2SeqDataModule, module: Seq2SeqLitModule, heatmap_labels: list[str],
+             link: Callable[[str], str] | None = None) -> str:
     """The run's description (MLflow's note, Markdown) in two lines: what was trained, and where its
-    pictures are."""
+    pictures are; with ``link`` (an artifact's path -> its UI route, ``attnseq.tracking.store.ui_route``)
+    each picture's name is a link that opens it, one click from the run page's first screen."""
+
+    def named(artifact: str) -> str:
+        return f"[`{artifact}`]({link(artifact)})" if link else f"`{artifact}`"
+
     model = module.model.config
     heads = f"{model.heads} head{'s' if model.heads > 1 else ''}"
     lo, hi = module.train_lengths
@@ -100,8 +108,9 @@ def run_note(data: Seq2SeqDataModule, module: Seq2SeqLitModule, heatmap_labels: 
             f"({heads}), {model.decoder} decoder, {module.model.num_parameters():,} parameters, trained on "
             f"source lengths {lo}-{hi}.")
     pictures = [paths.heatmap_file(label) for label in heatmap_labels] + [paths.LENGTH_FIGURE]
-    where = (f"Pictures (Artifacts tab, at the end of training): {', '.join(f'`{p}`' for p in pictures)}"
-             + (f"; the best checkpoint's heatmaps: `{paths.best_heatmap_file(heatmap_labels[0])}`, ...; every "
+    opened = "a click opens one; all in the Artifacts tab" if link else "Artifacts tab"
+    where = (f"Pictures ({opened}, at the end of training): {', '.join(named(p) for p in pictures)}"
+             + (f"; the best checkpoint's heatmaps: {named(paths.best_heatmap_file(heatmap_labels[0]))}, ...; every "
                 f"epoch's: Model metrics, `{paths.attention_image(heatmap_labels[0])}` (slider)." if heatmap_labels
                 else "."))
     return f"{what}\n\n{where}"
@@ -165,7 +174,9 @@ class RunArtifacts(Callback):
             self.run.log_params(signature_params())
         if self.heatmap_samples and pl_module.model.attention is not None:
             self.samples = pick_heatmap_samples(data.val_examples, pl_module.train_lengths, self.heatmap_samples)
-        self.run.set_tags({tags.NOTE: run_note(data, pl_module, list(self.samples))})
+        experiment_id, run_id = self.run.experiment_id(), self.run.run_id
+        note = run_note(data, pl_module, list(self.samples), lambda path: ui_route(experiment_id, run_id, path))
+        self.run.set_tags({tags.NOTE: note})
 
     # -- every epoch ---------------------------------------------------------------------
     def on_validation_end(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
