@@ -64,11 +64,16 @@ class Runtime:
     def __exit__(self, exc_type: Any, error: BaseException | None, tb: Any) -> None:
         self._entered = False
         redacted = self._console_redacted
+        reader_gone = isinstance(error, BrokenPipeError)  # `translate.py … | head`: the reader stopped reading
+        if reader_gone:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # what is still buffered goes nowhere
         try:
             self._undo.close()
         finally:
-            if redacted and error is not None and not isinstance(error, SystemExit):
+            if redacted and error is not None and not isinstance(error, SystemExit | BrokenPipeError):
                 sys.excepthook = _redacting_excepthook(frozenset(self.secrets))
+        if reader_gone:
+            raise SystemExit(141)  # as a shell reports a command ended by SIGPIPE (128 + 13), no traceback
 
     def at_exit(self, callback: Callable[[], Any]) -> bool:
         """Call ``callback`` at the exit (before the settings made so far are undone), whatever ends the

@@ -130,6 +130,22 @@ def test_a_runtime_not_entered_touches_nothing():
 
 
 # -- the command line, composed before anything heavy -----------------------------------------------
+def test_a_reader_that_stops_reading_ends_the_command_quietly():
+    """``translate.py … | head -1``: the pipe's reader leaves; the command ends with the shell's SIGPIPE
+    status (141) and no traceback, the rest of its output dropped."""
+    writer = ("from attnseq.runtime import Runtime\n"
+              "with Runtime():\n"
+              "    for n in range(10**6):\n"
+              "        print(f'line {n}')\n")
+    proc = subprocess.Popen([sys.executable, "-c", writer], cwd=REPO, env=clean_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout.readline() == b"line 0\n"
+    proc.stdout.close()
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141, stderr
+    assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr
+
+
 def test_the_command_line_overrides_and_hydra_flags():
     assert command_line_overrides(["scorer=dot", "-m", "model.heads=1,4"]) == (["scorer=dot", "model.heads=1,4"], True)
     assert command_line_overrides(["--cfg", "job", "scorer=dot"]) == (["scorer=dot"], False)
