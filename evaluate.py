@@ -20,7 +20,14 @@ from pathlib import Path  # noqa: E402
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from attnseq.cli import check_before_the_run, checked_command_line, config_help, user_errors, wants_help  # noqa: E402
+from attnseq.cli import (  # noqa: E402
+    check_before_the_run,
+    checked_command_line,
+    config_help,
+    hydra_answers_alone,
+    user_errors,
+    wants_help,
+)
 from attnseq.config import resolvers  # noqa: E402, F401  (registers ${attnseq.unique:})
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"
@@ -44,5 +51,8 @@ if __name__ == "__main__":
         configs = checked_command_line("evaluate", sys.argv[1:], CONF_DIR)  # a typo fails here, before torch loads
         with user_errors():
             runtime.configure_tracking(configs, sys.argv[1:])
+        if hydra_answers_alone(sys.argv[1:]):  # --cfg job, --hydra-help: Hydra prints, no job runs
+            main()
+            raise SystemExit(0)
         check_before_the_run("evaluate", configs, sys.argv[1:])  # the filter's syntax: before Hydra's run folder
         main()

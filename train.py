@@ -27,6 +27,7 @@ from attnseq.cli import (  # noqa: E402
     check_before_the_run,
     checked_command_line,
     config_help,
+    hydra_answers_alone,
     is_sweep,
     user_errors,
     wants_help,
@@ -55,6 +56,9 @@ if __name__ == "__main__":
         configs = checked_command_line("train", sys.argv[1:], CONF_DIR)  # a typo fails here, before torch loads
         with user_errors():
             runtime.configure_tracking(configs, sys.argv[1:])
+        if hydra_answers_alone(sys.argv[1:]):  # --cfg job, --hydra-help: Hydra prints, no job runs
+            main()
+            raise SystemExit(0)
         # the config is sound: the heavy imports now, before Hydra sets up logging, so that Lightning keeps
         # its own plain console lines (it adds its handler only while the root logger has none)
         import attnseq.training.pipeline  # noqa: F401

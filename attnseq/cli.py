@@ -87,6 +87,16 @@ def command_line_overrides(argv: list[str]) -> tuple[list[str], bool] | None:
     return overrides, multirun
 
 
+HYDRA_ANSWERS_ALONE = ("--cfg", "-c", "--hydra-help", "--info", "-i", "--shell-completion", "-sc")
+"""Hydra's flags that print something (the config, its help, its info) and run no job."""
+
+
+def hydra_answers_alone(argv: list[str]) -> bool:
+    """A command line Hydra answers without running the job (``--cfg job``, ``--hydra-help``, …): no
+    heavy import is needed for it."""
+    return any(argument.partition("=")[0] in HYDRA_ANSWERS_ALONE for argument in argv)
+
+
 def is_sweep(argv: list[str]) -> bool:
     """A command line that starts a multirun (``-m``, ``--multirun``)."""
     return any(argument in ("-m", "--multirun") for argument in argv)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from cli_helpers import REPO, TRAIN_PY, child_cpu_s, clean_env, explain
 
 from attnseq.tracking import tags
@@ -28,11 +29,13 @@ def test_help_answers_within_the_bound():
     assert cpu_s < HELP_BOUND_S, cpu_s
 
 
-def test_help_imports_nothing_heavy():
-    """What makes --help fast: it is answered before torch, Lightning or MLflow is imported."""
+@pytest.mark.parametrize("flags", [["--help"], ["--hydra-help"], ["--cfg", "job"]], ids=" ".join)
+def test_help_imports_nothing_heavy(flags, tmp_path):
+    """What makes --help fast: it is answered before torch, Lightning or MLflow is imported; so are
+    Hydra's own answers that run no job (its help, the composed config)."""
     probe = (
         "import runpy, sys\n"
-        f"sys.argv = [{str(TRAIN_PY)!r}, '--help']\n"
+        f"sys.argv = [{str(TRAIN_PY)!r}, *{flags!r}, 'hydra.run.dir={tmp_path}/out']\n"
         "try:\n"
         f"    runpy.run_path({str(TRAIN_PY)!r}, run_name='__main__')\n"
         "except SystemExit:\n"
