@@ -60,6 +60,16 @@ CHILD_ROW_EXPANDER = 'button[data-component-id$="runnamecellrenderer.tsx_46"]'
 """The +/- button before a parent run's name in the runs list (MLflow 3.17's component id)."""
 
 
+def stop_session(server: subprocess.Popen) -> None:
+    """Stop the server and its workers: the session it leads (SIGTERM, then SIGKILL after 30 s)."""
+    os.killpg(server.pid, signal.SIGTERM)
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
+
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory):
     chromium = chromium_executable()
@@ -101,12 +111,7 @@ def ui(tmp_path_factory):
     finally:
         if browser is not None:
             browser.close()
-        os.killpg(server.pid, signal.SIGTERM)  # the server and its workers: the session it leads
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        stop_session(server)
         log.close()
 
 
@@ -332,12 +337,7 @@ def made_ui(tiny_run, tmp_path_factory):
     finally:
         if browser is not None:
             browser.close()
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        stop_session(server)
         log.close()
 
 

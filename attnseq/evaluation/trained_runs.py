@@ -65,15 +65,19 @@ def get_run(client: TrackingClient, run_id: str) -> Run:
         ) from None
 
 
+def searched_experiments(client: TrackingClient, experiment_name: str | None) -> list[str]:
+    """The ids of the experiments to look in: ``experiment_name``'s, or every one."""
+    if not experiment_name:
+        return client.experiment_ids()
+    experiment_id = client.experiment_id(experiment_name)
+    if experiment_id is None:
+        raise ConfigError(f"no MLflow experiment named {experiment_name!r}.", "check the name in the MLflow UI.")
+    return [experiment_id]
+
+
 def latest_sweep(client: TrackingClient, experiment_name: str | None) -> str:
     """The id of the most recent sweep's parent run (in ``experiment_name`` when given)."""
-    if experiment_name:
-        experiment_id = client.experiment_id(experiment_name)
-        if experiment_id is None:
-            raise ConfigError(f"no MLflow experiment named {experiment_name!r}.", "check the name in the MLflow UI.")
-        experiment_ids = [experiment_id]
-    else:
-        experiment_ids = client.experiment_ids()
+    experiment_ids = searched_experiments(client, experiment_name)
     sweeps = client.runs(experiment_ids, filter_string=tags.tag_equals(tags.KIND, tags.SWEEP),
                          order_by=["attributes.start_time DESC"], max_results=1)
     if not sweeps:
@@ -86,13 +90,7 @@ def latest_sweep(client: TrackingClient, experiment_name: str | None) -> str:
 
 def latest_training_run(client: TrackingClient, experiment_name: str | None) -> Run:
     """The most recent finished training run (in ``experiment_name`` when given)."""
-    if experiment_name:
-        experiment_id = client.experiment_id(experiment_name)
-        if experiment_id is None:
-            raise ConfigError(f"no MLflow experiment named {experiment_name!r}.", "check the name in the MLflow UI.")
-        experiment_ids = [experiment_id]
-    else:
-        experiment_ids = client.experiment_ids()
+    experiment_ids = searched_experiments(client, experiment_name)
     query = f"{tags.tag_equals(tags.KIND, tags.TRAIN)} and attributes.status = 'FINISHED'"
     runs = client.runs(experiment_ids, filter_string=query, order_by=["attributes.start_time DESC"], max_results=1)
     if not runs:
