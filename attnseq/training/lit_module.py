@@ -182,8 +182,13 @@ class Seq2SeqLitModule(L.LightningModule):
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         tokens = self._evaluate(batch, self.val_metrics)
+        batches = self.trainer.num_val_batches[0] if self.trainer.num_val_batches else 1
+        sampled = sample_batches(int(batches))  # the first, middle and last batch: short to long sources
         if batch_idx == 0:
-            self.last_samples = samples(batch, tokens, self.trainer.datamodule)
+            self.last_samples = []
+        if batch_idx in sampled:
+            rank = sampled.index(batch_idx) / max(len(sampled) - 1, 1)  # 0: its shortest source … 1: its longest
+            self.last_samples += samples(batch, tokens, self.trainer.datamodule, [rank] if len(sampled) > 1 else None)
 
     def on_validation_epoch_end(self) -> None:
         values = self._log_epoch(self.val_metrics)
@@ -202,11 +207,19 @@ SAMPLES = 3
 """Sample outputs kept at each validation."""
 
 
-def samples(batch: Batch, tokens: Tensor, data) -> list[dict]:
-    """``SAMPLES`` examples of the first validation batch (its shortest, middle and longest source:
-    the same ones every epoch), as text: source, reference, hypothesis and whether it is right."""
+def sample_batches(count: int) -> list[int]:
+    """The validation batches samples come from: the first, middle and last (batches are grouped by
+    length, so these hold short, middle and long sources); fewer when there are fewer batches."""
+    return sorted({round(i * (count - 1) / max(SAMPLES - 1, 1)) for i in range(SAMPLES)})
+
+
+def samples(batch: Batch, tokens: Tensor, data, ranks: list[float] | None = None) -> list[dict]:
+    """Examples of a validation batch at ``ranks`` of its source lengths (0: the shortest, 1: the
+    longest; by default ``SAMPLES`` from shortest to longest), the same ones every epoch, as text:
+    source, reference, hypothesis and whether it is right."""
     order = torch.argsort(batch.src_lengths.cpu(), stable=True).tolist()
-    picked = dict.fromkeys(order[round(i * (len(order) - 1) / max(SAMPLES - 1, 1))] for i in range(SAMPLES))
+    ranks = ranks if ranks is not None else [i / max(SAMPLES - 1, 1) for i in range(SAMPLES)]
+    picked = dict.fromkeys(order[round(rank * (len(order) - 1))] for rank in ranks)
     rows = []
     for i in picked:
         source = data.src_tokenizer.detokenize(data.src_vocab.decode(batch.src[i, : batch.src_lengths[i]].tolist()))
