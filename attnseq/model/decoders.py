@@ -23,7 +23,8 @@ decoder's ``teacher_forced`` fast path, which computes the same values and gradi
 (Luong's local-m/local-p) declares it does not fuse (``Attention.fuses``): Bahdanau and Luong with input
 feeding then step; Luong without it attends over all steps in one call through the window. The state
 carries the step index t (``DecoderState.step``), passed to an attention that ``reads_step`` (local-m).
-The conventions: docs/attention.md.
+``SequenceDecoder`` is what every decoder shares, the recurrent ones and the Transformer decoder
+(``attnseq.model.transformer_decoder``). The conventions: docs/attention.md.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ class SequenceDecoder(nn.Module):
 
     def takes_fast_path(self) -> bool:
         """Whether full teacher forcing runs ``teacher_forced`` rather than ``step`` by step."""
-        return self.fast_paths.fused_decoder
+        return False
 
     def project_keys(self, keys: Tensor) -> Tensor | None:
         """What the attention derives from the keys alone, once per batch (``Memory.projected_keys``):
@@ -135,6 +136,9 @@ class Decoder(SequenceDecoder):
         self.embedding = nn.Embedding(vocab_size, embedding_dim, padding_idx=padding_idx)
         self.dropout = nn.Dropout(dropout)
         self.rnn = build_rnn(cell, rnn_input_size, hidden_size, layers, dropout)
+
+    def takes_fast_path(self) -> bool:
+        return self.fast_paths.fused_decoder
 
     def attention_fuses(self) -> bool:
         """Whether a fused loop, which calls the scorer through its parts, computes what stepping
