@@ -27,6 +27,7 @@ from attnseq.config import validate_train
 from attnseq.data.errors import DataError
 from attnseq.errors import ConfigError
 from attnseq.model import build_seq2seq
+from attnseq.model.conventions import decoder_convention
 from attnseq.training import build_datamodule, model_config, train, validate
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -224,6 +225,11 @@ def test_scorer_encoder_decoder(scorer, encoder, decoder, tmp_path):
         assert f"scorer={scorer}" in message
         assert f"d_q={hidden}" in message and f"d_k={2 * hidden}" in message
         assert "scorer=general" in caught.value.fix and "encoder=gru" in caught.value.fix
+        return
+    if scorer == "none" and decoder_convention(cfg.decoder.convention).needs_attention:  # e.g. decoder=transformer
+        with pytest.raises(ConfigError) as caught:
+            validate(cfg)
+        assert "scorer=none" in str(caught.value) and f"decoder={decoder}" in str(caught.value)
         return
 
     model = build_seq2seq(model_config(validate(cfg), src_vocab_size=12, tgt_vocab_size=9))

@@ -94,8 +94,9 @@ class CounterfactualAttention(nn.Module):
 
 
 def counterfactual_decoder(decoder: nn.Module, mode: str, generator: torch.Generator) -> nn.Module:
-    """A copy of ``decoder`` that attends through ``CounterfactualAttention``; it reads the memory
-    and state the original model's ``encode`` made (the projected keys are the same)."""
+    """A copy of ``decoder`` that attends through ``CounterfactualAttention`` (each of its mechanisms:
+    every layer's cross-attention of a Transformer decoder); it reads the memory and state the original
+    model's ``encode`` made (the projected keys are the same)."""
     twin = copy.deepcopy(decoder)
-    twin.attention = CounterfactualAttention(twin.attention, mode, generator)
+    twin.wrap_attention(lambda inner: CounterfactualAttention(inner, mode, generator))
     return twin

@@ -36,9 +36,15 @@ def architecture_problems(model: ModelGroup, encoder: EncoderSettings, scorer: S
                           decoder: DecoderSettings, local: LocalSettings | None = None) -> list[ConfigError]:
     """What cannot work in this combination of sizes, encoder, scorer, decoder and local attention
     (every problem)."""
-    found = encoder.problems(model.hidden_size) + decoder.problems()
+    found = encoder.problems(model.hidden_size) + decoder.problems() + decoder.size_problems(model.hidden_size)
     found += local.problems(scorer.name) if local is not None else []
     if scorer.name == NO_ATTENTION:
+        if decoder.needs_attention:
+            found.append(ConfigError(
+                f"decoder={decoder.convention} reads the source through its cross-attention alone, and scorer=none "
+                "has no attention.",
+                "pick a scorer, e.g. scorer=multihead (the Transformer's), or another decoder, e.g. decoder=bahdanau.",
+            ))
         return found
     d_k = encoder.key_dim(model.hidden_size)
     keys_come_from = (f"2 × model.hidden_size={model.hidden_size}, since the encoder is bidirectional"
@@ -71,6 +77,8 @@ class ModelConfig:
     decoder: str = "bahdanau"
     input_feeding: bool | None = None
     """Luong only: feed h̃_{t-1} into the next step (None: on)."""
+    decoder_options: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    """The decoder convention's own settings (e.g. the transformer's ``layers``)."""
     local: str = "none"
     """Luong's local attention (``attention.local``): ``none`` (global), ``monotonic`` or ``predictive``."""
     window: int | None = None
@@ -85,7 +93,8 @@ class ModelConfig:
                    cell=cfg.encoder.cell, bidirectional=cfg.encoder.bidirectional, encoder=cfg.encoder.kind,
                    encoder_options=cfg.encoder.options, scorer=cfg.scorer.name,
                    scorer_options=cfg.scorer.model_dump(exclude={"name"}), decoder=cfg.decoder.convention,
-                   input_feeding=getattr(cfg.decoder, "input_feeding", None), local=cfg.attention.local,
+                   input_feeding=getattr(cfg.decoder, "input_feeding", None), decoder_options=cfg.decoder.options,
+                   local=cfg.attention.local,
                    window=cfg.attention.window, plugins=tuple(cfg.plugins))
 
     @classmethod
@@ -129,8 +138,8 @@ class ModelConfig:
 
         import_plugins(self.plugins)
         encoder = {**self.encoder_options, "kind": self.encoder, "cell": self.cell, "bidirectional": self.bidirectional}
-        decoder = {"convention": self.decoder, **({} if self.input_feeding is None else
-                                                   {"input_feeding": self.input_feeding})}
+        decoder = {**self.decoder_options, "convention": self.decoder,
+                   **({} if self.input_feeding is None else {"input_feeding": self.input_feeding})}
         problems, parts = [], []
         for prefix, model, data in (
             ("model", ModelGroup, {k: getattr(self, k) for k in ModelGroup.model_fields}),

@@ -23,10 +23,13 @@ decoder's ``teacher_forced`` fast path, which computes the same values and gradi
 (Luong's local-m/local-p) declares it does not fuse (``Attention.fuses``): Bahdanau and Luong with input
 feeding then step; Luong without it attends over all steps in one call through the window. The state
 carries the step index t (``DecoderState.step``), passed to an attention that ``reads_step`` (local-m).
-The conventions: docs/attention.md.
+``SequenceDecoder`` is what every decoder shares, the recurrent ones and the Transformer decoder
+(``attnseq.model.transformer_decoder``). The conventions: docs/attention.md.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -45,29 +48,11 @@ StepOutput = tuple[Tensor, Tensor | None, DecoderState]
 """logits ``(B, V)``, attention weights ``(B, H, T_enc)`` (None without attention), new state."""
 
 
-class Decoder(nn.Module):
-    """Shared machinery: embedding, RNN, the step-by-step loop and scheduled sampling."""
+class SequenceDecoder(nn.Module):
+    """What every decoder shares: ``step`` by step, or the whole target at once under full teacher
+    forcing (``teacher_forced``), with scheduled sampling stepping; the keys projected once per batch."""
 
-    attention: Attention | None
-
-    def __init__(
-        self,
-        vocab_size: int,
-        embedding_dim: int,
-        hidden_size: int,
-        rnn_input_size: int,
-        cell: str,
-        layers: int,
-        dropout: float,
-        padding_idx: int = 0,
-        fast_paths: FastPaths = DEFAULT_FAST_PATHS,
-    ) -> None:
-        super().__init__()
-        self.fast_paths = fast_paths
-        self.hidden_size = hidden_size
-        self.embedding = nn.Embedding(vocab_size, embedding_dim, padding_idx=padding_idx)
-        self.dropout = nn.Dropout(dropout)
-        self.rnn = build_rnn(cell, rnn_input_size, hidden_size, layers, dropout)
+    attention: nn.Module | None
 
     def init_state(self, encoder_final: RNNState) -> DecoderState:
         return DecoderState(encoder_final)
@@ -81,7 +66,17 @@ class Decoder(nn.Module):
 
     def takes_fast_path(self) -> bool:
         """Whether full teacher forcing runs ``teacher_forced`` rather than ``step`` by step."""
-        return self.fast_paths.fused_decoder
+        return False
+
+    def project_keys(self, keys: Tensor) -> Tensor | None:
+        """What the attention derives from the keys alone, once per batch (``Memory.projected_keys``):
+        ``(B, H, T_enc, d_p)``, or None without attention."""
+        return None if self.attention is None else self.attention.project_keys(keys)
+
+    def wrap_attention(self, wrap: Callable[[nn.Module], nn.Module]) -> None:
+        """Put ``wrap(mechanism)`` in place of each attention mechanism the decoder reads the source
+        through (the counterfactual check's swap)."""
+        self.attention = wrap(self.attention)
 
     def forward(
         self,
@@ -111,6 +106,40 @@ class Decoder(nn.Module):
         weights = torch.stack(step_weights, dim=2) if step_weights else None  # (B, H, T_dec, T_enc)
         return logits, weights
 
+    def step_of(self, step: int, attention: nn.Module | None = None) -> dict[str, int]:
+        """The attention's ``step`` argument when it declares it reads one (``reads_step``: local-m),
+        else none (a wrapped attention need not take it). ``attention``: the decoder's own by default."""
+        attention = self.attention if attention is None else attention
+        return {"step": step} if getattr(attention, "reads_step", False) else {}
+
+
+class Decoder(SequenceDecoder):
+    """Shared machinery of the recurrent decoders: embedding, RNN, the step-by-step loop and scheduled sampling."""
+
+    attention: Attention | None
+
+    def __init__(
+        self,
+        vocab_size: int,
+        embedding_dim: int,
+        hidden_size: int,
+        rnn_input_size: int,
+        cell: str,
+        layers: int,
+        dropout: float,
+        padding_idx: int = 0,
+        fast_paths: FastPaths = DEFAULT_FAST_PATHS,
+    ) -> None:
+        super().__init__()
+        self.fast_paths = fast_paths
+        self.hidden_size = hidden_size
+        self.embedding = nn.Embedding(vocab_size, embedding_dim, padding_idx=padding_idx)
+        self.dropout = nn.Dropout(dropout)
+        self.rnn = build_rnn(cell, rnn_input_size, hidden_size, layers, dropout)
+
+    def takes_fast_path(self) -> bool:
+        return self.fast_paths.fused_decoder
+
     def attention_fuses(self) -> bool:
         """Whether a fused loop, which calls the scorer through its parts, computes what stepping
         would: one layer, our own scorer without hooks (a wrapped or hooked attention must see
@@ -122,11 +151,6 @@ class Decoder(nn.Module):
             and attention.fuses
             and not (attention._forward_hooks or attention._forward_pre_hooks)
         )
-
-    def step_of(self, step: int) -> dict[str, int]:
-        """The attention's ``step`` argument when it declares it reads one (``reads_step``: local-m),
-        else none (a wrapped attention need not take it)."""
-        return {"step": step} if getattr(self.attention, "reads_step", False) else {}
 
     def run_rnn(self, inputs: Tensor, rnn_state: RNNState) -> Tensor:
         """The RNN over a whole input ``(B, T, d_in)`` → its outputs ``(B, T, d_s)``."""

@@ -84,16 +84,7 @@ class TransformerEncoderSettings(EncoderSettings):
         return hidden_size
 
     def problems(self, hidden_size: int) -> list[ConfigError]:
-        found = []
-        if hidden_size % self.heads:
-            divisors = [h for h in range(1, hidden_size + 1) if hidden_size % h == 0][:8]
-            found.append(ConfigError(
-                f"encoder.heads={self.heads} does not divide model.hidden_size={hidden_size}: the self-attention "
-                f"splits its queries, keys and values (d={hidden_size}) into {self.heads} equal heads "
-                f"({hidden_size} % {self.heads} = {hidden_size % self.heads}).",
-                f"set encoder.heads to one of {divisors}, e.g. encoder.heads={divisors[-1]}, or change "
-                "model.hidden_size.",
-            ))
+        found = heads_problems("encoder.heads", self.heads, hidden_size)
         if self.bidirectional:
             found.append(ConfigError(
                 "encoder.bidirectional=true with encoder=transformer: self-attention reads the whole source "
@@ -108,6 +99,19 @@ class TransformerEncoderSettings(EncoderSettings):
         return TransformerEncoder(config.src_vocab_size, config.embedding_dim, config.hidden_size,
                                   layers=self.layers, heads=self.heads, ff_dim=self.ff_dim, dropout=config.dropout,
                                   decoder_cell=self.cell, decoder_layers=config.layers)
+
+
+def heads_problems(key: str, heads: int, hidden_size: int) -> list[ConfigError]:
+    """A self-attention's heads (``key``) that do not divide the states' width d = ``model.hidden_size``."""
+    if hidden_size % heads == 0:
+        return []
+    divisors = [h for h in range(1, hidden_size + 1) if hidden_size % h == 0][:8]
+    return [ConfigError(
+        f"{key}={heads} does not divide model.hidden_size={hidden_size}: the self-attention splits its queries, "
+        f"keys and values (d={hidden_size}) into {heads} equal heads "
+        f"({hidden_size} % {heads} = {hidden_size % heads}).",
+        f"set {key} to one of {divisors}, e.g. {key}={divisors[-1]}, or change model.hidden_size.",
+    )]
 
 
 def encoder_kind(name: str) -> type[EncoderSettings]:

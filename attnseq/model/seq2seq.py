@@ -7,18 +7,19 @@ from torch import Tensor, nn
 from attnseq.attention import build_attention, lengths_to_valid_mask
 from attnseq.kernels import DEFAULT_FAST_PATHS, FastPaths
 from attnseq.model.config import ModelConfig
-from attnseq.model.decoders import Decoder, PlainDecoder
+from attnseq.model.decoders import PlainDecoder, SequenceDecoder
 from attnseq.model.state import DecoderState, Memory
 
 
 class Seq2Seq(nn.Module):
-    """An encoder (``RNNEncoder`` or ``TransformerEncoder``: ``attnseq.model.encoders``) + a ``Decoder``.
+    """An encoder (``RNNEncoder`` or ``TransformerEncoder``: ``attnseq.model.encoders``) + a decoder
+    (a ``SequenceDecoder``: ``attnseq.model.conventions``).
 
     ``forward(src, src_lengths, tgt_in)`` → logits ``(B, T_dec, V)`` and attention
     ``(B, H, T_dec, T_enc)`` (None for the no-attention baseline).
     """
 
-    def __init__(self, encoder: nn.Module, decoder: Decoder, config: ModelConfig | None = None) -> None:
+    def __init__(self, encoder: nn.Module, decoder: SequenceDecoder, config: ModelConfig | None = None) -> None:
         super().__init__()
         self.encoder = encoder
         self.decoder = decoder
@@ -31,8 +32,7 @@ class Seq2Seq(nn.Module):
     def encode(self, src: Tensor, src_lengths: Tensor) -> tuple[Memory, DecoderState]:
         keys, final = self.encoder(src, src_lengths)  # (B, T_enc, d_k)
         valid_mask = lengths_to_valid_mask(src_lengths, src.shape[1])  # (B, T_enc)
-        attention = self.decoder.attention
-        projected = attention.project_keys(keys) if attention is not None else None  # (B, H, T_enc, d_p)
+        projected = self.decoder.project_keys(keys)  # (B, H, T_enc, d_p); None without attention
         return Memory(keys, valid_mask, projected), self.decoder.init_state(final)
 
     def forward(
@@ -62,8 +62,10 @@ def build_seq2seq(config: ModelConfig, fast_paths: FastPaths = DEFAULT_FAST_PATH
     )
     if not config.uses_attention:
         return Seq2Seq(encoder, PlainDecoder(**shared), config)
-    attention = build_attention(
-        config.scorer, config.query_dim, encoder.key_dim, heads=config.heads, local=config.local_settings(),
-        **config.scorer_options,
-    )
-    return Seq2Seq(encoder, convention.build(attention, **shared), config)
+    local = config.local_settings()
+
+    def make_attention() -> nn.Module:
+        return build_attention(config.scorer, config.query_dim, encoder.key_dim, heads=config.heads, local=local,
+                               **config.scorer_options)
+
+    return Seq2Seq(encoder, convention.build_from(make_attention, **shared), config)

@@ -19,12 +19,14 @@ class Memory(NamedTuple):
 
 
 class DecoderState(NamedTuple):
-    """The recurrent state, plus Luong's input feed h̃_{t-1} when input feeding is on, and the index of
-    the target token the next step produces (what local-m attention centres its window on)."""
+    """The recurrent state, plus Luong's input feed h̃_{t-1} when input feeding is on, the index of
+    the target token the next step produces (what local-m attention centres its window on), and a
+    Transformer decoder's key/value cache of the prefix so far."""
 
     rnn: RNNState
     feed: Tensor | None = None  # (B, d_s)
     step: int = 0  # t: every entry of a batch (and every beam) is at the same step
+    cache: Tensor | None = None  # (B, N, H, t, 2 · d_h): per layer, the self-attention's keys and values of y_<t
 
 
 def top_layer(rnn_state: RNNState) -> Tensor:
@@ -41,7 +43,8 @@ def select_state(state: DecoderState, index: Tensor) -> DecoderState:
     else:
         rnn = rnn.index_select(1, index)
     feed = None if state.feed is None else state.feed.index_select(0, index)
-    return DecoderState(rnn, feed, state.step)
+    cache = None if state.cache is None else state.cache.index_select(0, index)
+    return DecoderState(rnn, feed, state.step, cache)
 
 
 def select_memory(memory: Memory, index: Tensor) -> Memory:

@@ -25,9 +25,10 @@ from attnseq.attention import MultiheadAttention, lengths_to_valid_mask
 from attnseq.model.state import RNNState
 
 
-def sinusoidal_positions(length: int, dim: int, dtype: torch.dtype, device: torch.device) -> Tensor:
-    """PE(i, 2j) = sin(i / 10000^(2j/dim)), PE(i, 2j+1) = cos(i / 10000^(2j/dim)): ``(T, dim)``."""
-    positions = torch.arange(length, dtype=dtype, device=device)[:, None]  # (T, 1)
+def sinusoidal_positions(length: int, dim: int, dtype: torch.dtype, device: torch.device, start: int = 0) -> Tensor:
+    """PE(i, 2j) = sin(i / 10000^(2j/dim)), PE(i, 2j+1) = cos(i / 10000^(2j/dim)): ``(T, dim)``, the
+    rows of positions i = ``start`` … ``start + length − 1``."""
+    positions = torch.arange(start, start + length, dtype=dtype, device=device)[:, None]  # (T, 1)
     frequencies = torch.exp(
         torch.arange(0, dim, 2, dtype=dtype, device=device) * (-math.log(10000.0) / dim)
     )  # (⌈dim/2⌉,)
@@ -36,6 +37,28 @@ def sinusoidal_positions(length: int, dim: int, dtype: torch.dtype, device: torc
     table[:, 0::2] = torch.sin(angles)
     table[:, 1::2] = torch.cos(angles[:, : dim // 2])
     return table
+
+
+class EmbedsWithPositions:
+    """The token embedding both transformer stacks share: x_i = Dropout(√E · E[y_i] + PE(i)), mapped to
+    d when the embedding size E differs. The embedding starts at N(0, 1/E) (PE is of unit size too)."""
+
+    def init_embedding(self, vocab_size: int, embedding_dim: int, model_dim: int, dropout: float,
+                       padding_idx: int) -> None:
+        self.embedding = nn.Embedding(vocab_size, embedding_dim, padding_idx=padding_idx)
+        with torch.no_grad():
+            self.embedding.weight.normal_(0.0, embedding_dim**-0.5)
+            self.embedding.weight[padding_idx].zero_()
+        self.embedding_scale = math.sqrt(embedding_dim)
+        self.dropout = nn.Dropout(dropout)
+        self.input_map = nn.Linear(embedding_dim, model_dim) if embedding_dim != model_dim else nn.Identity()
+
+    def embed(self, tokens: Tensor, start: int = 0) -> Tensor:
+        """Tokens ``(B, T)`` at positions ``start`` … → the first layer's input ``(B, T, d)``."""
+        embedded = self.embedding(tokens) * self.embedding_scale  # (B, T, E)
+        positions = sinusoidal_positions(tokens.shape[1], embedded.shape[-1], embedded.dtype, embedded.device,
+                                         start=start)  # (T, E)
+        return self.input_map(self.dropout(embedded + positions))  # (B, T, d)
 
 
 class SelfAttentionLayer(nn.Module):
@@ -58,7 +81,7 @@ class SelfAttentionLayer(nn.Module):
         return states + self.dropout(self.feed_forward(self.feed_forward_norm(states)))  # (B, T, d)
 
 
-class TransformerEncoder(nn.Module):
+class TransformerEncoder(EmbedsWithPositions, nn.Module):
     """Source tokens ``(B, T_enc)`` → encoder states ``(B, T_enc, d_k)`` with d_k = ``hidden_size``,
     and the decoder's initial RNN state ``(L, B, d_s)`` (a pair of them for an LSTM decoder)."""
 
@@ -79,13 +102,7 @@ class TransformerEncoder(nn.Module):
         self.key_dim = hidden_size
         self.decoder_cell = decoder_cell
         self.decoder_layers = decoder_layers
-        self.embedding = nn.Embedding(vocab_size, embedding_dim, padding_idx=padding_idx)
-        with torch.no_grad():
-            self.embedding.weight.normal_(0.0, embedding_dim**-0.5)
-            self.embedding.weight[padding_idx].zero_()
-        self.embedding_scale = math.sqrt(embedding_dim)
-        self.dropout = nn.Dropout(dropout)
-        self.input_map = nn.Linear(embedding_dim, hidden_size) if embedding_dim != hidden_size else nn.Identity()
+        self.init_embedding(vocab_size, embedding_dim, hidden_size, dropout, padding_idx)
         self.layers = nn.ModuleList(SelfAttentionLayer(hidden_size, heads, ff_dim, dropout) for _ in range(layers))
         self.final_norm = nn.LayerNorm(hidden_size)
         parts = 2 if decoder_cell == "lstm" else 1  # (h, c) for an LSTM decoder
@@ -94,9 +111,7 @@ class TransformerEncoder(nn.Module):
     def forward(self, src: Tensor, src_lengths: Tensor) -> tuple[Tensor, RNNState]:
         batch, steps = src.shape
         valid = lengths_to_valid_mask(src_lengths, steps)  # (B, T)
-        embedded = self.embedding(src) * self.embedding_scale  # (B, T, E)
-        positions = sinusoidal_positions(steps, embedded.shape[-1], embedded.dtype, embedded.device)  # (T, E)
-        states = self.input_map(self.dropout(embedded + positions))  # (B, T, d)
+        states = self.embed(src)  # (B, T, d)
         for layer in self.layers:
             states = layer(states, valid)  # (B, T, d)
         states = self.final_norm(states).masked_fill(~valid.unsqueeze(-1), 0.0)  # (B, T, d): zero at padding

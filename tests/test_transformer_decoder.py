@@ -1,0 +1,327 @@
+"""decoder=transformer: its layer against ``nn.TransformerDecoderLayer(norm_first=True)``, the whole
+model against ``nn.Transformer``, with copied weights (values and gradients, padding on both sides);
+key/value-cache decoding against recomputing the whole prefix (greedy and beam); its config checks;
+and, through the real CLI, training with encoder=transformer and encoder=gru into MLflow with its
+heatmaps, then evaluate.py decoding both runs."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from cli_helpers import EVALUATE_PY, all_runs, artifact_paths, explain, outputs_under, run_cli, tiny, tracking_uri
+from mlflow.tracking import MlflowClient
+from model_checks import assert_same_outputs_and_gradients, forward_and_gradients, padded_batch
+from torch import nn
+
+from attnseq.attention import MultiheadAttention, lengths_to_valid_mask
+from attnseq.errors import ConfigError
+from attnseq.evaluation.counterfactual import CounterfactualAttention, counterfactual_decoder
+from attnseq.model import ModelConfig, beam_search, build_seq2seq, greedy_decode
+from attnseq.model.state import DecoderState, Memory
+from attnseq.model.transformer_decoder import TransformerDecoder, TransformerDecoderLayer
+from attnseq.tracking import paths
+from attnseq.tracking.plots import attention_heatmap
+
+V_SRC, V_TGT = 11, 13
+
+
+def make_model(encoder="transformer", layers=2, heads=2, shown_layer=None, scorer="multihead", seed=0, **extra):
+    torch.manual_seed(seed)
+    encoder_options = {"layers": 2, "heads": 3, "ff_dim": 16} if encoder == "transformer" else {}
+    config = ModelConfig(
+        V_SRC, V_TGT, embedding_dim=8, hidden_size=12, scorer=scorer, heads=heads, decoder="transformer",
+        decoder_options={"layers": layers, "heads": 3, "ff_dim": 20, "shown_layer": shown_layer},
+        encoder="transformer" if encoder == "transformer" else "rnn", encoder_options=encoder_options,
+        cell="lstm" if encoder == "lstm" else "gru", bidirectional=encoder == "bigru", **extra,
+    )
+    return build_seq2seq(config).double()
+
+
+def randomise(module: nn.Module) -> None:
+    """Every parameter away from its default (zero biases, unit norms), so that every copy shows."""
+    with torch.no_grad():
+        for p in module.parameters():
+            p.normal_(0.0, 0.5)
+
+
+def copy_attention(theirs: nn.MultiheadAttention, ours: MultiheadAttention) -> None:
+    d = ours.W_Q.weight.shape[0]
+    with torch.no_grad():
+        theirs.in_proj_weight.copy_(torch.cat([ours.W_Q.weight, ours.W_K.weight, ours.W_V.weight]))
+        key_bias = torch.randn(d).double()  # torch's key bias: no effect
+        theirs.in_proj_bias.copy_(torch.cat([ours.W_Q.bias, key_bias, ours.W_V.bias]))
+        theirs.out_proj.weight.copy_(ours.W_O.weight)
+        theirs.out_proj.bias.copy_(ours.W_O.bias)
+
+
+def copy_decoder_layer(theirs: nn.TransformerDecoderLayer, ours: TransformerDecoderLayer) -> None:
+    copy_attention(theirs.self_attn, ours.self_attention)
+    copy_attention(theirs.multihead_attn, ours.cross_attention)
+    with torch.no_grad():
+        for their, mine in [(theirs.norm1, ours.self_attention_norm), (theirs.norm2, ours.cross_attention_norm),
+                            (theirs.norm3, ours.feed_forward_norm), (theirs.linear1, ours.feed_forward[0]),
+                            (theirs.linear2, ours.feed_forward[3])]:
+            their.weight.copy_(mine.weight)
+            their.bias.copy_(mine.bias)
+
+
+def causal_mask(steps: int) -> torch.Tensor:
+    """torch's convention: True where a query may NOT look (a key after it)."""
+    return torch.ones(steps, steps, dtype=torch.bool).triu(1)
+
+
+def real_positions_loss(outputs: torch.Tensor, tgt_valid: torch.Tensor) -> torch.Tensor:
+    """A loss with a gradient of its own for every output value at a real target position."""
+    weights = torch.linspace(-1, 1, outputs.shape[-1], dtype=outputs.dtype)
+    return ((outputs.sin() * weights).sum(-1) * tgt_valid).sum()
+
+
+# ---------------------------------------------------------------------- one layer, the stack, the model
+@pytest.mark.parametrize("heads", [1, 3])
+def test_the_layer_equals_torchs_pre_norm_transformer_decoder_layer(heads):
+    """Values and gradients at the real target positions, the source padded (garbage in the padded
+    keys) and the targets padded (torch masks them as keys; causally, no real position sees them)."""
+    d, ff = 12, 20
+    torch.manual_seed(heads)
+    ours = TransformerDecoderLayer(d, heads, ff, dropout=0.0, cross_attention=MultiheadAttention(d, d, heads)).double()
+    randomise(ours)
+    reference = nn.TransformerDecoderLayer(d, heads, ff, dropout=0.0, batch_first=True, norm_first=True).double()
+    copy_decoder_layer(reference, ours)
+    src_valid = lengths_to_valid_mask(torch.tensor([5, 2, 4]), 5)  # (B, T_enc)
+    tgt_valid = lengths_to_valid_mask(torch.tensor([4, 3, 1]), 4)  # (B, T_dec)
+    keys = torch.randn(3, 5, d, dtype=torch.float64, requires_grad=True)
+    states = torch.randn(3, 4, d, dtype=torch.float64, requires_grad=True)
+
+    memory = Memory(keys, src_valid, None)
+    mine, weights, _ = ours(states, None, memory, ours.cross_attention.project_keys(keys), start=0)
+    theirs = reference(states, keys, tgt_mask=causal_mask(4), tgt_key_padding_mask=~tgt_valid,
+                       memory_key_padding_mask=~src_valid)
+    torch.testing.assert_close(mine[tgt_valid], theirs[tgt_valid])
+    assert weights.shape == (3, heads, 4, 5)
+    assert torch.all(weights[~src_valid[:, None, None, :].expand_as(weights)] == 0)
+
+    my_grads = torch.autograd.grad(real_positions_loss(mine, tgt_valid), [states, keys, *ours.parameters()])
+    their_grads = torch.autograd.grad(real_positions_loss(theirs, tgt_valid), [states, keys, *reference.parameters()])
+    torch.testing.assert_close(my_grads[0], their_grads[0])
+    torch.testing.assert_close(my_grads[1], their_grads[1])
+    mine_named = dict(zip([n for n, _ in ours.named_parameters()], my_grads[2:]))
+    theirs_named = dict(zip([n for n, _ in reference.named_parameters()], their_grads[2:]))
+    for attention, their_name in (("self_attention", "self_attn"), ("cross_attention", "multihead_attn")):
+        in_proj = theirs_named[f"{their_name}.in_proj_weight"].chunk(3)
+        for part, grad in zip("QKV", in_proj):
+            torch.testing.assert_close(mine_named[f"{attention}.W_{part}.weight"], grad)
+        bias = theirs_named[f"{their_name}.in_proj_bias"].chunk(3)
+        torch.testing.assert_close(mine_named[f"{attention}.W_Q.bias"], bias[0])
+        torch.testing.assert_close(bias[1], torch.zeros_like(bias[1]))  # torch's key bias never learns
+        torch.testing.assert_close(mine_named[f"{attention}.W_V.bias"], bias[2])
+        torch.testing.assert_close(mine_named[f"{attention}.W_O.weight"], theirs_named[f"{their_name}.out_proj.weight"])
+        torch.testing.assert_close(mine_named[f"{attention}.W_O.bias"], theirs_named[f"{their_name}.out_proj.bias"])
+    for their, mine_name in [("norm1", "self_attention_norm"), ("norm2", "cross_attention_norm"),
+                             ("norm3", "feed_forward_norm"), ("linear1", "feed_forward.0"),
+                             ("linear2", "feed_forward.3")]:
+        for kind in ("weight", "bias"):
+            torch.testing.assert_close(mine_named[f"{mine_name}.{kind}"], theirs_named[f"{their}.{kind}"])
+
+
+def test_the_whole_model_equals_nn_transformer():
+    """encoder=transformer + decoder=transformer with scorer=multihead is ``nn.Transformer(norm_first=True)``
+    between the embeddings (√E-scaled plus sinusoidal positions, computed by our model) and the output
+    layer: logits and every gradient, the source and the targets padded."""
+    d, heads, ff, n = 12, 3, 16, 2
+    torch.manual_seed(0)
+    config = ModelConfig(V_SRC, V_TGT, embedding_dim=d, hidden_size=d, scorer="multihead", heads=heads,
+                         decoder="transformer", decoder_options={"layers": n, "heads": heads, "ff_dim": ff},
+                         encoder="transformer", encoder_options={"layers": n, "heads": heads, "ff_dim": ff})
+    model = build_seq2seq(config).double()
+    randomise(model)
+    reference = nn.Transformer(d, heads, n, n, ff, dropout=0.0, batch_first=True, norm_first=True).double()
+    encoder, decoder = model.encoder, model.decoder
+    with torch.no_grad():
+        for theirs, mine in zip(reference.encoder.layers, encoder.layers):
+            copy_attention(theirs.self_attn, mine.self_attention)
+            for their, my in [(theirs.norm1, mine.attention_norm), (theirs.norm2, mine.feed_forward_norm),
+                              (theirs.linear1, mine.feed_forward[0]), (theirs.linear2, mine.feed_forward[3])]:
+                their.weight.copy_(my.weight)
+                their.bias.copy_(my.bias)
+        for theirs, mine in zip(reference.decoder.layers, decoder.layers):
+            copy_decoder_layer(theirs, mine)
+        for their, my in [(reference.encoder.norm, encoder.final_norm), (reference.decoder.norm, decoder.final_norm)]:
+            their.weight.copy_(my.weight)
+            their.bias.copy_(my.bias)
+    src, lengths, tgt_in = padded_batch(V_SRC, V_TGT)
+    tgt_lengths = torch.tensor([5, 2, 4, 1])
+    tgt_in = tgt_in.masked_fill(~lengths_to_valid_mask(tgt_lengths, 5), 0)
+    src_valid, tgt_valid = lengths_to_valid_mask(lengths), lengths_to_valid_mask(tgt_lengths, 5)
+
+    def ours():
+        logits, _ = model(src, lengths, tgt_in)  # (B, T_dec, V)
+        return logits
+
+    def theirs():
+        src_in = encoder.input_map(encoder.embedding(src) * encoder.embedding_scale + decoder_positions(src, encoder))
+        states = reference(src_in, decoder.embed(tgt_in, 0), tgt_mask=causal_mask(5),
+                           src_key_padding_mask=~src_valid, tgt_key_padding_mask=~tgt_valid,
+                           memory_key_padding_mask=~src_valid)  # (B, T_dec, d)
+        return decoder.output(states)  # (B, T_dec, V)
+
+    results = []
+    for forward in (ours, theirs):
+        model.zero_grad()
+        reference.zero_grad()
+        logits = forward()
+        real_positions_loss(logits, tgt_valid).backward()
+        results.append((logits, {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}))
+    (my_logits, my_grads), (their_logits, their_grads) = results
+    torch.testing.assert_close(my_logits[tgt_valid], their_logits[tgt_valid])
+    outside = ("encoder.embedding", "decoder.embedding", "decoder.output")
+    shared = {name for name in my_grads if name.startswith(outside)}
+    assert shared and shared <= their_grads.keys()
+    for name in shared:  # the parts both paths run through ours
+        torch.testing.assert_close(my_grads[name], their_grads[name], msg=name)
+    theirs_by_part = dict(reference.named_parameters())
+    for i, ref_layer in enumerate(reference.decoder.layers):  # and the decoder's weights, against torch's copies
+        assert ref_layer.linear1.weight.grad is not None
+        torch.testing.assert_close(my_grads[f"decoder.layers.{i}.feed_forward.0.weight"], ref_layer.linear1.weight.grad)
+        torch.testing.assert_close(my_grads[f"decoder.layers.{i}.cross_attention.W_O.weight"],
+                                   ref_layer.multihead_attn.out_proj.weight.grad)
+        q, k, _ = ref_layer.self_attn.in_proj_weight.grad.chunk(3)
+        torch.testing.assert_close(my_grads[f"decoder.layers.{i}.self_attention.W_Q.weight"], q)
+        torch.testing.assert_close(my_grads[f"decoder.layers.{i}.self_attention.W_K.weight"], k)
+    torch.testing.assert_close(my_grads["encoder.layers.0.feed_forward.0.weight"],
+                               theirs_by_part["encoder.layers.0.linear1.weight"].grad)
+    torch.testing.assert_close(my_grads["decoder.final_norm.weight"], reference.decoder.norm.weight.grad)
+
+
+def decoder_positions(tokens: torch.Tensor, encoder: nn.Module) -> torch.Tensor:
+    from attnseq.model.transformer_encoder import sinusoidal_positions
+
+    return sinusoidal_positions(tokens.shape[1], encoder.embedding.embedding_dim, torch.float64, tokens.device)
+
+
+# ---------------------------------------------------------------------- the key/value cache
+@pytest.mark.parametrize("encoder", ["transformer", "gru", "bigru", "lstm"])
+def test_stepping_with_the_cache_equals_the_one_pass_causal_decode(encoder):
+    """Values and gradients; with a bidirectional encoder the keys are 2d wide and the context is mapped to d."""
+    model = make_model(encoder, layers=3)
+    assert (model.encoder.key_dim == 24) == (encoder == "bigru")
+    assert_same_outputs_and_gradients(*forward_and_gradients(model, *padded_batch(V_SRC, V_TGT)))
+
+
+@pytest.mark.parametrize("local", ["monotonic", "predictive"])
+def test_cross_attention_within_a_local_window_steps_like_the_one_pass(local):
+    """Luong's local-m reads the step index t: the one pass gives query t its own t, as stepping does."""
+    model = make_model("gru", scorer="general", local=local, window=2)
+    assert_same_outputs_and_gradients(*forward_and_gradients(model, *padded_batch(V_SRC, V_TGT)))
+
+
+class PrefixRecomputing(TransformerDecoder):
+    """The reference: no cache; every step decodes the whole prefix again (carried in ``state.cache``
+    as token ids, which beam search reorders like any state) and keeps its last position."""
+
+    def step(self, prev_tokens, state, memory):
+        prefix = prev_tokens[:, None] if state.cache is None else torch.cat([state.cache, prev_tokens[:, None]], 1)
+        logits, weights, _ = self.decode(prefix, DecoderState(state.rnn), memory)  # (B, t + 1, V)
+        return logits[:, -1], weights[:, :, -1], DecoderState(state.rnn, None, state.step + 1, prefix)
+
+
+@pytest.mark.parametrize("encoder", ["transformer", "bigru"])
+def test_greedy_and_beam_with_the_cache_equal_recomputing_the_whole_prefix(encoder):
+    model = make_model(encoder, layers=2, seed=3).eval()
+    recomputing = copy.deepcopy(model)
+    recomputing.decoder.__class__ = PrefixRecomputing
+    src, lengths, _ = padded_batch(V_SRC, V_TGT, lengths=(6, 3, 1, 4, 5))
+    for decode in (lambda m: greedy_decode(m, src, lengths, 9, check_every=1),
+                   lambda m: beam_search(m, src, lengths, 4, 9),
+                   lambda m: beam_search(m, src, lengths, 3, 9, length_penalty=0.6, greedy_fallback=False)):
+        cached, recomputed = decode(model), decode(recomputing)
+        assert torch.equal(cached.tokens, recomputed.tokens) and torch.equal(cached.lengths, recomputed.lengths)
+        torch.testing.assert_close(cached.attention, recomputed.attention)
+        assert cached.attention.shape[1] == 2 * 2  # layers × heads
+        if hasattr(cached, "scores"):
+            torch.testing.assert_close(cached.scores, recomputed.scores)
+
+
+# ---------------------------------------------------------------------- what the weights are
+def test_the_weights_are_every_layers_heads_or_the_shown_layers():
+    src, lengths, tgt_in = padded_batch(V_SRC, V_TGT)
+    every = make_model(layers=3, heads=2).eval()
+    shown = make_model(layers=3, heads=2, shown_layer=2).eval()
+    shown.load_state_dict(every.state_dict())
+    _, all_weights = every(src, lengths, tgt_in)  # (B, N·H, T_dec, T_enc)
+    _, layer_two = shown(src, lengths, tgt_in)  # (B, H, T_dec, T_enc)
+    assert all_weights.shape == (4, 6, 5, 6) and layer_two.shape == (4, 2, 5, 6)
+    torch.testing.assert_close(all_weights[:, 2:4], layer_two)
+    torch.testing.assert_close(all_weights.sum(-1), torch.ones(4, 6, 5, dtype=torch.float64))
+    figure = attention_heatmap(all_weights[0].detach().numpy(), list("abcdef"), list("vwxyz"), "t")
+    assert len([axis for axis in figure.axes if axis.images]) == 1 + 6  # the mean, then each layer's heads
+
+
+def test_any_scorer_can_be_the_cross_attention_and_the_counterfactual_swaps_every_layer():
+    src, lengths, tgt_in = padded_batch(V_SRC, V_TGT)
+    model = make_model("bigru", scorer="additive").eval()
+    logits, weights = model(src, lengths, tgt_in)
+    assert logits.shape == (4, 5, V_TGT) and weights.shape == (4, 4, 5, 6)
+    twin = counterfactual_decoder(model.decoder, "uniform", torch.Generator().manual_seed(0))
+    assert all(isinstance(layer.cross_attention, CounterfactualAttention) for layer in twin.layers)
+    _, uniform = twin(tgt_in, *reversed(model.encode(src, lengths)))
+    valid = lengths_to_valid_mask(lengths)[:, None, None, :].expand_as(uniform)
+    torch.testing.assert_close(uniform[valid], (1.0 / lengths.double())[:, None, None, None].expand_as(uniform)[valid])
+
+
+@pytest.mark.parametrize("change,key", [
+    (dict(scorer="none"), "scorer=none"),
+    (dict(decoder_options={"heads": 5}), "decoder.heads"),
+    (dict(decoder_options={"layers": 2, "shown_layer": 3}), "decoder.shown_layer"),
+    (dict(decoder_options={"layers": 0}), "decoder.layers"),
+])
+def test_a_bad_transformer_decoder_config_names_its_key(change, key):
+    config = dict(embedding_dim=8, hidden_size=12, scorer="multihead", decoder="transformer") | change
+    with pytest.raises(ConfigError) as raised:
+        ModelConfig(V_SRC, V_TGT, **config).validate()
+    assert key in str(raised.value)
+
+
+def test_the_saved_config_keeps_the_decoders_settings():
+    model = make_model(layers=3)
+    import dataclasses
+
+    saved = ModelConfig.from_saved(dataclasses.asdict(model.config))
+    assert saved.decoder_options["layers"] == 3 and len(build_seq2seq(saved).decoder.layers) == 3
+
+
+# ---------------------------------------------------------------------- through the real CLI
+SMALL = ("decoder=transformer", "model.heads=2", "decoder.heads=2", "decoder.ff_dim=32", "decoder.layers=2")
+
+
+@pytest.mark.slow
+def test_train_and_evaluate_through_the_cli_with_a_transformer_and_a_gru_encoder(tmp_path):
+    """Two runs (encoder=transformer, encoder=gru) into one MLflow store with their heatmaps (the mean
+    and each of the 2 layers × 2 heads), then one evaluate.py decoding both with a beam."""
+    store = outputs_under(tmp_path, seeded=True)
+    for encoder in (("encoder=transformer", "encoder.heads=2", "encoder.ff_dim=32"), ("encoder=gru",)):
+        proc = run_cli(tmp_path, *encoder, *SMALL, *tiny(max_epochs=2), *store)
+        assert proc.returncode == 0, explain(proc)
+    client = MlflowClient(tracking_uri(tmp_path))
+    trained = {r.data.params["encoder.name"]: r for r in all_runs(client) if r.data.tags.get("attnseq.kind") == "train"}
+    assert set(trained) == {"transformer", "gru"}
+    for run in trained.values():
+        assert run.info.status == "FINISHED"
+        params = run.data.params
+        assert params["decoder.convention"] == "transformer" and params["scorer.name"] == "multihead"
+        assert params["decoder.layers"] == "2" and params["decoder.heads"] == "2"
+        assert 0.0 <= run.data.metrics["val/acc"] <= 1.0
+        held = artifact_paths(client, run.info.run_id)
+        assert {paths.heatmap_file("short"), paths.best_heatmap_file("short")} <= held
+
+    proc = run_cli(tmp_path, f"run_ids=[{','.join(r.info.run_id for r in trained.values())}]", "eval.lengths=[1,8]",
+                   "eval.size=40", "eval.beam_size=3", f"mlflow.tracking_uri={tracking_uri(tmp_path)}",
+                   f"hydra.run.dir={tmp_path}/eval", script=EVALUATE_PY)
+    assert proc.returncode == 0, explain(proc)
+    evaluations = [r for r in all_runs(client) if r.data.tags.get("attnseq.kind") == "eval"]
+    assert len(evaluations) == 2
+    for run in evaluations:
+        metrics = run.data.metrics
+        assert 0.0 <= metrics["eval/acc"] <= 1.0 and 0.0 <= metrics["eval/exact_match"] <= 1.0
+        assert {"eval/cf_permute_flip_rate", "eval/cf_uniform_tv", "eval/attn_entropy"} <= set(metrics)
