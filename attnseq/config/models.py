@@ -14,7 +14,7 @@ from pydantic.functional_validators import AfterValidator
 
 from attnseq.attention.settings import LOCAL_ATTENTION, GlobalSettings, ScorerSettings
 from attnseq.data.tasks import TASKS, dataset_union
-from attnseq.model.config import ModelGroup
+from attnseq.model.config import MAX_BEAM_SIZE, ModelGroup
 from attnseq.model.conventions import DECODER_CONVENTIONS
 from attnseq.model.encoders import ENCODER_KINDS
 from attnseq.problems import PAIR, Text, What, _pair
@@ -214,8 +214,8 @@ class TranslateConfig(Group):
                          examples=["latest"])
     experiment_name: Text | None = Field(description="with run_id=latest: the newest in this experiment",
                                          examples=["attnseq"])
-    beam_size: int = Field(ge=1, le=16, description="1 = greedy decoding; at most 16, as the served model "
-                           "(its max_beam_size)", examples=[4])
+    beam_size: int = Field(ge=1, le=MAX_BEAM_SIZE, description=f"1 = greedy decoding; at most {MAX_BEAM_SIZE}, as "
+                           "the served model (its max_beam_size)", examples=[4])
     length_penalty: float = Field(ge=0, description="beam search's GNMT α; 0 ranks by log-probability",
                                   examples=[0.6])
     heatmaps: Text | None = Field(description="a folder: each source's attention heatmap as source_<n>.png; "

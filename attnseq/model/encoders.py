@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, PositiveInt
 
+from attnseq.attention.settings import heads_problems
 from attnseq.errors import ConfigError
 from attnseq.registry import Choice, Registry
 
@@ -84,16 +85,9 @@ class TransformerEncoderSettings(EncoderSettings):
         return hidden_size
 
     def problems(self, hidden_size: int) -> list[ConfigError]:
-        found = []
-        if hidden_size % self.heads:
-            divisors = [h for h in range(1, hidden_size + 1) if hidden_size % h == 0][:8]
-            found.append(ConfigError(
-                f"encoder.heads={self.heads} does not divide model.hidden_size={hidden_size}: the self-attention "
-                f"splits its queries, keys and values (d={hidden_size}) into {self.heads} equal heads "
-                f"({hidden_size} % {self.heads} = {hidden_size % self.heads}).",
-                f"set encoder.heads to one of {divisors}, e.g. encoder.heads={divisors[-1]}, or change "
-                "model.hidden_size.",
-            ))
+        found = heads_problems("encoder.heads", self.heads, hidden_size, f"model.hidden_size={hidden_size}",
+                               f"the self-attention splits its queries, keys and values (d={hidden_size})",
+                               "model.hidden_size")
         if self.bidirectional:
             found.append(ConfigError(
                 "encoder.bidirectional=true with encoder=transformer: self-attention reads the whole source "
