@@ -137,12 +137,10 @@ def one(item: dict, key: str, value: Any, field: FieldInfo | None, owner: Any, a
         except ConfigError as error:
             return error
     example = example_of(field, item)
-    if kind == "missing" and str(item["loc"][-1]) == name and unset:  # not an item of a list or tuple
-        return ConfigError(f"{key} is not set (???), and this config needs it.",
-                           f"add it on the command line, e.g. {override(key, example)}")
-    if kind == "missing" and str(item["loc"][-1]) == name:
-        return ConfigError(f"{key} is missing from the config (was it deleted with ~{key}?).",
-                           f"keep it, e.g. {override(key, example)}")
+    if kind == "missing" and str(item["loc"][-1]) == name:  # not an item of a list or tuple
+        return ConfigError(f"{key} is not set (???), and this config needs it." if unset else
+                           f"{key} is missing from the config (was it deleted with ~{key}?).",
+                           f"{'add it on the command line' if unset else 'keep it'}, e.g. {override(key, example)}")
     if kind == "extra_forbidden":
         known = [f.alias or n for n, f in getattr(owner, "model_fields", {}).items()]
         choice, registry = getattr(owner, "choice_name", lambda: None)(), getattr(owner, "registry", None)

@@ -11,7 +11,6 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, create_model
 
 Size = Annotated[int, Field(ge=1, le=2**16)]  # a 2**16 × 2**16 weight matrix is 17 GB of float32: past any memory
-STRICT = ConfigDict(strict=True)
 MAX_BEAM_SIZE = 16  # translate.py's beam_size, and the served model's max_beam_size unless its model_config says more
 
 from attnseq.attention.settings import LOCAL_ATTENTION, NO_ATTENTION, LocalSettings, ScorerSettings, size_problems
@@ -19,6 +18,10 @@ from attnseq.errors import ConfigError
 from attnseq.model.conventions import DecoderSettings
 from attnseq.model.encoders import RNN, EncoderSettings
 from attnseq.registry import import_plugins, require_plugins
+
+CHOICES = {"encoder": EncoderSettings.registry, "scorer": ScorerSettings.registry,
+           "decoder": DecoderSettings.registry, "attention": LOCAL_ATTENTION}
+"""The model's choice groups, each a registry of settings models whose ``union()`` the config is checked with."""
 
 
 class ModelGroup(BaseModel):
@@ -127,16 +130,15 @@ class ModelConfig:
 
     def parts(self) -> tuple[ModelGroup, EncoderSettings, ScorerSettings, DecoderSettings, LocalSettings]:
         """The typed settings this config stands for, by the models the config is checked with
-        (``ConfigError`` naming every bad value)."""
+        (``ConfigError`` naming every bad value, the vocabulary sizes' included)."""
         from attnseq.problems import validated
 
         import_plugins(self.plugins)
-        groups = {"model": ModelGroup, "encoder": EncoderSettings.registry.union(),
-                  "scorer": ScorerSettings.registry.union(), "decoder": DecoderSettings.registry.union(),
-                  "attention": LOCAL_ATTENTION.union()}
-        parts = validated(create_model("ModelParts", **{group: (union, ...) for group, union in groups.items()},
-                                       src_vocab_size=(PositiveInt, Field(examples=[20])),
-                                       tgt_vocab_size=(PositiveInt, Field(examples=[20])), __config__=STRICT), {
+        groups = {"model": ModelGroup, **{group: registry.union() for group, registry in CHOICES.items()}}
+        vocabulary = (PositiveInt, Field(examples=[20]))
+        model = create_model("ModelParts", __config__=ConfigDict(strict=True), src_vocab_size=vocabulary,
+                             tgt_vocab_size=vocabulary, **{group: (union, ...) for group, union in groups.items()})
+        parts = validated(model, {
             "model": {k: getattr(self, k) for k in ModelGroup.model_fields},
             "encoder": {**self.encoder_options, "kind": self.encoder, "cell": self.cell,
                         "bidirectional": self.bidirectional},
