@@ -130,6 +130,7 @@ def models_in(annotation: Any) -> list[type[BaseModel]]:
 
 def one(item: dict, key: str, value: Any, field: FieldInfo | None, owner: Any, annotation: Any,
         unset: bool = False) -> ConfigError:
+    """The message one pydantic error gets; a bad value's is always its key and value, what it must be, the fix."""
     kind, (group, _, name) = item["type"], key.rpartition(".")
     if kind == "union_tag_invalid":  # a choice's name: the registry says which it knows
         try:
@@ -154,11 +155,7 @@ def one(item: dict, key: str, value: Any, field: FieldInfo | None, owner: Any, a
         return ConfigError(f"{key}={shown(value)} replaces the whole {key} group with a value.",
                            f"set one of its keys instead, e.g. {key}.<key>=<value>; `--cfg job` prints them.")
     what = describe(field.annotation, field) if field is not None else item["msg"].removeprefix("Input should be ")
-    return rejected(key, value, item["msg"].removeprefix("Value error, ") if kind == "value_error" else what, example)
-
-
-def rejected(key: str, value: Any, what: str, example: Any) -> ConfigError:
-    """The one message every bad value gets: the key and value, what it must be, the fix."""
+    what = item["msg"].removeprefix("Value error, ") if kind == "value_error" else what
     return ConfigError(f"{key}={shown(value)} must be {what}.", f"set {key} to {what}, e.g. {override(key, example)}")
 
 
