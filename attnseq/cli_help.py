@@ -20,30 +20,21 @@ def wants_help(argv: list[str]) -> bool:
 
 
 def field_descriptions(config_name: str) -> dict[str, str]:
-    """Every dotted key the typed config declares, with its description (the choices' settings included)."""
-    from attnseq.attention.settings import ScorerSettings
-    from attnseq.config.models import EvalConfig, TrainBase, TranslateConfig
-    from attnseq.data.tasks import TASKS, DatasetKeys
-    from attnseq.model.conventions import DECODER_CONVENTIONS
-    from attnseq.model.encoders import ENCODER_KINDS
+    """Every dotted key the typed config declares, with its description (every registered choice's included)."""
+    from attnseq.config.models import EvalConfig, TranslateConfig, train_config_model
     from attnseq.problems import models_in
 
     found: dict[str, str] = {}
 
     def walk(model: type, prefix: str) -> None:
         for name, field in model.model_fields.items():
-            key, nested = f"{prefix}{field.alias or name}", models_in(field.annotation)
-            if nested:
-                walk(nested[0], f"{key}.")
-            elif field.description:
+            key = f"{prefix}{field.alias or name}"
+            for nested in models_in(field.annotation):  # a group, or each choice of a union
+                walk(nested, f"{key}.")
+            if field.description:
                 found.setdefault(key, field.description)
 
-    walk({"evaluate": EvalConfig, "translate": TranslateConfig}.get(config_name, TrainBase), "")
-    if config_name == "train":
-        for group, registry in (("encoder", ENCODER_KINDS), ("scorer", ScorerSettings.registry),
-                                ("decoder", DECODER_CONVENTIONS), ("dataset", TASKS)):
-            for cls in [*registry.values(), *([DatasetKeys] if group == "dataset" else [])]:
-                walk(cls, f"{group}.")
+    walk({"evaluate": EvalConfig, "translate": TranslateConfig}.get(config_name) or train_config_model(), "")
     return found
 
 
@@ -64,8 +55,9 @@ def config_help(config_name: str, conf_dir: Path = CONF_DIR, usage: str | None =
         lines.append("Config groups (group=option; * = the default):")
         for group, default in groups:
             lines.append(f"  {group}:")
-            lines += [f"   {'*' if path.stem == default else ' '} {path.stem:22s} {_leading_comment(path)}".rstrip()
-                      for path in sorted((conf_dir / group).glob("*.yaml"))]
+            lines += [f"   {'*' if path.stem == default else ' '} {path.stem:22s} {meaning.strip()}".rstrip()
+                      for path in sorted((conf_dir / group).glob("*.yaml"))  # an option's meaning: its first line
+                      for meaning in [_leading_block(path).partition("\n")[0]]]
         lines.append("")
     keys: dict[str, tuple[str, str]] = {}  # dotted key → (default, meaning); a later file sets the default
     files = [(primary, "")] + [(path, f"{group}.") for group, default in groups if default not in (None, "null")
@@ -86,19 +78,9 @@ def _defaults(path: Path) -> list:
     return (yaml.safe_load(path.read_text()) or {}).get("defaults") or []
 
 
-def _leading_comment(path: Path) -> str:
-    """The first comment line of a config file that is not a ``# @package`` directive."""
-    for line in path.read_text().splitlines():
-        text = line.strip().lstrip("#").strip()
-        if not line.strip().startswith("#") and line.strip():
-            return ""
-        if text and not text.startswith("@package"):
-            return text
-    return ""
-
-
 def _leading_block(path: Path) -> str:
-    """The comment lines a config file opens with (its usage examples), ``# @package`` left out."""
+    """The comment lines a config file opens with (a command's usage examples, an option's meaning), ``# @package``
+    left out."""
     block = []
     for line in path.read_text().splitlines():
         if not line.startswith("#"):

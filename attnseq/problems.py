@@ -130,6 +130,7 @@ def models_in(annotation: Any) -> list[type[BaseModel]]:
 
 def one(item: dict, key: str, value: Any, field: FieldInfo | None, owner: Any, annotation: Any,
         unset: bool = False) -> ConfigError:
+    """The message one pydantic error gets; a bad value's is always its key and value, what it must be, the fix."""
     kind, (group, _, name) = item["type"], key.rpartition(".")
     if kind == "union_tag_invalid":  # a choice's name: the registry says which it knows
         try:
@@ -137,12 +138,10 @@ def one(item: dict, key: str, value: Any, field: FieldInfo | None, owner: Any, a
         except ConfigError as error:
             return error
     example = example_of(field, item)
-    if kind == "missing" and str(item["loc"][-1]) == name and unset:  # not an item of a list or tuple
-        return ConfigError(f"{key} is not set (???), and this config needs it.",
-                           f"add it on the command line, e.g. {override(key, example)}")
-    if kind == "missing" and str(item["loc"][-1]) == name:
-        return ConfigError(f"{key} is missing from the config (was it deleted with ~{key}?).",
-                           f"keep it, e.g. {override(key, example)}")
+    if kind == "missing" and str(item["loc"][-1]) == name:  # not an item of a list or tuple
+        return ConfigError(f"{key} is not set (???), and this config needs it." if unset else
+                           f"{key} is missing from the config (was it deleted with ~{key}?).",
+                           f"{'add it on the command line' if unset else 'keep it'}, e.g. {override(key, example)}")
     if kind == "extra_forbidden":
         known = [f.alias or n for n, f in getattr(owner, "model_fields", {}).items()]
         choice, registry = getattr(owner, "choice_name", lambda: None)(), getattr(owner, "registry", None)
@@ -156,11 +155,7 @@ def one(item: dict, key: str, value: Any, field: FieldInfo | None, owner: Any, a
         return ConfigError(f"{key}={shown(value)} replaces the whole {key} group with a value.",
                            f"set one of its keys instead, e.g. {key}.<key>=<value>; `--cfg job` prints them.")
     what = describe(field.annotation, field) if field is not None else item["msg"].removeprefix("Input should be ")
-    return rejected(key, value, item["msg"].removeprefix("Value error, ") if kind == "value_error" else what, example)
-
-
-def rejected(key: str, value: Any, what: str, example: Any) -> ConfigError:
-    """The one message every bad value gets: the key and value, what it must be, the fix."""
+    what = item["msg"].removeprefix("Value error, ") if kind == "value_error" else what
     return ConfigError(f"{key}={shown(value)} must be {what}.", f"set {key} to {what}, e.g. {override(key, example)}")
 
 

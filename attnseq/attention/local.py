@@ -24,7 +24,6 @@ from torch import Tensor, nn
 
 from attnseq.attention.masking import masked_softmax
 from attnseq.attention.settings import LOCAL_ATTENTION, LocalSettings
-from attnseq.errors import ConfigError
 from attnseq.registry import Registry
 
 WINDOWS = Registry("local attention", "attention.local", names_options=False)
@@ -49,9 +48,6 @@ class LocalWindow(nn.Module):
 
     def __init__(self, half_width: int, query_dim: int) -> None:
         super().__init__()
-        if not isinstance(half_width, int) or half_width < 1:
-            raise ConfigError(f"attention.window={half_width!r} must be a whole number ≥ 1.",
-                              "set attention.window to the window's half-width D, e.g. attention.window=10.")
         self.half_width = half_width
         self.query_dim = query_dim
 

@@ -44,15 +44,18 @@ def size_problems(scorer: type[ScorerSettings], query_dim: int, key_dim: int, he
             f"use a scorer that maps one size to the other, e.g. {' or '.join(f'scorer={n}' for n in others)}, "
             "or a unidirectional encoder (encoder=gru or encoder=lstm).",
         ))
-    if key_dim % heads:
-        divisors = [h for h in range(1, key_dim + 1) if key_dim % h == 0][:8]
-        found.append(ConfigError(
-            f"model.heads={heads} does not divide the key size: keys (B, T_enc, d_k={key_dim}{where}) must split "
-            f"into {heads} equal heads ({key_dim} % {heads} = {key_dim % heads}).",
-            f"set model.heads to one of {divisors}, e.g. model.heads={divisors[-1]}, or change the key size "
-            "(model.hidden_size).",
-        ))
-    return found
+    return found + heads_problems("model.heads", heads, key_dim, "the key size", f"keys (B, T_enc, d_k={key_dim}"
+                                  f"{where}) must split", "the key size (model.hidden_size)")
+
+
+def heads_problems(key: str, heads: int, size: int, what: str, split: str, other: str) -> list[ConfigError]:
+    """``key=heads`` does not divide ``size`` (``what``), which ``split`` into equal heads; or change ``other``."""
+    if size % heads == 0:
+        return []
+    divisors = [h for h in range(1, size + 1) if size % h == 0][:8]
+    return [ConfigError(f"{key}={heads} does not divide {what}: {split} into {heads} equal heads ({size} % {heads} = "
+                        f"{size % heads}).", f"set {key} to one of {divisors}, e.g. {key}={divisors[-1]}, or change "
+                        f"{other}.")]
 
 
 def multiple_of_heads(key: str, value: int | None, heads: int, key_dim: int, why: str) -> list[ConfigError]:

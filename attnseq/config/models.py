@@ -12,11 +12,9 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, create_model
 from pydantic.functional_validators import AfterValidator
 
-from attnseq.attention.settings import LOCAL_ATTENTION, GlobalSettings, ScorerSettings
-from attnseq.data.tasks import TASKS, dataset_union
-from attnseq.model.config import ModelGroup
-from attnseq.model.conventions import DECODER_CONVENTIONS
-from attnseq.model.encoders import ENCODER_KINDS
+from attnseq.attention.settings import LOCAL_ATTENTION, GlobalSettings
+from attnseq.data.tasks import TASKS, dataset_model
+from attnseq.model.config import CHOICES, MAX_BEAM_SIZE, ModelGroup
 from attnseq.problems import PAIR, Text, What, _pair
 
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
@@ -155,14 +153,12 @@ class TrainBase(Group):
 
 def train_config_model() -> type[TrainBase]:
     """``TrainConfig`` with every choice registered now (the built-in ones and the plugins')."""
-    key = tuple(tuple(registry) for registry in (ENCODER_KINDS, ScorerSettings.registry, DECODER_CONVENTIONS, TASKS,
-                                                 LOCAL_ATTENTION))
+    key = tuple(tuple(registry) for registry in (*CHOICES.values(), TASKS))
     if key not in _MODELS:
         _MODELS[key] = create_model(
-            "TrainConfig", __base__=TrainBase, __module__=__name__,
-            encoder=(ENCODER_KINDS.union(), ...), scorer=(ScorerSettings.registry.union(), ...),
-            decoder=(DECODER_CONVENTIONS.union(), ...), dataset=(dataset_union(), ...),
-            attention=(LOCAL_ATTENTION.union(), GlobalSettings()),  # absent from a run saved before it: global
+            "TrainConfig", __base__=TrainBase, __module__=__name__, dataset=(TASKS.union(dataset_model), ...),
+            **{group: (registry.union(), GlobalSettings() if registry is LOCAL_ATTENTION else ...)
+               for group, registry in CHOICES.items()},  # attention: absent from a run saved before it, so global
         )
     return _MODELS[key]
 
@@ -214,8 +210,8 @@ class TranslateConfig(Group):
                          examples=["latest"])
     experiment_name: Text | None = Field(description="with run_id=latest: the newest in this experiment",
                                          examples=["attnseq"])
-    beam_size: int = Field(ge=1, le=16, description="1 = greedy decoding; at most 16, as the served model "
-                           "(its max_beam_size)", examples=[4])
+    beam_size: int = Field(ge=1, le=MAX_BEAM_SIZE, description=f"1 = greedy decoding; at most {MAX_BEAM_SIZE}, as "
+                           "the served model (its max_beam_size)", examples=[4])
     length_penalty: float = Field(ge=0, description="beam search's GNMT α; 0 ranks by log-probability",
                                   examples=[0.6])
     heatmaps: Text | None = Field(description="a folder: each source's attention heatmap as source_<n>.png; "

@@ -5,6 +5,7 @@ those libraries, is ``attnseq.training.validation``."""
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -27,29 +28,26 @@ METRIC_KEYS = ("dataset", "scorer", "training", "checkpoint", "optimized_metric"
 
 def validate_train(cfg: DictConfig) -> TrainBase:
     """The typed ``TrainConfig`` of a composed ``conf/train.yaml``, or ``ConfigError`` naming every problem."""
-    data, unset, problems = plain(cfg)
-    if isinstance(data.get("plugins"), list) and all(isinstance(p, str) for p in data["plugins"]):
-        import_plugins(data["plugins"])
-    return _validated(train_config_model(), data, unset, problems)
+    return validated_config(train_config_model, cfg)
 
 
 def validate_evaluate(cfg: DictConfig) -> EvalConfig:
     """The typed ``EvalConfig`` of a composed ``conf/evaluate.yaml``, or ``ConfigError`` naming every problem."""
-    data, unset, problems = plain(cfg)
-    if isinstance(data.get("plugins"), list) and all(isinstance(p, str) for p in data["plugins"]):
-        import_plugins(data["plugins"])  # asked for: the runs' saved plugins are never imported on their own
-    return _validated(EvalConfig, data, unset, problems)
+    return validated_config(lambda: EvalConfig, cfg)
 
 
 def validate_translate(cfg: DictConfig) -> TranslateConfig:
     """The typed ``TranslateConfig`` of a composed ``conf/translate.yaml``, or ``ConfigError`` naming every problem."""
+    return validated_config(lambda: TranslateConfig, cfg)
+
+
+def validated_config(model_now: Callable[[], type], cfg: DictConfig) -> Any:
+    """``cfg`` typed by the model ``model_now`` gives once the plugins asked for are imported (a run's
+    saved plugins are never imported on their own), every problem at once."""
     data, unset, problems = plain(cfg)
     if isinstance(data.get("plugins"), list) and all(isinstance(p, str) for p in data["plugins"]):
-        import_plugins(data["plugins"])  # asked for: the run's saved plugins are never imported on their own
-    return _validated(TranslateConfig, data, unset, problems)
-
-
-def _validated(model: type, data: dict, unset: list[str], problems: list[ConfigError]):
+        import_plugins(data["plugins"])
+    model = model_now()
     problems += [ConfigError(f"{key} is not read by attnseq. Did you mean {match}?",
                              f"use {match}=<value> (without +), and drop {key}, e.g. ~{key}.")
                  for key, match in near_misses(model, data)]

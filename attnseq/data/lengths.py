@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Annotated
+
+from pydantic import AfterValidator, StrictInt, TypeAdapter, ValidationError
 
 from attnseq.data.example import Example
+from attnseq.problems import PAIR, _pair, shown
 
 
 def is_int(value: object) -> bool:
@@ -12,26 +16,13 @@ def is_int(value: object) -> bool:
 
 
 def validate_length_range(lengths: object, name: str = "lengths") -> tuple[int, int]:
-    """Return ``lengths`` as ``(lo, hi)`` after checking it is an inclusive range with 1 <= lo <= hi.
-
-    Accepts any two-item sequence (tuple, list, Hydra ListConfig) of ints.
-    """
-    if isinstance(lengths, (str, bytes)) or not isinstance(lengths, Sequence) or len(lengths) != 2:
-        raise ValueError(f"{name} must be a [lo, hi] pair of ints, got {lengths!r}; write e.g. {name}=[1, 10]")
-    lo, hi = lengths[0], lengths[1]
-    if not (is_int(lo) and is_int(hi)):
-        raise ValueError(
-            f"{name}={lengths!r} must hold ints (got {type(lo).__name__}, {type(hi).__name__}); "
-            f"write whole numbers, e.g. {name}=[1, 10]"
-        )
-    if lo < 1:
-        raise ValueError(
-            f"{name}={lengths!r} starts below 1, but a sequence needs at least one token; "
-            f"use 1 <= lo <= hi, e.g. {name}=[1, {max(hi, 1)}]"
-        )
-    if lo > hi:
-        raise ValueError(f"{name}={lengths!r} has lo > hi; swap them: {name}=[{hi}, {lo}]")
-    return lo, hi
+    """Return ``lengths`` (any two-item sequence of ints: tuple, list, Hydra ListConfig) as ``(lo, hi)``
+    after the config's own check of a length range (``LengthRange``'s: 1 <= lo <= hi)."""
+    try:
+        return TypeAdapter(Annotated[tuple[StrictInt, StrictInt], AfterValidator(_pair)]).validate_python(lengths)
+    except ValidationError as error:
+        example = (error.errors()[0].get("ctx") or {}).get("example") or [1, 10]
+        raise ValueError(f"{name}={lengths!r} must be {PAIR}; write e.g. {name}={shown(example)}") from None
 
 
 def filter_by_source_length(examples: Iterable[Example], lengths: Sequence[int]) -> list[Example]:

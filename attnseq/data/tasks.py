@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import random
 from collections.abc import Sequence
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, create_model
 
@@ -216,11 +216,6 @@ class DatasetKeys(BaseModel):
 def dataset_model(task: type[Task]) -> type[BaseModel]:
     """``dataset.*`` for ``task``: its own settings and the shared keys, in one flat model."""
     return create_model(f"{task.__name__}Dataset", __base__=(task, DatasetKeys), __module__=task.__module__)
-
-
-def dataset_union() -> Any:
-    """The discriminated union of every registered task's ``dataset_model``."""
-    return TASKS.union(dataset_model)
 
 
 def make_task(name: str, **options: object) -> Task:

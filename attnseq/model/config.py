@@ -8,15 +8,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, create_model
 
 Size = Annotated[int, Field(ge=1, le=2**16)]  # a 2**16 × 2**16 weight matrix is 17 GB of float32: past any memory
+MAX_BEAM_SIZE = 16  # translate.py's beam_size, and the served model's max_beam_size unless its model_config says more
 
 from attnseq.attention.settings import LOCAL_ATTENTION, NO_ATTENTION, LocalSettings, ScorerSettings, size_problems
 from attnseq.errors import ConfigError
 from attnseq.model.conventions import DecoderSettings
 from attnseq.model.encoders import RNN, EncoderSettings
 from attnseq.registry import import_plugins, require_plugins
+
+CHOICES = {"encoder": EncoderSettings.registry, "scorer": ScorerSettings.registry,
+           "decoder": DecoderSettings.registry, "attention": LOCAL_ATTENTION}
+"""The model's choice groups, each a registry of settings models whose ``union()`` the config is checked with."""
 
 
 class ModelGroup(BaseModel):
@@ -132,40 +137,29 @@ class ModelConfig:
     def uses_attention(self) -> bool:
         return self.scorer != NO_ATTENTION
 
-    def parts(self) -> tuple[ModelGroup, EncoderSettings, ScorerSettings, DecoderSettings]:
-        """The typed settings this config stands for (``ConfigError`` naming every bad value)."""
-        from attnseq.problems import raise_all, validated
-
-        import_plugins(self.plugins)
-        encoder = {**self.encoder_options, "kind": self.encoder, "cell": self.cell, "bidirectional": self.bidirectional}
-        decoder = {**self.decoder_options, "convention": self.decoder,
-                   **({} if self.input_feeding is None else {"input_feeding": self.input_feeding})}
-        problems, parts = [], []
-        for prefix, model, data in (
-            ("model", ModelGroup, {k: getattr(self, k) for k in ModelGroup.model_fields}),
-            ("encoder", EncoderSettings.registry.union(), encoder),
-            ("scorer", ScorerSettings.registry.union(), {**self.scorer_options, "name": self.scorer}),
-            ("decoder", DecoderSettings.registry.union(), decoder),
-        ):
-            try:
-                parts.append(validated(model, data, prefix))
-            except ConfigError as error:
-                problems += getattr(error, "problems", [error])
-        raise_all(problems)
-        return tuple(parts)
-
-    def local_settings(self) -> LocalSettings:
-        """The local attention this config stands for (``attention.*``; ``ConfigError`` for a bad value)."""
+    def parts(self) -> tuple[ModelGroup, EncoderSettings, ScorerSettings, DecoderSettings, LocalSettings]:
+        """The typed settings this config stands for, by the models the config is checked with
+        (``ConfigError`` naming every bad value, the vocabulary sizes' included)."""
         from attnseq.problems import validated
 
-        return validated(LOCAL_ATTENTION.union(), {"local": self.local, "window": self.window}, "attention")
+        import_plugins(self.plugins)
+        groups = {"model": ModelGroup, **{group: registry.union() for group, registry in CHOICES.items()}}
+        vocabulary = (PositiveInt, Field(examples=[20]))
+        model = create_model("ModelParts", __config__=ConfigDict(strict=True), src_vocab_size=vocabulary,
+                             tgt_vocab_size=vocabulary, **{group: (union, ...) for group, union in groups.items()})
+        parts = validated(model, {
+            "model": {k: getattr(self, k) for k in ModelGroup.model_fields},
+            "encoder": {**self.encoder_options, "kind": self.encoder, "cell": self.cell,
+                        "bidirectional": self.bidirectional},
+            "scorer": {**self.scorer_options, "name": self.scorer},
+            "decoder": {**self.decoder_options, "convention": self.decoder,
+                        **({} if self.input_feeding is None else {"input_feeding": self.input_feeding})},
+            "attention": {"local": self.local, "window": self.window},
+            "src_vocab_size": self.src_vocab_size, "tgt_vocab_size": self.tgt_vocab_size})
+        return tuple(getattr(parts, group) for group in groups)
 
     def validate(self) -> None:
         """Raise ``ConfigError`` naming every bad value, the shapes involved and the fix."""
         from attnseq.problems import raise_all
 
-        for key in ("src_vocab_size", "tgt_vocab_size"):
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"{key}={value!r} must be a whole number ≥ 1.", f"set {key} to a whole number ≥ 1.")
-        raise_all(architecture_problems(*self.parts(), self.local_settings()))
+        raise_all(architecture_problems(*self.parts()))

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 from pydantic import Field, PositiveInt
 
 from attnseq.errors import ConfigError
-from attnseq.model.encoders import heads_problems
+from attnseq.model.encoders import self_attention_heads
 from attnseq.problems import What
 from attnseq.registry import Choice, Registry
 
@@ -121,7 +121,7 @@ class TransformerConvention(DecoderSettings):
                                             "layer after layer", examples=[2])
 
     def size_problems(self, hidden_size: int) -> list[ConfigError]:
-        found = heads_problems("decoder.heads", self.heads, hidden_size)
+        found = self_attention_heads("decoder.heads", self.heads, hidden_size)
         if self.shown_layer is not None and self.shown_layer > self.layers:
             found.append(ConfigError(
                 f"decoder.shown_layer={self.shown_layer} is past the decoder's decoder.layers={self.layers} layers.",

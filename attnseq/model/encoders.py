@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, PositiveInt
 
+from attnseq.attention.settings import heads_problems
 from attnseq.errors import ConfigError
 from attnseq.registry import Choice, Registry
 
@@ -84,7 +85,7 @@ class TransformerEncoderSettings(EncoderSettings):
         return hidden_size
 
     def problems(self, hidden_size: int) -> list[ConfigError]:
-        found = heads_problems("encoder.heads", self.heads, hidden_size)
+        found = self_attention_heads("encoder.heads", self.heads, hidden_size)
         if self.bidirectional:
             found.append(ConfigError(
                 "encoder.bidirectional=true with encoder=transformer: self-attention reads the whole source "
@@ -101,17 +102,11 @@ class TransformerEncoderSettings(EncoderSettings):
                                   decoder_cell=self.cell, decoder_layers=config.layers)
 
 
-def heads_problems(key: str, heads: int, hidden_size: int) -> list[ConfigError]:
+def self_attention_heads(key: str, heads: int, hidden_size: int) -> list[ConfigError]:
     """A self-attention's heads (``key``) that do not divide the states' width d = ``model.hidden_size``."""
-    if hidden_size % heads == 0:
-        return []
-    divisors = [h for h in range(1, hidden_size + 1) if hidden_size % h == 0][:8]
-    return [ConfigError(
-        f"{key}={heads} does not divide model.hidden_size={hidden_size}: the self-attention splits its queries, "
-        f"keys and values (d={hidden_size}) into {heads} equal heads "
-        f"({hidden_size} % {heads} = {hidden_size % heads}).",
-        f"set {key} to one of {divisors}, e.g. {key}={divisors[-1]}, or change model.hidden_size.",
-    )]
+    return heads_problems(key, heads, hidden_size, f"model.hidden_size={hidden_size}",
+                          f"the self-attention splits its queries, keys and values (d={hidden_size})",
+                          "model.hidden_size")
 
 
 def encoder_kind(name: str) -> type[EncoderSettings]:

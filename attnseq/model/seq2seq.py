@@ -49,7 +49,7 @@ def build_seq2seq(config: ModelConfig, fast_paths: FastPaths = DEFAULT_FAST_PATH
     """Validate the configuration, then build the model it describes, taking the fast paths
     ``fast_paths`` allows (they change the speed, never the values)."""
     config.validate()
-    _, encoder_settings, _, convention = config.parts()
+    _, encoder_settings, _, convention, local = config.parts()
     encoder = encoder_settings.build(config, fast_paths)
     shared = dict(
         vocab_size=config.tgt_vocab_size,
@@ -62,7 +62,6 @@ def build_seq2seq(config: ModelConfig, fast_paths: FastPaths = DEFAULT_FAST_PATH
     )
     if not config.uses_attention:
         return Seq2Seq(encoder, PlainDecoder(**shared), config)
-    local = config.local_settings()
 
     def make_attention() -> nn.Module:
         return build_attention(config.scorer, config.query_dim, encoder.key_dim, heads=config.heads, local=local,

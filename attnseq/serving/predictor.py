@@ -34,6 +34,7 @@ from attnseq.data import SPECIAL_TOKENS, Vocabulary
 from attnseq.data.tokenizers import SUBWORD_TOKENIZERS, TextTokenizer, output_text, tokenizer_for
 from attnseq.errors import ProblemAndFix
 from attnseq.model import BeamDecoded, Decoded, Seq2Seq, beam_search, greedy_decode, load_saved_model
+from attnseq.model.config import MAX_BEAM_SIZE
 
 BATCH_SIZE = 256
 """Sources of one length are decoded together, this many at most."""
@@ -48,7 +49,7 @@ class RequestLimits:
     """What one request may cost; logged as the model's ``model_config``, so a server sets others with
     ``MLFLOW_PYFUNC_INFERENCE_CONFIG='{"max_beam_size": 32}'`` (or ``load_model(..., model_config=...)``)."""
 
-    max_beam_size: int = 16  # each decoding step costs beam_size × a greedy one
+    max_beam_size: int = MAX_BEAM_SIZE  # each decoding step costs beam_size × a greedy one
     max_source_tokens: int = 256  # the run trained on far shorter sources; time grows with the length
     max_output_tokens: int = 512  # each output stops here, or earlier at the decode limit
 
