@@ -15,12 +15,30 @@ and ``make ui`` answering HTTP.
   alternating, on the store the trainings filled.
 
 Medians over the tries; the goals are issue 16's, for a quiet machine.
+
+The fixed CPU cost of a launch (``--launch-cost``; the full benchmark's start-up section runs it too):
+
+    .venv/bin/python benchmarks/startup.py --launch-cost                      # this checkout
+    .venv/bin/python benchmarks/startup.py --launch-cost --against /work/main # and another, alternating
+
+- **per launch**: the CPU seconds (user + sys, the process and its children) of a tiny ``train.py`` run
+  (``LAUNCH_OVERRIDES``: one epoch of 64 examples, 32 validated), into a store that already has its
+  schema (a copy of an empty one, as the tests make it); with ``--against``, the other checkout's
+  launch runs after each of this one's, into the same kind of store, and the ratio is of the medians.
+- **where it goes**: one more launch (into a new store) under ``cProfile``, its seconds summed by phase
+  (``PHASES``: a phase is the cumulative time of the functions named). The profiler's clock is the wall
+  clock (a CPU clock is a system call per function call: it would cost more than the launch), so the
+  phases hold waits too (SQLite's commits, a busy machine's), and the profiler slows Python-heavy phases
+  more than others: shares, not CPU seconds.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import pstats
+import resource
+import shutil
 import signal
 import statistics
 import subprocess
@@ -154,11 +172,159 @@ def render(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+LAUNCH_OVERRIDES = ["trainer.max_epochs=1", "dataset.train_size=64", "dataset.val_size=32",
+                    "trainer.enable_progress_bar=false"]
+"""A tiny run: what the tests launch (``tests/cli_helpers.tiny``) is about as small; its seconds are the
+fixed cost of a launch, next to nothing of them training."""
+
+PHASES: list[tuple[str, list[str]]] = [
+    ("imports of the training pipeline (torch, Lightning, MLflow)", ["attnseq/training/pipeline.py:1(<module>)"]),
+    ("tracking store: checked, a new one created", ["attnseq/tracking/store.py:*(check_tracking_uri)"]),
+    ("attention heatmaps: decoded and drawn", ["attnseq/training/artifacts.py:*(heatmap_images)"]),
+    ("accuracy-vs-length figures", ["attnseq/tracking/plots.py:*(accuracy_vs_length)",
+                                    "attnseq/tracking/plots.py:*(figure_to_array)<-attnseq/training/artifacts.py:*(on_*)"]),
+    ("images and pictures written to the run", ["attnseq/tracking/run.py:*(log_image_step)",
+                                                "attnseq/training/artifacts.py:*(log_picture)"]),
+    ("checkpoints uploaded during training", ["attnseq/training/artifacts.py:*(upload)"]),
+    ("final checkpoints, model file and MLflow model", ["attnseq/training/artifacts.py:*(log_checkpoints)"]),
+    ("Lightning's fit (all of the above inside it included)", ["lightning/pytorch/trainer/trainer.py:*(_run)"]),
+]
+"""The phases of a launch: a label and the functions (``file:line(name)``, ``*`` for any line) whose
+cumulative seconds it sums; ``<-`` and a pattern count only the calls made from the functions it names
+(figure_to_array is also called from the heatmaps). Phases may nest: the last holds most of the others."""
+
+PROFILED_CHILD = """
+import cProfile, runpy, sys
+out, script, *args = sys.argv[1:]
+sys.argv = [script, *args]
+profile = cProfile.Profile()
+try:
+    profile.runcall(runpy.run_path, script, run_name="__main__")
+except SystemExit as done:
+    if done.code not in (0, None):
+        raise
+finally:
+    profile.dump_stats(out)
+"""
+
+
+def seeded_store(root: Path, template: Path) -> str:
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(template, root / "mlflow.db")
+    return f"sqlite:///{root}/mlflow.db"
+
+
+def schema_template(folder: Path) -> Path:
+    """An empty store with MLflow's schema, made once per benchmark (what the tests copy)."""
+    from mlflow.tracking import MlflowClient
+
+    MlflowClient(f"sqlite:///{folder}/template.db").search_experiments()
+    return folder / "template.db"
+
+
+def launch_cpu_s(repo: Path, root: Path, profile_to: Path | None = None) -> float:
+    """One tiny ``train.py`` of checkout ``repo`` into ``root`` (its store already there or not): the CPU
+    seconds of the process and its children; under the CPU-clock profiler into ``profile_to`` if given."""
+    uri = f"sqlite:///{root}/mlflow.db"
+    args = [*LAUNCH_OVERRIDES, f"mlflow.tracking_uri={uri}", f"mlflow.experiment_name={EXPERIMENT}",
+            f"hydra.run.dir={root}/out"]
+    script = str(repo / "train.py")
+    argv = [sys.executable, script, *args] if profile_to is None else \
+        [sys.executable, "-c", PROFILED_CHILD, str(profile_to), script, *args]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run(argv, cwd=root, env=clean_env() | {"PYTHONPATH": str(repo)}, capture_output=True,
+                          text=True, timeout=1200)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{script} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def phase_seconds(profile: Path) -> dict[str, float]:
+    """The CPU seconds of each of ``PHASES`` in a profile (``launch_cpu_s``'s), and of the whole launch."""
+    import fnmatch
+
+    stats = pstats.Stats(str(profile)).stats
+
+    def name(func: tuple) -> str:  # a dependency's path from site-packages/, attnseq's from attnseq/
+        path = func[0].split("site-packages/")[-1]
+        return f"{path[path.find('attnseq/'):] if 'attnseq/' in path else path}:{func[1]}({func[2]})"
+
+    seconds = {}
+    for label, patterns in PHASES:
+        total = 0.0
+        for pattern in patterns:
+            pattern, _, caller = pattern.partition("<-")
+            for func, (_, _, _, cumulative, callers) in stats.items():
+                if not fnmatch.fnmatch(name(func), pattern):
+                    continue
+                if caller:
+                    cumulative = sum(c[3] for f, c in callers.items() if fnmatch.fnmatch(name(f), caller))
+                total += cumulative
+        seconds[label] = total
+    seconds["the whole launch (profiled)"] = max(cumulative for *_, cumulative, _ in stats.values())
+    return seconds
+
+
+def measure_launch_cost(tries: int = 3, against: Path | None = None, log: Callable[[str], None] = print) -> dict:
+    """``tries`` tiny launches of this checkout (alternating with ``against``'s), and one profiled."""
+    checkouts = {"this": REPO, **({"against": against.resolve()} if against else {})}
+    results: dict = {"tries": tries, "overrides": LAUNCH_OVERRIDES, "cpu_s": {who: [] for who in checkouts},
+                     "checkouts": {who: str(path) for who, path in checkouts.items()}, "phases": {}}
+    with tempfile.TemporaryDirectory(prefix="attnseq-launch-") as tmp:
+        template = schema_template(Path(tmp))
+        for i in range(tries):
+            order = list(checkouts) if i % 2 == 0 else list(checkouts)[::-1]  # alternating, first one rotated
+            for who in order:
+                root = Path(tmp) / f"{who}-{i}"
+                seeded_store(root, template)
+                results["cpu_s"][who].append(launch_cpu_s(checkouts[who], root))
+                log(f"  launch {who} ({checkouts[who]}): {results['cpu_s'][who][-1]:.2f} s CPU")
+        for who, repo in checkouts.items():
+            root = Path(tmp) / f"{who}-profiled"
+            root.mkdir()
+            launch_cpu_s(repo, root, profile_to=root / "launch.prof")
+            results["phases"][who] = phase_seconds(root / "launch.prof")
+            log(f"  profiled {who}: {results['phases'][who]}")
+    return results
+
+
+def render_launch_cost(results: dict) -> str:
+    cpu = {who: statistics.median(values) for who, values in results["cpu_s"].items()}
+    lines = [
+        "### The fixed CPU cost of a launch",
+        "",
+        f"`train.py {' '.join(results['overrides'])}` into a store with its schema; CPU seconds (user + sys), "
+        f"medians of {results['tries']} launches" + (", alternating with the other checkout." if "against" in cpu
+                                                      else "."),
+        "",
+    ]
+    who = list(cpu)
+    header = " | ".join(f"{w} (`{results['checkouts'][w]}`)" for w in who)
+    lines += [f"| | {header} |" + (" ratio |" if len(who) > 1 else ""), "|---|" + "---:|" * (len(who) + (len(who) > 1))]
+    ratio = f" {cpu['this'] / cpu['against']:.2f}× |" if len(who) > 1 else ""
+    lines.append(f"| CPU s per launch | {' | '.join(f'{cpu[w]:.2f}' for w in who)} |{ratio}")
+    for label in results["phases"][who[0]]:
+        values = [results["phases"][w][label] for w in who]
+        shown = " | ".join(f"{v:.2f}" for v in values)
+        ratio = f" {values[0] / values[1]:.2f}× |" if len(who) > 1 and values[1] else (" |" if len(who) > 1 else "")
+        lines.append(f"| {label} | {shown} |{ratio}")
+    lines += ["", "Below the first row: one launch each into a new store, under a CPU-clock profiler (seconds by "
+              "phase, wall clock on the main thread; phases nest, and the profiler inflates Python-heavy ones)."]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tries", type=int, default=3)
+    parser.add_argument("--launch-cost", action="store_true", help="only the fixed CPU cost of a tiny launch")
+    parser.add_argument("--against", type=Path, help="with --launch-cost: another checkout, measured alternately")
     args = parser.parse_args(argv)
-    results = measure(args.tries, log=lambda line: print(line, file=sys.stderr, flush=True))
+    log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    if args.launch_cost:
+        print(render_launch_cost(measure_launch_cost(args.tries, args.against, log=log)))
+        return 0
+    results = measure(args.tries, log=log)
     print(render(results))
     return 0
 
