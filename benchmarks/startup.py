@@ -25,18 +25,16 @@ The fixed CPU cost of a launch (``--launch-cost``; the full benchmark's start-up
   (``LAUNCH_OVERRIDES``: one epoch of 64 examples, 32 validated), into a store that already has its
   schema (a copy of an empty one, as the tests make it); with ``--against``, the other checkout's
   launch runs after each of this one's, into the same kind of store, and the ratio is of the medians.
-- **where it goes**: one more launch (into a new store) under ``cProfile``, its seconds summed by phase
-  (``PHASES``: a phase is the cumulative time of the functions named). The profiler's clock is the wall
-  clock (a CPU clock is a system call per function call: it would cost more than the launch), so the
-  phases hold waits too (SQLite's commits, a busy machine's), and the profiler slows Python-heavy phases
-  more than others: shares, not CPU seconds.
+- **where it goes**: the same launches, each function of ``PHASES`` wrapped as its module is imported so
+  that its calls' CPU seconds (the process's clock: torch's threads included) add up to its phase's; a
+  few calls each, so the timing costs nothing measurable. The phases' medians are of those launches.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import pstats
 import resource
 import shutil
 import signal
@@ -178,33 +176,85 @@ LAUNCH_OVERRIDES = ["trainer.max_epochs=1", "dataset.train_size=64", "dataset.va
 fixed cost of a launch, next to nothing of them training."""
 
 PHASES: list[tuple[str, list[str]]] = [
-    ("imports of the training pipeline (torch, Lightning, MLflow)", ["attnseq/training/pipeline.py:1(<module>)"]),
-    ("tracking store: checked, a new one created", ["attnseq/tracking/store.py:*(check_tracking_uri)"]),
-    ("attention heatmaps: decoded and drawn", ["attnseq/training/artifacts.py:*(heatmap_images)"]),
-    ("accuracy-vs-length figures", ["attnseq/tracking/plots.py:*(accuracy_vs_length)",
-                                    "attnseq/tracking/plots.py:*(figure_to_array)<-attnseq/training/artifacts.py:*(on_*)"]),
-    ("images and pictures written to the run", ["attnseq/tracking/run.py:*(log_image_step)",
-                                                "attnseq/training/artifacts.py:*(log_picture)"]),
-    ("checkpoints uploaded during training", ["attnseq/training/artifacts.py:*(upload)"]),
-    ("final checkpoints, model file and MLflow model", ["attnseq/training/artifacts.py:*(log_checkpoints)"]),
-    ("Lightning's fit (all of the above inside it included)", ["lightning/pytorch/trainer/trainer.py:*(_run)"]),
+    ("imports of the training pipeline (torch, Lightning, MLflow)", ["attnseq.training.pipeline:<import>"]),
+    ("tracking store checked (a new one: created)", ["attnseq.tracking.store:check_tracking_uri"]),
+    ("figures drawn by matplotlib (heatmaps, accuracy vs length)", ["attnseq.training.artifacts:attention_heatmap",
+                                                                    "attnseq.training.artifacts:accuracy_vs_length",
+                                                                    "attnseq.training.artifacts:figure_to_array"]),
+    ("attention heatmaps: decoded and drawn", ["attnseq.training.artifacts:RunArtifacts.heatmap_images"]),
+    ("images and pictures written to the run", ["attnseq.tracking.run:TrackedRun.log_image_step",
+                                                "attnseq.training.artifacts:RunArtifacts.log_picture"]),
+    ("checkpoints uploaded during training", ["attnseq.training.artifacts:UploadedCheckpoint.upload"]),
+    ("final checkpoints, model file and MLflow model", ["attnseq.training.artifacts:RunArtifacts.log_checkpoints"]),
+    ("training, validation and all of the above inside `fit`", ["attnseq.training.pipeline:fit"]),
 ]
-"""The phases of a launch: a label and the functions (``file:line(name)``, ``*`` for any line) whose
-cumulative seconds it sums; ``<-`` and a pattern count only the calls made from the functions it names
-(figure_to_array is also called from the heatmaps). Phases may nest: the last holds most of the others."""
+"""The phases of a launch: a label and the functions (``module:qualified name``; ``module:<import>``: the
+module's import, its own imports included) whose CPU seconds it sums, each call counted once however deep
+it nests in itself or another of the phase's functions. A call made inside an earlier phase is that phase's;
+a later phase holds the earlier ones its functions call (the heatmaps their drawing, ``fit`` most of them)."""
 
-PROFILED_CHILD = """
-import cProfile, runpy, sys
-out, script, *args = sys.argv[1:]
+TIMED_CHILD = """
+import importlib.abc, importlib.util, json, resource, runpy, sys, time
+out, phases, script, *args = sys.argv[1:]
+phases = json.loads(phases)
+seconds, active = [0.0] * len(phases), [0] * len(phases)
+
+def timed(index, function):
+    def wrapper(*a, **k):
+        if any(active[:index + 1]):  # inside this phase already, or an earlier one: counted there
+            return function(*a, **k)
+        active[index] += 1
+        began = time.process_time()
+        try:
+            return function(*a, **k)
+        finally:
+            seconds[index] += time.process_time() - began
+            active[index] -= 1
+    return wrapper
+
+wanted = {}
+for index, (_, targets) in enumerate(phases):
+    for target in targets:
+        module, _, name = target.partition(":")
+        wanted.setdefault(module, []).append((index, name))
+
+class Timing(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path, target=None):
+        if name not in wanted:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        self.loaders = getattr(self, "loaders", {}) | {name: spec.loader}
+        spec.loader = self
+        return spec
+
+    def exec_module(self, module):
+        name = module.__name__
+        imported = [index for index, what in wanted[name] if what == "<import>"]
+        run = self.loaders[name].exec_module
+        for index in imported:
+            run = timed(index, run)
+        run(module)
+        for index, what in wanted[name]:  # wrapped before anyone imports them by name
+            if what != "<import>":
+                owner, _, attribute = what.rpartition(".")
+                holder = getattr(module, owner) if owner else module
+                setattr(holder, attribute, timed(index, getattr(holder, attribute)))
+
+sys.meta_path.insert(0, Timing())
 sys.argv = [script, *args]
-profile = cProfile.Profile()
 try:
-    profile.runcall(runpy.run_path, script, run_name="__main__")
+    runpy.run_path(script, run_name="__main__")
 except SystemExit as done:
     if done.code not in (0, None):
         raise
 finally:
-    profile.dump_stats(out)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    with open(out, "w") as handle:
+        json.dump({"phases": seconds, "total": usage.ru_utime + usage.ru_stime}, handle)
 """
 
 
@@ -222,15 +272,16 @@ def schema_template(folder: Path) -> Path:
     return folder / "template.db"
 
 
-def launch_cpu_s(repo: Path, root: Path, profile_to: Path | None = None) -> float:
+def launch_cpu_s(repo: Path, root: Path, phases_to: Path | None = None) -> float:
     """One tiny ``train.py`` of checkout ``repo`` into ``root`` (its store already there or not): the CPU
-    seconds of the process and its children; under the CPU-clock profiler into ``profile_to`` if given."""
+    seconds of the process and its children; with ``phases_to``, each of ``PHASES``'s seconds written there
+    (JSON) by the same launch."""
     uri = f"sqlite:///{root}/mlflow.db"
     args = [*LAUNCH_OVERRIDES, f"mlflow.tracking_uri={uri}", f"mlflow.experiment_name={EXPERIMENT}",
             f"hydra.run.dir={root}/out"]
     script = str(repo / "train.py")
-    argv = [sys.executable, script, *args] if profile_to is None else \
-        [sys.executable, "-c", PROFILED_CHILD, str(profile_to), script, *args]
+    argv = [sys.executable, script, *args] if phases_to is None else \
+        [sys.executable, "-c", TIMED_CHILD, str(phases_to), json.dumps(PHASES), script, *args]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run(argv, cwd=root, env=clean_env() | {"PYTHONPATH": str(repo)}, capture_output=True,
                           text=True, timeout=1200)
@@ -240,34 +291,16 @@ def launch_cpu_s(repo: Path, root: Path, profile_to: Path | None = None) -> floa
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def phase_seconds(profile: Path) -> dict[str, float]:
-    """The CPU seconds of each of ``PHASES`` in a profile (``launch_cpu_s``'s), and of the whole launch."""
-    import fnmatch
-
-    stats = pstats.Stats(str(profile)).stats
-
-    def name(func: tuple) -> str:  # a dependency's path from site-packages/, attnseq's from attnseq/
-        path = func[0].split("site-packages/")[-1]
-        return f"{path[path.find('attnseq/'):] if 'attnseq/' in path else path}:{func[1]}({func[2]})"
-
-    seconds = {}
-    for label, patterns in PHASES:
-        total = 0.0
-        for pattern in patterns:
-            pattern, _, caller = pattern.partition("<-")
-            for func, (_, _, _, cumulative, callers) in stats.items():
-                if not fnmatch.fnmatch(name(func), pattern):
-                    continue
-                if caller:
-                    cumulative = sum(c[3] for f, c in callers.items() if fnmatch.fnmatch(name(f), caller))
-                total += cumulative
-        seconds[label] = total
-    seconds["the whole launch (profiled)"] = max(cumulative for *_, cumulative, _ in stats.values())
-    return seconds
+def phase_seconds(timed: Path) -> dict[str, float]:
+    """The CPU seconds of each of ``PHASES`` in a launch (``launch_cpu_s``'s ``phases_to``), and of the whole."""
+    measured = json.loads(timed.read_text())
+    return {label: seconds for (label, _), seconds in zip(PHASES, measured["phases"])} | \
+        {"the whole launch": measured["total"]}
 
 
 def measure_launch_cost(tries: int = 3, against: Path | None = None, log: Callable[[str], None] = print) -> dict:
-    """``tries`` tiny launches of this checkout (alternating with ``against``'s), and one profiled."""
+    """``tries`` tiny launches of this checkout (alternating with ``against``'s), each timed, and the phases
+    of each launch summed; the phases' medians are of the same launches."""
     checkouts = {"this": REPO, **({"against": against.resolve()} if against else {})}
     results: dict = {"tries": tries, "overrides": LAUNCH_OVERRIDES, "cpu_s": {who: [] for who in checkouts},
                      "checkouts": {who: str(path) for who, path in checkouts.items()}, "phases": {}}
@@ -278,14 +311,10 @@ def measure_launch_cost(tries: int = 3, against: Path | None = None, log: Callab
             for who in order:
                 root = Path(tmp) / f"{who}-{i}"
                 seeded_store(root, template)
-                results["cpu_s"][who].append(launch_cpu_s(checkouts[who], root))
+                results["cpu_s"][who].append(launch_cpu_s(checkouts[who], root, phases_to=root / "phases.json"))
+                for label, seconds in phase_seconds(root / "phases.json").items():
+                    results["phases"].setdefault(who, {}).setdefault(label, []).append(seconds)
                 log(f"  launch {who} ({checkouts[who]}): {results['cpu_s'][who][-1]:.2f} s CPU")
-        for who, repo in checkouts.items():
-            root = Path(tmp) / f"{who}-profiled"
-            root.mkdir()
-            launch_cpu_s(repo, root, profile_to=root / "launch.prof")
-            results["phases"][who] = phase_seconds(root / "launch.prof")
-            log(f"  profiled {who}: {results['phases'][who]}")
     return results
 
 
@@ -305,12 +334,13 @@ def render_launch_cost(results: dict) -> str:
     ratio = f" {cpu['this'] / cpu['against']:.2f}× |" if len(who) > 1 else ""
     lines.append(f"| CPU s per launch | {' | '.join(f'{cpu[w]:.2f}' for w in who)} |{ratio}")
     for label in results["phases"][who[0]]:
-        values = [results["phases"][w][label] for w in who]
+        values = [statistics.median(results["phases"][w][label]) for w in who]
         shown = " | ".join(f"{v:.2f}" for v in values)
         ratio = f" {values[0] / values[1]:.2f}× |" if len(who) > 1 and values[1] else (" |" if len(who) > 1 else "")
         lines.append(f"| {label} | {shown} |{ratio}")
-    lines += ["", "Below the first row: one launch each into a new store, under a CPU-clock profiler (seconds by "
-              "phase, wall clock on the main thread; phases nest, and the profiler inflates Python-heavy ones)."]
+    lines += ["", "Below the first row: where the CPU seconds go, the median of each phase over the same launches "
+              "(``PHASES`` in `benchmarks/startup.py`: phases nest; the last row is the process's own, without "
+              "its children)."]
     return "\n".join(lines) + "\n"
 
 
