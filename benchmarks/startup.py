@@ -272,10 +272,10 @@ def schema_template(folder: Path) -> Path:
     return folder / "template.db"
 
 
-def launch_cpu_s(repo: Path, root: Path, phases_to: Path | None = None) -> float:
+def launch_cpu_s(repo: Path, root: Path, phases_to: Path | None = None, env: dict[str, str] | None = None) -> float:
     """One tiny ``train.py`` of checkout ``repo`` into ``root`` (its store already there or not): the CPU
     seconds of the process and its children; with ``phases_to``, each of ``PHASES``'s seconds written there
-    (JSON) by the same launch."""
+    (JSON) by the same launch; ``env``: variables added to its environment."""
     uri = f"sqlite:///{root}/mlflow.db"
     args = [*LAUNCH_OVERRIDES, f"mlflow.tracking_uri={uri}", f"mlflow.experiment_name={EXPERIMENT}",
             f"hydra.run.dir={root}/out"]
@@ -283,8 +283,8 @@ def launch_cpu_s(repo: Path, root: Path, phases_to: Path | None = None) -> float
     argv = [sys.executable, script, *args] if phases_to is None else \
         [sys.executable, "-c", TIMED_CHILD, str(phases_to), json.dumps(PHASES), script, *args]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run(argv, cwd=root, env=clean_env() | {"PYTHONPATH": str(repo)}, capture_output=True,
-                          text=True, timeout=1200)
+    proc = subprocess.run(argv, cwd=root, env=clean_env() | (env or {}) | {"PYTHONPATH": str(repo)},
+                          capture_output=True, text=True, timeout=1200)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise RuntimeError(f"{script} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
@@ -298,12 +298,13 @@ def phase_seconds(timed: Path) -> dict[str, float]:
         {"the whole launch": measured["total"]}
 
 
-def measure_launch_cost(tries: int = 3, against: Path | None = None, log: Callable[[str], None] = print) -> dict:
+def measure_launch_cost(tries: int = 3, against: Path | None = None, env: dict[str, str] | None = None,
+                        log: Callable[[str], None] = print) -> dict:
     """``tries`` tiny launches of this checkout (alternating with ``against``'s), each timed, and the phases
     of each launch summed; the phases' medians are of the same launches."""
     checkouts = {"this": REPO, **({"against": against.resolve()} if against else {})}
     results: dict = {"tries": tries, "overrides": LAUNCH_OVERRIDES, "cpu_s": {who: [] for who in checkouts},
-                     "checkouts": {who: str(path) for who, path in checkouts.items()}, "phases": {}}
+                     "checkouts": {who: str(path) for who, path in checkouts.items()}, "phases": {}, "env": env or {}}
     with tempfile.TemporaryDirectory(prefix="attnseq-launch-") as tmp:
         template = schema_template(Path(tmp))
         for i in range(tries):
@@ -311,7 +312,8 @@ def measure_launch_cost(tries: int = 3, against: Path | None = None, log: Callab
             for who in order:
                 root = Path(tmp) / f"{who}-{i}"
                 seeded_store(root, template)
-                results["cpu_s"][who].append(launch_cpu_s(checkouts[who], root, phases_to=root / "phases.json"))
+                cpu = launch_cpu_s(checkouts[who], root, phases_to=root / "phases.json", env=env)
+                results["cpu_s"][who].append(cpu)
                 for label, seconds in phase_seconds(root / "phases.json").items():
                     results["phases"].setdefault(who, {}).setdefault(label, []).append(seconds)
                 log(f"  launch {who} ({checkouts[who]}): {results['cpu_s'][who][-1]:.2f} s CPU")
@@ -323,7 +325,8 @@ def render_launch_cost(results: dict) -> str:
     lines = [
         "### The fixed CPU cost of a launch",
         "",
-        f"`train.py {' '.join(results['overrides'])}` into a store with its schema; CPU seconds (user + sys), "
+        f"`{''.join(f'{k}={v} ' for k, v in results['env'].items())}train.py {' '.join(results['overrides'])}` "
+        "into a store with its schema; CPU seconds (user + sys), "
         f"medians of {results['tries']} launches" + (", alternating with the other checkout." if "against" in cpu
                                                       else "."),
         "",
@@ -349,10 +352,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tries", type=int, default=3)
     parser.add_argument("--launch-cost", action="store_true", help="only the fixed CPU cost of a tiny launch")
     parser.add_argument("--against", type=Path, help="with --launch-cost: another checkout, measured alternately")
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                        help="with --launch-cost: a variable for every launch's environment (repeatable)")
     args = parser.parse_args(argv)
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     if args.launch_cost:
-        print(render_launch_cost(measure_launch_cost(args.tries, args.against, log=log)))
+        env = dict(item.split("=", 1) for item in args.env)
+        print(render_launch_cost(measure_launch_cost(args.tries, args.against, env, log=log)))
         return 0
     results = measure(args.tries, log=log)
     print(render(results))
