@@ -15,12 +15,28 @@ and ``make ui`` answering HTTP.
   alternating, on the store the trainings filled.
 
 Medians over the tries; the goals are issue 16's, for a quiet machine.
+
+The fixed CPU cost of a launch (``--launch-cost``; the full benchmark's start-up section runs it too):
+
+    .venv/bin/python benchmarks/startup.py --launch-cost                      # this checkout
+    .venv/bin/python benchmarks/startup.py --launch-cost --against /work/main # and another, alternating
+
+- **per launch**: the CPU seconds (user + sys, the process and its children) of a tiny ``train.py`` run
+  (``LAUNCH_OVERRIDES``: one epoch of 64 examples, 32 validated), into a store that already has its
+  schema (a copy of an empty one, as the tests make it); with ``--against``, the other checkout's
+  launch runs after each of this one's, into the same kind of store, and the ratio is of the medians.
+- **where it goes**: the same launches, each function of ``PHASES`` wrapped as its module is imported so
+  that its calls' CPU seconds (the process's clock: torch's threads included) add up to its phase's; a
+  few calls each, so the timing costs nothing measurable. The phases' medians are of those launches.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
+import shutil
 import signal
 import statistics
 import subprocess
@@ -154,11 +170,197 @@ def render(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+LAUNCH_OVERRIDES = ["trainer.max_epochs=1", "dataset.train_size=64", "dataset.val_size=32",
+                    "trainer.enable_progress_bar=false"]
+"""A tiny run: what the tests launch (``tests/cli_helpers.tiny``) is about as small; its seconds are the
+fixed cost of a launch, next to nothing of them training."""
+
+PHASES: list[tuple[str, list[str]]] = [
+    ("imports of the training pipeline (torch, Lightning, MLflow)", ["attnseq.training.pipeline:<import>"]),
+    ("tracking store checked (a new one: created)", ["attnseq.tracking.store:check_tracking_uri"]),
+    ("figures drawn by matplotlib (heatmaps, accuracy vs length)", ["attnseq.training.artifacts:attention_heatmap",
+                                                                    "attnseq.training.artifacts:accuracy_vs_length",
+                                                                    "attnseq.training.artifacts:figure_to_array"]),
+    ("attention heatmaps: decoded and drawn", ["attnseq.training.artifacts:RunArtifacts.heatmap_images"]),
+    ("images and pictures written to the run", ["attnseq.tracking.run:TrackedRun.log_image_step",
+                                                "attnseq.training.artifacts:RunArtifacts.log_picture"]),
+    ("checkpoints uploaded during training", ["attnseq.training.artifacts:UploadedCheckpoint.upload"]),
+    ("final checkpoints, model file and MLflow model", ["attnseq.training.artifacts:RunArtifacts.log_checkpoints"]),
+    ("training, validation and all of the above inside `fit`", ["attnseq.training.pipeline:fit"]),
+]
+"""The phases of a launch: a label and the functions (``module:qualified name``; ``module:<import>``: the
+module's import, its own imports included) whose CPU seconds it sums, each call counted once however deep
+it nests in itself or another of the phase's functions. A call made inside an earlier phase is that phase's;
+a later phase holds the earlier ones its functions call (the heatmaps their drawing, ``fit`` most of them)."""
+
+TIMED_CHILD = """
+import importlib.abc, importlib.util, json, resource, runpy, sys, time
+out, phases, script, *args = sys.argv[1:]
+phases = json.loads(phases)
+seconds, active = [0.0] * len(phases), [0] * len(phases)
+
+def timed(index, function):
+    def wrapper(*a, **k):
+        if any(active[:index + 1]):  # inside this phase already, or an earlier one: counted there
+            return function(*a, **k)
+        active[index] += 1
+        began = time.process_time()
+        try:
+            return function(*a, **k)
+        finally:
+            seconds[index] += time.process_time() - began
+            active[index] -= 1
+    return wrapper
+
+wanted = {}
+for index, (_, targets) in enumerate(phases):
+    for target in targets:
+        module, _, name = target.partition(":")
+        wanted.setdefault(module, []).append((index, name))
+
+class Timing(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path, target=None):
+        if name not in wanted:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        self.loaders = getattr(self, "loaders", {}) | {name: spec.loader}
+        spec.loader = self
+        return spec
+
+    def exec_module(self, module):
+        name = module.__name__
+        imported = [index for index, what in wanted[name] if what == "<import>"]
+        run = self.loaders[name].exec_module
+        for index in imported:
+            run = timed(index, run)
+        run(module)
+        for index, what in wanted[name]:  # wrapped before anyone imports them by name
+            if what != "<import>":
+                owner, _, attribute = what.rpartition(".")
+                holder = getattr(module, owner) if owner else module
+                setattr(holder, attribute, timed(index, getattr(holder, attribute)))
+
+sys.meta_path.insert(0, Timing())
+sys.argv = [script, *args]
+try:
+    runpy.run_path(script, run_name="__main__")
+except SystemExit as done:
+    if done.code not in (0, None):
+        raise
+finally:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    with open(out, "w") as handle:
+        json.dump({"phases": seconds, "total": usage.ru_utime + usage.ru_stime}, handle)
+"""
+
+
+def seeded_store(root: Path, template: Path) -> str:
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(template, root / "mlflow.db")
+    return f"sqlite:///{root}/mlflow.db"
+
+
+def schema_template(folder: Path) -> Path:
+    """An empty store with MLflow's schema, made once per benchmark (what the tests copy)."""
+    from mlflow.tracking import MlflowClient
+
+    MlflowClient(f"sqlite:///{folder}/template.db").search_experiments()
+    return folder / "template.db"
+
+
+def launch_cpu_s(repo: Path, root: Path, phases_to: Path | None = None, env: dict[str, str] | None = None) -> float:
+    """One tiny ``train.py`` of checkout ``repo`` into ``root`` (its store already there or not): the CPU
+    seconds of the process and its children; with ``phases_to``, each of ``PHASES``'s seconds written there
+    (JSON) by the same launch; ``env``: variables added to its environment."""
+    uri = f"sqlite:///{root}/mlflow.db"
+    args = [*LAUNCH_OVERRIDES, f"mlflow.tracking_uri={uri}", f"mlflow.experiment_name={EXPERIMENT}",
+            f"hydra.run.dir={root}/out"]
+    script = str(repo / "train.py")
+    argv = [sys.executable, script, *args] if phases_to is None else \
+        [sys.executable, "-c", TIMED_CHILD, str(phases_to), json.dumps(PHASES), script, *args]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run(argv, cwd=root, env=clean_env() | (env or {}) | {"PYTHONPATH": str(repo)},
+                          capture_output=True, text=True, timeout=1200)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{script} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def phase_seconds(timed: Path) -> dict[str, float]:
+    """The CPU seconds of each of ``PHASES`` in a launch (``launch_cpu_s``'s ``phases_to``), and of the whole."""
+    measured = json.loads(timed.read_text())
+    return {label: seconds for (label, _), seconds in zip(PHASES, measured["phases"])} | \
+        {"the whole launch": measured["total"]}
+
+
+def measure_launch_cost(tries: int = 3, against: Path | None = None, env: dict[str, str] | None = None,
+                        log: Callable[[str], None] = print) -> dict:
+    """``tries`` tiny launches of this checkout (alternating with ``against``'s), each timed, and the phases
+    of each launch summed; the phases' medians are of the same launches."""
+    checkouts = {"this": REPO, **({"against": against.resolve()} if against else {})}
+    results: dict = {"tries": tries, "overrides": LAUNCH_OVERRIDES, "cpu_s": {who: [] for who in checkouts},
+                     "checkouts": {who: str(path) for who, path in checkouts.items()}, "phases": {}, "env": env or {}}
+    with tempfile.TemporaryDirectory(prefix="attnseq-launch-") as tmp:
+        template = schema_template(Path(tmp))
+        for i in range(tries):
+            order = list(checkouts) if i % 2 == 0 else list(checkouts)[::-1]  # alternating, first one rotated
+            for who in order:
+                root = Path(tmp) / f"{who}-{i}"
+                seeded_store(root, template)
+                cpu = launch_cpu_s(checkouts[who], root, phases_to=root / "phases.json", env=env)
+                results["cpu_s"][who].append(cpu)
+                for label, seconds in phase_seconds(root / "phases.json").items():
+                    results["phases"].setdefault(who, {}).setdefault(label, []).append(seconds)
+                log(f"  launch {who} ({checkouts[who]}): {results['cpu_s'][who][-1]:.2f} s CPU")
+    return results
+
+
+def render_launch_cost(results: dict) -> str:
+    cpu = {who: statistics.median(values) for who, values in results["cpu_s"].items()}
+    lines = [
+        "### The fixed CPU cost of a launch",
+        "",
+        f"`{''.join(f'{k}={v} ' for k, v in results['env'].items())}train.py {' '.join(results['overrides'])}` "
+        "into a store with its schema; CPU seconds (user + sys), "
+        f"medians of {results['tries']} launches" + (", alternating with the other checkout." if "against" in cpu
+                                                      else "."),
+        "",
+    ]
+    who = list(cpu)
+    header = " | ".join(f"{w} (`{results['checkouts'][w]}`)" for w in who)
+    lines += [f"| | {header} |" + (" ratio |" if len(who) > 1 else ""), "|---|" + "---:|" * (len(who) + (len(who) > 1))]
+    ratio = f" {cpu['this'] / cpu['against']:.2f}× |" if len(who) > 1 else ""
+    lines.append(f"| CPU s per launch | {' | '.join(f'{cpu[w]:.2f}' for w in who)} |{ratio}")
+    for label in results["phases"][who[0]]:
+        values = [statistics.median(results["phases"][w][label]) for w in who]
+        shown = " | ".join(f"{v:.2f}" for v in values)
+        ratio = f" {values[0] / values[1]:.2f}× |" if len(who) > 1 and values[1] else (" |" if len(who) > 1 else "")
+        lines.append(f"| {label} | {shown} |{ratio}")
+    lines += ["", "Below the first row: where the CPU seconds go, the median of each phase over the same launches "
+              "(``PHASES`` in `benchmarks/startup.py`: phases nest; the last row is the process's own, without "
+              "its children)."]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tries", type=int, default=3)
+    parser.add_argument("--launch-cost", action="store_true", help="only the fixed CPU cost of a tiny launch")
+    parser.add_argument("--against", type=Path, help="with --launch-cost: another checkout, measured alternately")
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                        help="with --launch-cost: a variable for every launch's environment (repeatable)")
     args = parser.parse_args(argv)
-    results = measure(args.tries, log=lambda line: print(line, file=sys.stderr, flush=True))
+    log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    if args.launch_cost:
+        env = dict(item.split("=", 1) for item in args.env)
+        print(render_launch_cost(measure_launch_cost(args.tries, args.against, env, log=log)))
+        return 0
+    results = measure(args.tries, log=log)
     print(render(results))
     return 0
 

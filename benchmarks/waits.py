@@ -59,7 +59,9 @@ def startup(threads: int, log: Log) -> Waited:
         "first_step": "first training step after launch (an existing store)",
         "ui": "`make ui` answers",
     }
-    return Waited(module.render(results), [f"- {texts[k]}: {verdict(v, goals[k], ' s')}" for k, v in medians.items()])
+    launches = module.measure_launch_cost(tries=3, log=log)  # a tiny run's CPU, and where it goes
+    markdown = module.render(results) + "\n" + module.render_launch_cost(launches)
+    return Waited(markdown, [f"- {texts[k]}: {verdict(v, goals[k], ' s')}" for k, v in medians.items()])
 
 
 def evaluation(threads: int, log: Log) -> Waited:

@@ -98,10 +98,14 @@ def outputs_under(root: Path, seeded: bool = False) -> list[str]:
 
 
 def clean_env() -> dict[str, str]:
-    """The test's environment without anything that would redirect MLflow or join a sweep."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "ATTNSEQ_"))} | {
-        "HYDRA_FULL_ERROR": "1"
-    }
+    """The test's environment without anything that would redirect MLflow or join a sweep. Its OpenMP
+    threads sleep while they wait (``OMP_WAIT_POLICY=PASSIVE``, unless set already): spinning, torch's
+    second thread and the main one at each barrier burn about as much CPU as a tiny run does otherwise on a
+    loaded 2-core machine (``benchmarks/results.md``, the fixed CPU cost of a launch), and the suite's
+    training processes share those cores."""
+    return {"OMP_WAIT_POLICY": "PASSIVE"} | {
+        k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "ATTNSEQ_"))
+    } | {"HYDRA_FULL_ERROR": "1"}
 
 
 def user_env(**extra: str) -> dict[str, str]:

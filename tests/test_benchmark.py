@@ -229,3 +229,39 @@ def test_sections_are_named_from_the_registry(bench):
     with pytest.raises(SystemExit) as exit_info:
         bench.main(["--sections", "warp-drive"])
     assert exit_info.value.code == 2
+
+
+def test_the_launch_cost_times_each_phase_by_cpu_and_renders_the_ratio(tmp_path, monkeypatch):
+    """``startup.py --launch-cost``'s timing: a phase's functions are wrapped as their module is imported
+    (a caller that imported the name first gets the wrapped one), a call nested in itself counts once, and
+    the table sets two checkouts side by side with their ratio."""
+    import json
+    import subprocess
+
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    startup = importlib.import_module("startup")
+    sys.modules.pop("startup")  # benchmarks/startup.py, not to be found under that name by another test
+    (tmp_path / "busy.py").write_text(
+        "import time\n"
+        "def spin(seconds, again=True):\n"
+        "    began = time.process_time()\n"
+        "    while time.process_time() - began < seconds:\n"
+        "        pass\n"
+        "    if again:\n"
+        "        spin(seconds, again=False)\n"
+    )
+    (tmp_path / "script.py").write_text("from busy import spin\nspin(0.2)\n")
+    phases = [("spinning", ["busy:spin"]), ("importing busy", ["busy:<import>"])]
+    out = tmp_path / "phases.json"
+    subprocess.run([sys.executable, "-c", startup.TIMED_CHILD, str(out), json.dumps(phases),
+                    str(tmp_path / "script.py")], cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)}, check=True)
+    measured = json.loads(out.read_text())
+    spinning, importing = measured["phases"]
+    assert 0.35 <= spinning < 5 * 0.4 and importing < spinning  # both spins, the inner one counted once
+    assert measured["total"] >= spinning
+
+    results = {"tries": 1, "overrides": ["trainer.max_epochs=1"], "env": {}, "cpu_s": {"this": [3.0], "against": [4.0]},
+               "checkouts": {"this": "/a", "against": "/b"},
+               "phases": {"this": {"spinning": [1.0]}, "against": {"spinning": [2.0]}}}
+    table = startup.render_launch_cost(results)
+    assert "| CPU s per launch | 3.00 | 4.00 | 0.75× |" in table and "| spinning | 1.00 | 2.00 | 0.50× |" in table

@@ -159,6 +159,7 @@ class RunArtifacts(Callback):
         self.heatmap_every_n_epochs = heatmap_every_n_epochs
         self.samples: dict[str, Example] = {}
         self.untrained: Seq2Seq | None = None  # the model before its first step, until its heatmaps are drawn
+        self.best_checkpoint: dict | None = None  # the best checkpoint as read at the end (``read_best``), once
 
     # -- start ---------------------------------------------------------------------------
     def on_fit_start(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
@@ -244,10 +245,9 @@ class RunArtifacts(Callback):
         when = f"after {epochs(trainer.current_epoch)}"
         for label, image in self.heatmap_images(trainer, pl_module, when).items():
             self.log_picture(image, paths.heatmap_file(label))
-        best = self.best.best_model_path
-        if not best or not Path(best).is_file():
+        checkpoint = self.read_best()
+        if checkpoint is None:
             return
-        checkpoint = torch.load(best, map_location="cpu", weights_only=True)
         model = copy.deepcopy(pl_module.model)
         model.load_state_dict(model_weights(checkpoint["state_dict"]))
         when = f"best checkpoint, after {epochs(checkpoint['epoch'] + 1)}"
@@ -290,17 +290,24 @@ class RunArtifacts(Callback):
             self.log_final_heatmaps(trainer, pl_module)
         self.log_checkpoints(trainer, pl_module)
 
-    def log_checkpoints(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
-        for path in (self.best.best_model_path, self.last.best_model_path):
-            if path and Path(path).is_file():
-                self.run.log_file(path, paths.CHECKPOINTS)
+    def read_best(self) -> dict | None:
+        """The best checkpoint's contents (None without one), read from its file once for the heatmaps and
+        the model file both."""
         best = self.best.best_model_path
-        state = (
-            torch.load(best, map_location="cpu", weights_only=True)["state_dict"]
-            if best and Path(best).is_file()
-            else pl_module.state_dict()
-        )
-        weights = model_weights(state)
+        if self.best_checkpoint is None and best and Path(best).is_file():
+            self.best_checkpoint = torch.load(best, map_location="cpu", weights_only=True)
+        return self.best_checkpoint
+
+    def log_checkpoints(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
+        best = self.best.best_model_path
+        if best and Path(best).is_file():
+            self.run.log_file(best, paths.CHECKPOINTS)
+        if isinstance(self.last, UploadedCheckpoint):
+            self.last.upload(trainer)  # stored already unless written since: not copied again
+        elif self.last.best_model_path and Path(self.last.best_model_path).is_file():
+            self.run.log_file(self.last.best_model_path, paths.CHECKPOINTS)
+        checkpoint = self.read_best()
+        weights = model_weights(pl_module.state_dict() if checkpoint is None else checkpoint["state_dict"])
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / paths.file_name(paths.MODEL_FILE)
             torch.save({"model_config": asdict(pl_module.model.config), "state_dict": weights}, path)
