@@ -105,29 +105,6 @@ def test_a_sweep_over_a_secret_leaves_it_nowhere(tmp_path):
     assert "+db.password=***" in overrides, overrides
 
 
-@pytest.mark.slow
-def test_uri_credentials_and_secret_keys_never_leave_a_run(tmp_path):
-    """A run against a real server with credentials in the URI and a secret-named override: the
-    server's store and artifacts, the output folder and the console never hold either secret
-    (MLflow's own "View run at" line included)."""
-    (tmp_path / "server").mkdir()
-    with mlflow_server(tmp_path / "server") as (url, _):
-        uri = url.replace("http://", f"http://trainer:{URI_SECRET}@")
-        proc = run_cli(
-            tmp_path, *tiny(max_epochs=1, heatmaps=False), f"+db.api_token={SECRET}",
-            f"mlflow.tracking_uri={uri}", f"hydra.run.dir={tmp_path}/out", env=user_env(),
-        )
-        assert proc.returncode == 0, explain(proc)
-        (run,) = all_runs(MlflowClient(url))
-    assert run.info.status == "FINISHED"
-    assert run.data.params["db.api_token"] == "***"
-    assert run.data.params["mlflow.tracking_uri"] == url.replace("http://", "http://***@")
-    assert "Open it with" in proc.stdout
-    for secret in (URI_SECRET, SECRET):
-        assert leaks(tmp_path, secret, proc.stdout, proc.stderr) == [], secret
-    assert (tmp_path / "server" / "artifacts").is_dir() and (tmp_path / "out" / ".hydra" / "config.yaml").is_file()
-
-
 # -- item 5: a server that stops answering, stores that cannot work ---------------------------
 BUDGET_S = 20
 """A killed server is given up on after the budget's sleeps (6 s here); a live server slowed by a busy
@@ -171,15 +148,20 @@ def test_a_server_that_dies_mid_training_stops_the_run_within_the_budget(tmp_pat
 
 
 @pytest.mark.slow
-def test_a_server_restarted_within_the_budget_is_picked_up(tmp_path):
-    """Kept from before the budget: a store that comes back while a call still retries loses nothing."""
+def test_a_server_restarted_within_the_budget_is_picked_up_and_its_uri_credentials_never_leave_the_run(tmp_path):
+    """Kept from before the budget: a store that comes back while a call still retries loses nothing.
+    The run has credentials in the URI and a secret-named override: the server's store and
+    artifacts, the output folder and the console (the retries' warnings and MLflow's own "View run
+    at" line included) never hold either secret."""
     (tmp_path / "server").mkdir()
     checkpoint = tmp_path / "out" / "checkpoints" / "last.ckpt"
     epochs = 4  # the outage begins after epoch 0; the next checkpoint upload waits for the restarted server
     with mlflow_server(tmp_path / "server") as (url, server):
+        uri = url.replace("http://", f"http://trainer:{URI_SECRET}@")
         training = subprocess.Popen(
             [sys.executable, str(REPO / "train.py"), *tiny(max_epochs=epochs, heatmaps=False),
-             f"mlflow.tracking_uri={url}", "++mlflow.retry_budget_s=120", f"hydra.run.dir={tmp_path}/out"],
+             f"+db.api_token={SECRET}", f"mlflow.tracking_uri={uri}", "++mlflow.retry_budget_s=120",
+             f"hydra.run.dir={tmp_path}/out"],
             cwd=tmp_path, env=user_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         try:
@@ -198,6 +180,12 @@ def test_a_server_restarted_within_the_budget_is_picked_up(tmp_path):
     assert training.returncode == 0, stderr[-3000:]
     assert run.info.status == "FINISHED"
     assert len(history) == epochs, history  # one value per epoch: nothing lost, nothing twice
+    assert run.data.params["db.api_token"] == "***"
+    assert run.data.params["mlflow.tracking_uri"] == url.replace("http://", "http://***@")
+    assert "Open it with" in stdout
+    for secret in (URI_SECRET, SECRET):
+        assert leaks(tmp_path, secret, stdout, stderr) == [], secret
+    assert (tmp_path / "server" / "artifacts").is_dir() and (tmp_path / "out" / ".hydra" / "config.yaml").is_file()
 
 
 def test_the_retry_schedule_fits_the_budget():
