@@ -1,5 +1,6 @@
-"""End to end through the real CLI (``python train.py …``): what one run, a sweep, a parallel
-sweep and a failing run leave in MLflow, and that printing the config creates nothing.
+"""End to end through the real CLI (``python train.py …``): what one run, a sweep and a failing run
+leave in MLflow, and that printing the config creates nothing (a parallel sweep: test_run_lifecycle;
+a SIGTERM mid-training: test_reliability).
 
 Every test trains a tiny model in a subprocess whose working directory, MLflow store (SQLite +
 ``mlruns/``) and Hydra output directories all lie under ``tmp_path``, then reads the store back
