@@ -17,7 +17,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_helpers import CLI_TIMEOUT_S, GIVE_UP_BOUND_S, TRAIN_PY, all_runs, clean_env, explain, run_cli, tiny
+from cli_helpers import (
+    CLI_TIMEOUT_S,
+    GIVE_UP_BOUND_S,
+    TRAIN_PY,
+    all_runs,
+    clean_env,
+    explain,
+    run_cli,
+    tiny,
+    user_env,
+)
 from mlflow.entities import RunStatus
 from mlflow.tracking import MlflowClient
 from pauses import pause_at  # noqa: E402  (tests/ is on sys.path under pytest)
@@ -199,12 +209,14 @@ def test_server_dying_mid_run_stops_the_run_with_the_retry_message(server, tmp_p
     """The server is killed once two epochs are in it: training stops with the retry message within
     the budget; what the server stored before stays. What was queued or in flight when it died, and
     everything after, never reached it: those records are lost, and the message says so (the run
-    is left RUNNING, the local checkpoint and the resume command are named)."""
+    is left RUNNING, the local checkpoint and the resume command are named). Run as a user runs it
+    (no HYDRA_FULL_ERROR): one message, no traceback."""
     log = tmp_path / "train.log"
+    checkpoint = tmp_path / "out" / paths.LAST_CHECKPOINT
     proc = subprocess.Popen(
         [sys.executable, str(TRAIN_PY), *STEPPED, "trainer.max_epochs=200", f"mlflow.retry_budget_s={OUTAGE_BUDGET_S}",
          f"mlflow.tracking_uri={server.url}", f"hydra.run.dir={tmp_path}/out"],
-        cwd=tmp_path, env=clean_env(), stdout=log.open("w"), stderr=subprocess.STDOUT,
+        cwd=tmp_path, env=user_env(), stdout=log.open("w"), stderr=subprocess.STDOUT,
     )
     try:
         deadline = time.monotonic() + CLI_TIMEOUT_S
@@ -228,6 +240,9 @@ def test_server_dying_mid_run_stops_the_run_with_the_retry_message(server, tmp_p
     assert "stopped answering" in output and "mlflow.retry_budget_s" in output, output[-3000:]
     assert f"resume={run_id}" in output, output[-3000:]
     assert stopped_after < GIVE_UP_BOUND_S, stopped_after  # bounded by the budget, not MLflow's minutes of retries
+    assert "Traceback" not in output, output[-3000:]
+    assert f"python train.py resume={run_id}" in output and f"kept locally: {checkpoint}" in output, output[-3000:]
+    assert checkpoint.is_file()
     [run] = all_runs(server.backend)
     assert run.info.status == RunStatus.to_string(RunStatus.RUNNING)
     after = [m.step for m in server.backend.get_metric_history(run_id, "val/loss")]

@@ -75,13 +75,14 @@ def test_a_bad_corpus_or_tokenizer_setting_is_refused_before_the_store_is_create
     if case == "a line without a tab":
         with path.open("a", encoding="utf-8") as handle:
             handle.write("no tab here\n")
-        settings, fragment = [], "pairs.tsv:61: no tab"
+        settings, fragment = [], "pairs.tsv:61: no tab"  # the file and the line
     else:
         settings, fragment = ["dataset.tokenizer=bpe", "dataset.vocab_size=3"], "dataset.vocab_size=3"
     proc = run_cli(tmp_path, "dataset=tsv", f"dataset.path={path}", *settings, "dataset.train_size=40",
                    "dataset.val_size=10", "dataset.test_size=10", "trainer.max_epochs=1", *outputs_under(tmp_path),
                    env=user_env(), timeout=180)
     assert_refused_before_the_store(proc, tmp_path, fragment)
+    assert "Fix:" in proc.stderr, proc.stderr[-3000:]
 
 
 # -- serving: what one request may cost -------------------------------------------------------------------

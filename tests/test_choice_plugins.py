@@ -98,24 +98,39 @@ CASES = {
 }
 
 
+@pytest.fixture(scope="module")
+def toy_choices(tmp_path_factory):
+    """One training that picks a toy of every group in ``CASES`` at once, each defined in a module and
+    a yaml of its own under the folder: {group: (module, name)}, the finished process, its one run."""
+    root = tmp_path_factory.mktemp("toy_choices")
+    tag = uuid.uuid4().hex[:8]
+    toys = {group: (f"my_{group}_{tag}", f"toy_{group}_{tag}") for group in CASES}
+    for group, (module, name) in toys.items():
+        source, yaml, _, _ = CASES[group]
+        (root / f"{module}.py").write_text(textwrap.dedent(source.format(name=name)))
+        (root / "conf" / group).mkdir(parents=True)
+        (root / "conf" / group / f"{name}.yaml").write_text(f"# A toy {group} defined outside attnseq.\n"
+                                                         + yaml.format(name=name))
+    env = clean_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(root), str(REPO), env.get("PYTHONPATH", "")])
+    proc = run_cli(root, f"hydra.searchpath=[file://{root / 'conf'}]", *(f"{g}={n}" for g, (_, n) in toys.items()),
+                   f"plugins=[{','.join(module for module, _ in toys.values())}]",
+                   *tiny(max_epochs=1, heatmaps=False), *outputs_under(root, seeded=True), env=env)
+    runs = all_runs(MlflowClient(f"sqlite:///{root}/mlflow.db")) if proc.returncode == 0 else []
+    yield toys, proc, runs
+    for module, _ in toys.values():
+        sys.modules.pop(module, None)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("group", CASES)
-def test_a_choice_defined_outside_attnseq_trains_through_the_cli(group, tmp_path):
-    source, yaml, key, registry = CASES[group]
-    tag = uuid.uuid4().hex[:8]
-    module, name = f"my_{group}_{tag}", f"toy_{tag}"
-    (tmp_path / f"{module}.py").write_text(textwrap.dedent(source.format(name=name)))
-    (tmp_path / "conf" / group).mkdir(parents=True)
-    (tmp_path / "conf" / group / f"{name}.yaml").write_text(f"# A toy {group} defined outside attnseq.\n"
-                                                             + yaml.format(name=name))
-    env = clean_env()
-    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(REPO), env.get("PYTHONPATH", "")])
-    proc = run_cli(tmp_path, f"hydra.searchpath=[file://{tmp_path / 'conf'}]", f"{group}={name}",
-                   f"plugins=[{module}]", *tiny(max_epochs=1, heatmaps=False), *outputs_under(tmp_path, seeded=True),
-                   env=env)
+def test_a_choice_defined_outside_attnseq_trains_through_the_cli(group, toy_choices):
+    """Each group's toy, trained in the one run that picks them all (they are independent axes)."""
+    toys, proc, runs = toy_choices
+    _, _, key, registry = CASES[group]
+    _, name = toys[group]
     assert proc.returncode == 0, explain(proc)
-    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
-    (run,) = all_runs(client)
+    (run,) = runs
     assert run.info.status == "FINISHED" and run.data.params[key] == name
     assert 0.0 <= run.data.metrics["val/acc"] <= 1.0
     if group == "encoder":
@@ -123,7 +138,6 @@ def test_a_choice_defined_outside_attnseq_trains_through_the_cli(group, tmp_path
     if group == "dataset":  # the task declares a gold alignment: the alignment metrics are logged
         assert 0.0 <= run.data.metrics["val/align_acc"] <= 1.0
     assert name not in registry  # registered in the training process, not in this one
-    sys.modules.pop(module, None)
 
 
 # ---- every registered option is offered --------------------------------------------------------

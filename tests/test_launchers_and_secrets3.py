@@ -153,9 +153,11 @@ def test_submitit_pickles_and_hydras_failure_line_hold_no_secret(tmp_path):
 @pytest.mark.slow  # starts the module's server when it runs alone
 def test_resume_of_an_unknown_run_names_the_store_without_its_credentials(server, tmp_path):
     uri, _ = server
-    proc = run_cli(tmp_path, f"resume={'0' * 32}", f"mlflow.tracking_uri={uri}", f"hydra.run.dir={tmp_path}/out",
+    unknown = "0123456789abcdef0123456789abcdef"
+    proc = run_cli(tmp_path, f"resume={unknown}", f"mlflow.tracking_uri={uri}", f"hydra.run.dir={tmp_path}/out",
                    env=user_env())
     assert proc.returncode == 2, explain(proc)
+    assert unknown in proc.stderr and "Fix:" in proc.stderr, explain(proc)
     assert "http://***@127.0.0.1:" in proc.stderr, explain(proc)
     assert leaks([proc.stdout, proc.stderr], tmp_path) == []
 

@@ -31,7 +31,6 @@ from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
 )
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
-from pauses import pause_at  # noqa: E402  (tests/ is on sys.path under pytest)
 
 
 def assert_clear_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:
@@ -72,11 +71,10 @@ def test_bad_sizes_lengths_and_buckets(tmp_path, override, fragments):
     assert not (tmp_path / "mlflow.db").exists()  # rejected before any run exists, so before any training
 
 
-BAD_TSV = {
+BAD_TSV = {  # a line without a tab: test_bounds3 (a corpus refused before the store is created)
     "missing": (None, ["does-not-exist.tsv", "not found"]),
     "empty": (b"", ["corpus.tsv", "empty"]),
     "not-utf8": ("hello\tbonjour\n".encode() + b"caf\xe9\tcafe\n", ["corpus.tsv:2", "UTF-8"]),
-    "no-tab": (b"hello\tbonjour\nno tab here\n", ["corpus.tsv:2", "tab"]),
     "two-tabs": (b"hello\tbonjour\ta\tb\n", ["corpus.tsv:1", "tab"]),
 }
 
@@ -143,12 +141,13 @@ def has_metric(root: Path, key: str) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signum,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
-def test_a_signal_writes_a_checkpoint_and_kills_the_run(tmp_path, signum, code):
+def test_a_signal_writes_a_checkpoint_and_kills_the_run(tmp_path):
+    """A scheduler's SIGTERM mid-training, wherever it lands (Ctrl-C, and signals at known phases:
+    test_run_lifecycle): the run is KILLED, the CLI exits 143, the newest checkpoint is uploaded."""
     proc, log = start_training(tmp_path, *tiny(max_epochs=1000, heatmaps=False))
     try:
         wait_for(lambda: has_metric(tmp_path, "val/loss"), proc, log)
-        proc.send_signal(signum)
+        proc.send_signal(signal.SIGTERM)
         validated = len(MlflowClient(tracking_uri(tmp_path)).get_metric_history(the_run(tmp_path).info.run_id,
                                                                                "val/loss"))
         returncode = proc.wait(timeout=CLI_TIMEOUT_S)
@@ -156,8 +155,8 @@ def test_a_signal_writes_a_checkpoint_and_kills_the_run(tmp_path, signum, code):
         if proc.poll() is None:
             proc.kill()
     output = log.read_text()
-    assert returncode == code, output[-3000:]
-    run = the_run(tmp_path)
+    assert returncode == 143, output[-3000:]
+    [run] = all_runs(MlflowClient(tracking_uri(tmp_path)))
     assert run.info.status == "KILLED"
     # it stopped where the signal found it, not after more epochs: at most the validation under way ends
     history = MlflowClient(tracking_uri(tmp_path)).get_metric_history(run.info.run_id, "val/loss")
@@ -167,52 +166,6 @@ def test_a_signal_writes_a_checkpoint_and_kills_the_run(tmp_path, signum, code):
     state = torch.load(local, map_location="cpu", weights_only=True)
     assert state["global_step"] > 0
     assert "checkpoints/last.ckpt" in artifact_paths(MlflowClient(tracking_uri(tmp_path)), run.info.run_id)
-
-
-@pytest.mark.slow
-def test_after_sigkill_resume_continues_the_same_run_without_logging_a_step_twice(tmp_path):
-    epochs = 4
-    overrides = [*tiny(max_epochs=epochs, heatmaps=False), "dataset.train_size=512", "trainer.log_every_n_steps=2"]
-    proc, log = start_training(tmp_path, *overrides, env=pause_at("training", clean_env()))
-    try:
-        # the test hook holds the process in epoch 1, after its first batch: kill it there
-        wait_for(lambda: "PHASE training\n" in log.read_text(), proc, log)
-        client = MlflowClient(tracking_uri(tmp_path))
-        run_id = the_run(tmp_path).info.run_id
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert client.get_run(run_id).info.status == "RUNNING"  # nobody could mark it
-    steps_before = [m.step for m in client.get_metric_history(run_id, "train/loss_step")]
-
-    # its heartbeat is seconds old: without resume_force=true the run would be taken for alive
-    resumed = run_cli(tmp_path, f"resume={run_id}", "resume_force=true",
-                      f"mlflow.tracking_uri={tracking_uri(tmp_path)}", f"hydra.run.dir={tmp_path}/resumed")
-    assert resumed.returncode == 0, explain(resumed)
-    runs = all_runs(client)
-    assert [r.info.run_id for r in runs] == [run_id]  # the same run, no new one
-    run = client.get_run(run_id)
-    assert run.info.status == "FINISHED"
-    for key in set(run.data.metrics) - {"epoch"}:  # no metric step is logged twice
-        # ("epoch" is Lightning's bookkeeping, logged beside every batch of metrics: it repeats
-        # steps in any run, interrupted or not)
-        steps = [m.step for m in client.get_metric_history(run_id, key)]
-        assert len(steps) == len(set(steps)), (key, steps)
-    epochs_logged = sorted(m.value for m in client.get_metric_history(run_id, "epoch") if m.key == "epoch")
-    assert max(epochs_logged) == epochs - 1
-    assert len(client.get_metric_history(run_id, "val/loss")) == epochs  # one per epoch, none lost
-    after = [m.step for m in client.get_metric_history(run_id, "train/loss_step")]
-    assert set(steps_before) <= set(after) and max(after) > max(steps_before)
-
-    # the same config without the interruption reaches the same result, within noise
-    straight = tmp_path / "straight"
-    straight.mkdir()
-    proc = run_cli(straight, *overrides, *outputs_under(straight, seeded=True))
-    assert proc.returncode == 0, explain(proc)
-    uninterrupted = the_run(straight).data.metrics
-    assert run.data.metrics["val/acc"] == pytest.approx(uninterrupted["val/acc"], abs=0.05)
 
 
 @pytest.mark.slow
@@ -249,16 +202,6 @@ def test_in_a_sweep_a_failing_job_is_failed_the_others_finish_and_the_sweep_says
     assert "1 not finished" in summary
     [row] = [line for line in summary.splitlines() if line.startswith("model.heads=3 (#")]  # the sweep's job table
     assert row.split()[2] == "FAILED", row
-
-
-@pytest.mark.slow
-def test_the_same_seed_and_config_give_identical_validation_metrics(tiny_run, tmp_path):
-    """The session's tiny run (conftest) trained again, in another folder and process."""
-    proc = run_cli(tmp_path, *tiny(), *outputs_under(tmp_path, seeded=True))
-    assert proc.returncode == 0, explain(proc)
-    results = [{k: v for k, v in the_run(root).data.metrics.items() if k.startswith("val/")}
-               for root in (tiny_run.root, tmp_path)]
-    assert results[0] and results[0] == results[1]
 
 
 # -- security ----------------------------------------------------------------------------------------

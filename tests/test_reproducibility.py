@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import hydra
@@ -19,10 +16,7 @@ import pytest
 import torch
 import torchmetrics
 from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
-    CLI_TIMEOUT_S,
-    TRAIN_PY,
     all_runs,
-    clean_env,
     explain,
     outputs_under,
     run_cli,
@@ -31,7 +25,6 @@ from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
 )
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
-from pauses import pause_at  # noqa: E402  (tests/ is on sys.path under pytest)
 
 from attnseq.tracking import provenance, tags
 from attnseq.tracking.run import TrackedRun
@@ -150,6 +143,8 @@ def validation_histories(client: MlflowClient, run) -> dict[str, list[tuple[int,
 @pytest.mark.slow
 @pytest.mark.parametrize("threads", [1, 2])
 def test_same_seed_threads_and_versions_give_bit_identical_validation_metrics(tmp_path, threads):
+    """Two trainings of one config in two folders and processes (a resume at another thread count,
+    and what it records: test_run_lifecycle)."""
     (first_client, first), (second_client, second) = (train_once(tmp_path / name, threads) for name in "ab")
     ours, theirs = validation_histories(first_client, first), validation_histories(second_client, second)
     per_epoch = {key: history for key, history in ours.items() if not key.endswith("_by_length")}  # step = length
@@ -160,36 +155,6 @@ def test_same_seed_threads_and_versions_give_bit_identical_validation_metrics(tm
         params = run.data.params
         assert params["threads"] == params[provenance.THREADS] == str(threads)
         assert params[provenance.DETERMINISTIC] == "false" and params[provenance.TORCH] == torch.__version__
-
-
-# -- a resume at another thread count ---------------------------------------------------------------
-@pytest.mark.slow
-def test_a_resume_with_another_thread_count_finishes_and_says_so(tmp_path):
-    log = tmp_path / "first.log"
-    proc = subprocess.Popen([sys.executable, str(TRAIN_PY), *GUARANTEE, "threads=1",
-                             *outputs_under(tmp_path, seeded=True)],
-                            cwd=tmp_path, env=pause_at("training", clean_env()), stdout=log.open("w"),
-                            stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + CLI_TIMEOUT_S
-        while "PHASE training\n" not in log.read_text():  # epoch 1 began: epoch 0's checkpoint is there
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=120) == 143, log.read_text()[-3000:]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    client = MlflowClient(tracking_uri(tmp_path))
-    [run] = all_runs(client)
-    resumed = run_cli(tmp_path, f"resume={run.info.run_id}", "threads=2",
-                      f"mlflow.tracking_uri={tracking_uri(tmp_path)}", f"hydra.run.dir={tmp_path}/resumed")
-    assert resumed.returncode == 0, explain(resumed)
-    run = client.get_run(run.info.run_id)
-    assert run.info.status == "FINISHED"
-    assert run.data.params[provenance.THREADS] == "1"
-    assert run.data.tags[tags.RESUME_RUNTIME] == "runtime.threads=2"
-    assert run.data.tags[tags.RESUME_OVERRIDES] == "threads=2"
 
 
 # -- data-parallel ----------------------------------------------------------------------------------

@@ -34,9 +34,10 @@ from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
     user_env,
 )
 from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from pauses import pause_at  # noqa: E402  (tests/ is on sys.path under pytest)
 
-from attnseq.tracking import paths, tags
+from attnseq.tracking import paths, provenance, tags
 
 EPOCHS = 3
 PHASED = [*tiny(max_epochs=EPOCHS, heatmaps=False), "dataset.train_size=256", "dataset.val_size=128",
@@ -57,25 +58,26 @@ def runs_in(root: Path) -> list:
         return []
 
 
-def start_paused(root: Path, phase: str, *overrides: str) -> tuple[subprocess.Popen, Path]:
-    log = root / f"{phase}.log"
-    proc = subprocess.Popen(
-        [sys.executable, str(TRAIN_PY), *overrides, *outputs_under(root, seeded=True)],
-        cwd=root, env=pause_at(phase, clean_env()), stdout=log.open("w"), stderr=subprocess.STDOUT,
-    )
+def start_paused(root: Path, phase: str, args: list[str], log_name: str) -> tuple[subprocess.Popen, Path]:
+    """``train.py args`` (a first start or a resume) that pauses at ``phase``, its output in ``log_name``."""
+    log = root / log_name
+    proc = subprocess.Popen([sys.executable, str(TRAIN_PY), *args], cwd=root, env=pause_at(phase, clean_env()),
+                            stdout=log.open("w"), stderr=subprocess.STDOUT)
     return proc, log
 
 
 def signal_at_phase(root: Path, phase: str, signum: int, *overrides: str) -> tuple[int, str]:
     """Start a training that pauses at ``phase``, send ``signum`` once it says it is there; its
     exit code and output."""
-    proc, log = start_paused(root, phase, *overrides)
+    return signal_paused(root, phase, signum, [*overrides, *outputs_under(root, seeded=True)], f"{phase}.log")
+
+
+def signal_paused(root: Path, phase: str, signum: int, args: list[str], log_name: str) -> tuple[int, str]:
+    """``train.py args`` paused at ``phase``, sent ``signum`` once it says it is there; its exit code
+    and output."""
+    proc, log = start_paused(root, phase, args, log_name)
     try:
-        deadline = time.monotonic() + CLI_TIMEOUT_S
-        while f"PHASE {phase}\n" not in log.read_text():
-            assert proc.poll() is None, f"ended before phase {phase}:\n{log.read_text()[-3000:]}"
-            assert time.monotonic() < deadline, f"never reached phase {phase}:\n{log.read_text()[-3000:]}"
-            time.sleep(0.05)
+        wait_for_phase(proc, log, phase)
         proc.send_signal(signum)
         returncode = proc.wait(timeout=120)
     finally:
@@ -84,13 +86,24 @@ def signal_at_phase(root: Path, phase: str, signum: int, *overrides: str) -> tup
     return returncode, log.read_text()
 
 
+def wait_for_phase(proc: subprocess.Popen, log: Path, phase: str) -> None:
+    deadline = time.monotonic() + CLI_TIMEOUT_S
+    while f"PHASE {phase}\n" not in log.read_text():
+        assert proc.poll() is None, f"ended before phase {phase}:\n{log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"never reached phase {phase}:\n{log.read_text()[-3000:]}"
+        time.sleep(0.05)
+
+
+def resume_args(root: Path, run_id: str, *extra: str, folder: str = "resumed") -> list[str]:
+    return [f"resume={run_id}", *extra, f"mlflow.tracking_uri={tracking_uri(root)}", f"hydra.run.dir={root}/{folder}"]
+
+
 def metric_values(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, float]]:
     return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
 
 
 def resume(root: Path, run_id: str, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return run_cli(root, f"resume={run_id}", *extra, f"mlflow.tracking_uri={tracking_uri(root)}",
-                   f"hydra.run.dir={root}/resumed", env=env)
+    return run_cli(root, *resume_args(root, run_id, *extra), env=env)
 
 
 def assert_uploaded_equals_local(client: MlflowClient, run_id: str, local: Path, into: Path) -> None:
@@ -143,42 +156,72 @@ def never_stopped(tmp_path_factory) -> Path:
     return straight
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "phase,signum,code",
-    [("training", signal.SIGTERM, 143), ("validation", signal.SIGTERM, 143), ("validation", signal.SIGINT, 130),
-     ("uploads", signal.SIGTERM, 143)],
-    ids=["training-SIGTERM", "validation-SIGTERM", "validation-SIGINT", "uploads-SIGTERM"],
-)
-def test_a_signal_in_fit_kills_the_run_with_its_newest_checkpoint_and_resume_continues_exactly(
-    tmp_path, phase, signum, code, request
-):
-    returncode, output = signal_at_phase(tmp_path, phase, signum, *PHASED)
+def assert_killed_with_its_newest_checkpoint(root: Path, returncode: int, code: int, output: str) -> str:
+    """The one run of ``root`` is KILLED with exit ``code``, says how to resume, and its uploaded
+    last.ckpt is the newest local one; its id."""
     assert returncode == code, output[-3000:]
-    client = client_for(tmp_path)
-    [run] = runs_in(tmp_path)
-    run_id = run.info.run_id
+    [run] = runs_in(root)
     assert run.info.status == "KILLED", output[-3000:]
-    assert f"resume={run_id}" in output
-    local = tmp_path / "out" / paths.LAST_CHECKPOINT
-    assert_uploaded_equals_local(client, run_id, local, tmp_path / "uploaded")
-    if phase == "validation":  # validation finished first: epoch 0 is whole, in the run and the checkpoint
-        assert len(metric_values(client, run_id, "val/loss")) == 1
-        assert torch.load(local, map_location="cpu", weights_only=True)["epoch"] == 1  # epoch 0 ended first
+    assert f"resume={run.info.run_id}" in output
+    local = root / "out" / paths.LAST_CHECKPOINT  # a resume keeps the run's own output folder
+    assert_uploaded_equals_local(client_for(root), run.info.run_id, local, root / "uploaded")
+    assert torch.load(local, map_location="cpu", weights_only=True)["global_step"] > 0
+    return run.info.run_id
 
-    resumed = resume(tmp_path, run_id)
+
+def assert_resumed_to_the_end(root: Path, run_id: str, resumed: subprocess.CompletedProcess, epochs: int) -> None:
     assert resumed.returncode == 0, explain(resumed)
-    assert [r.info.run_id for r in runs_in(tmp_path)] == [run_id]
+    client = client_for(root)
+    assert [r.info.run_id for r in runs_in(root)] == [run_id]  # the same run, no new one
     assert client.get_run(run_id).info.status == "FINISHED"
-    assert_accounting_complete(client, run_id, EPOCHS)
+    assert_accounting_complete(client, run_id, epochs)
     assert paths.MODEL_FILE in artifact_paths(client, run_id)
-    if phase != "training":  # stopped at an epoch's end: the same numbers as a run never stopped
-        straight = request.getfixturevalue("never_stopped")
-        [other] = runs_in(straight)
-        for key in ("val/acc", "val/loss", "train/loss", "val/acc_best"):
-            ours = [v for _, v in metric_values(client, run_id, key)]
-            theirs = [v for _, v in metric_values(client_for(straight), other.info.run_id, key)]
-            assert ours == pytest.approx(theirs, rel=1e-5), key
+
+
+@pytest.mark.slow
+def test_a_signal_mid_epoch_kills_the_run_and_a_resume_at_another_thread_count_finishes_and_says_so(tmp_path):
+    """SIGTERM mid-epoch 1 (epoch 0's checkpoint is there); the resume asks for two threads."""
+    returncode, output = signal_at_phase(tmp_path, "training", signal.SIGTERM, *PHASED, "threads=1")
+    run_id = assert_killed_with_its_newest_checkpoint(tmp_path, returncode, 143, output)
+
+    resumed = resume(tmp_path, run_id, "threads=2")
+    assert_resumed_to_the_end(tmp_path, run_id, resumed, EPOCHS)
+    run = client_for(tmp_path).get_run(run_id)
+    assert run.data.params[provenance.THREADS] == "1"  # the run's first start
+    assert run.data.tags[tags.RESUME_RUNTIME] == "runtime.threads=2"
+    assert run.data.tags[tags.RESUME_OVERRIDES] == "threads=2"
+
+
+STOPS = [("validation", signal.SIGTERM, 143), ("validation", signal.SIGINT, 130), ("uploads", signal.SIGTERM, 143)]
+"""Where the first start and then each resume of one run is stopped, in turn: each stop lands at an
+epoch's end (validation is let finish first; the uploads come after the last epoch)."""
+
+
+@pytest.mark.slow
+def test_signals_at_each_epochs_end_kill_the_run_with_its_newest_checkpoint_and_each_resume_continues_exactly(
+    tmp_path, never_stopped
+):
+    """SIGTERM in epoch 0's validation; its resume gets Ctrl-C in epoch 1's validation; that one's resume
+    SIGTERM before the last uploads; the last resume finishes with the numbers of a run never stopped."""
+    client, run_id = client_for(tmp_path), None
+    for stop, (phase, signum, code) in enumerate(STOPS):
+        args = [*PHASED, *outputs_under(tmp_path, seeded=True)] if run_id is None else resume_args(
+            tmp_path, run_id, folder=f"resumed{stop}")
+        returncode, output = signal_paused(tmp_path, phase, signum, args, f"stop{stop}.log")
+        killed = assert_killed_with_its_newest_checkpoint(tmp_path, returncode, code, output)
+        assert run_id in (None, killed)
+        run_id = killed
+        if phase == "validation":  # validation finished first: this epoch is whole, in the run and the checkpoint
+            assert len(metric_values(client, run_id, "val/loss")) == stop + 1  # no epoch after the signal
+            local = tmp_path / "out" / paths.LAST_CHECKPOINT
+            assert torch.load(local, map_location="cpu", weights_only=True)["epoch"] == stop + 1
+
+    assert_resumed_to_the_end(tmp_path, run_id, resume(tmp_path, run_id), EPOCHS)
+    [other] = runs_in(never_stopped)
+    for key in ("val/acc", "val/loss", "train/loss", "val/acc_best"):
+        ours = [v for _, v in metric_values(client, run_id, key)]
+        theirs = [v for _, v in metric_values(client_for(never_stopped), other.info.run_id, key)]
+        assert ours == pytest.approx(theirs, rel=1e-5), key
 
 
 # -- every run its own output folder --------------------------------------------------------------
@@ -266,6 +309,15 @@ def test_two_sweeps_started_at_the_same_instant_keep_their_own_folders(tmp_path)
     assert folders["0"].parent == folders["1"].parent != folders["2"].parent
     sweep_dirs = {(tmp_path / s.data.tags[tags.SWEEP_DIR]).resolve() for s in sweeps.values()}
     assert sweep_dirs == {folders["0"].parent.resolve(), folders["2"].parent.resolve()}
+    # the joblib sweep's children (each trained in a worker process) share its one parent run
+    children = [jobs["0"], jobs["1"]]
+    [parent] = [s for s in sweeps.values() if s.info.run_id == jobs["0"].data.tags[MLFLOW_PARENT_RUN_ID]]
+    assert {c.data.tags[MLFLOW_PARENT_RUN_ID] for c in children} == {parent.info.run_id}
+    assert jobs["2"].data.tags[MLFLOW_PARENT_RUN_ID] != parent.info.run_id
+    assert parent.info.status == "FINISHED" and [c.info.status for c in children] == ["FINISHED"] * 2
+    assert sorted(c.data.tags[tags.JOB_NUM] for c in children) == ["0", "1"]
+    for child in children:
+        assert f"seed={child.data.params['seed']}" in child.info.run_name
     for seed, run in jobs.items():
         assert_model_is_its_own(client, run.info.run_id, tmp_path / seed)
 
@@ -340,16 +392,15 @@ def test_every_metric_state_is_in_the_checkpoint():
 
 
 @pytest.mark.slow
-def test_resume_after_a_dead_machine(tmp_path):
+def test_resume_after_a_dead_machine(tmp_path, never_stopped):
     """Killed with SIGKILL mid-epoch 1 (nobody marks the run): the run's last.ckpt is already the
     newest; a resume is refused while the heartbeat is fresh and forced with resume_force=true; an
-    unreadable local last.ckpt falls back to the run's copy; trainer.max_epochs is applied."""
-    proc, log = start_paused(tmp_path, "training", *PHASED, "heartbeat.every_s=0")
+    unreadable local last.ckpt falls back to the run's copy; trainer.max_epochs is applied; no step is
+    logged twice, the steps before the kill are kept, and the result is a run never stopped's."""
+    proc, log = start_paused(tmp_path, "training", [*PHASED, "heartbeat.every_s=0",
+                                                          *outputs_under(tmp_path, seeded=True)], "training.log")
     try:
-        deadline = time.monotonic() + CLI_TIMEOUT_S
-        while "PHASE training\n" not in log.read_text():
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.05)
+        wait_for_phase(proc, log, "training")
         client = client_for(tmp_path)
         [run] = runs_in(tmp_path)
         run_id = run.info.run_id
@@ -379,3 +430,13 @@ def test_resume_after_a_dead_machine(tmp_path):
     assert run.info.status == "FINISHED"
     assert run.data.tags[tags.RESUME_OVERRIDES] == f"trainer.max_epochs={EPOCHS + 1}"
     assert_accounting_complete(client, run_id, EPOCHS + 1)  # the extra epoch was trained, not ignored
+    assert [r.info.run_id for r in runs_in(tmp_path)] == [run_id]  # the same run, no new one
+    # ("epoch" is Lightning's bookkeeping, logged beside every batch of metrics: it repeats steps)
+    assert max(m.value for m in client.get_metric_history(run_id, "epoch")) == EPOCHS
+    after = [step for step, _ in metric_values(client, run_id, "train/loss_step")]
+    assert {step for step, _ in steps} <= set(after) and max(after) > max(step for step, _ in steps)
+    # up to the epochs a run never stopped trained, the same result within noise
+    [other] = runs_in(never_stopped)
+    ours = [v for _, v in metric_values(client, run_id, "val/acc")][EPOCHS - 1]
+    theirs = [v for _, v in metric_values(client_for(never_stopped), other.info.run_id, "val/acc")][-1]
+    assert ours == pytest.approx(theirs, abs=0.05)

@@ -35,13 +35,14 @@ def train_into(root, *extra):
 
 
 @pytest.mark.slow
-def test_ddp_on_two_cpu_processes_writes_one_run_with_the_single_process_structure(tmp_path):
+def test_ddp_on_two_cpu_processes_writes_one_run_with_the_single_process_structure(tmp_path, tiny_run):
+    """Against the session's single-process tiny run (conftest): the same sizes but the example counts."""
     client, runs = train_into(tmp_path / "ddp", "trainer=ddp")
     assert len(runs) == 1, [r.info.run_name for r in runs]  # rank 1 wrote no run of its own
     [ddp] = runs
     assert ddp.info.status == "FINISHED"
     assert ddp.data.params["trainer.devices"] == "2" and ddp.data.params["trainer.strategy"] == "ddp"
-    _, [single] = train_into(tmp_path / "single")
+    [single] = tiny_run.runs
     assert set(ddp.data.metrics) == set(single.data.metrics)
     for key in ("val/acc", "val/loss", "train/loss"):  # one value per epoch, not one per process
         assert len(client.get_metric_history(ddp.info.run_id, key)) == 2

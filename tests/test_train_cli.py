@@ -1,5 +1,6 @@
-"""End to end through the real CLI (``python train.py …``): what one run, a sweep, a parallel
-sweep and a failing run leave in MLflow, and that printing the config creates nothing.
+"""End to end through the real CLI (``python train.py …``): what one run, a sweep and a failing run
+leave in MLflow, and that printing the config creates nothing (a parallel sweep: test_run_lifecycle;
+a SIGTERM mid-training: test_reliability).
 
 Every test trains a tiny model in a subprocess whose working directory, MLflow store (SQLite +
 ``mlruns/``) and Hydra output directories all lie under ``tmp_path``, then reads the store back
@@ -13,10 +14,7 @@ import itertools
 import json
 import re
 import shutil
-import signal
 import subprocess
-import sys
-import time
 from collections import Counter
 from pathlib import Path
 from urllib.parse import quote
@@ -26,18 +24,14 @@ import torch
 import yaml
 from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
     BUCKET_WIDTH,
-    CLI_TIMEOUT_S,
     EVAL_LENGTHS,
-    EXPERIMENT,
     HEATMAP_LABELS,
     MAX_EPOCHS,
     NUM_SYMBOLS,
     REPO,
     TRAIN_LENGTHS,
-    TRAIN_PY,
     all_runs,
     artifact_paths,
-    clean_env,
     explain,
     is_child,
     outputs_under,
@@ -335,33 +329,6 @@ def test_sweep_ends_with_one_row_per_job(sweep):
     assert tail.rstrip().endswith(f"http://127.0.0.1:5000/#/experiments/{experiment}/runs{VIEW}&searchFilter={jobs}")
 
 
-# -- the same sweep in parallel (joblib) --------------------------------------------------------
-@pytest.mark.slow
-def test_joblib_sweep_children_share_one_parent(tmp_path):
-    proc = run_cli(
-        tmp_path,
-        "-m",
-        "hydra/launcher=joblib",
-        "hydra.launcher.n_jobs=2",
-        f"scorer={','.join(SCORERS)}",
-        *tiny(max_epochs=1, heatmaps=False),
-        *outputs_under(tmp_path, seeded=True),
-    )
-    assert proc.returncode == 0, explain(proc)
-    runs = all_runs(MlflowClient(tracking_uri(tmp_path)))
-    parents = [r for r in runs if not is_child(r)]
-    children = [r for r in runs if is_child(r)]
-    assert len(parents) == 1 and len(children) == len(SCORERS), [(r.info.run_name, r.data.tags) for r in runs]
-    parent = parents[0]
-    assert parent.data.tags["attnseq.kind"] == "sweep" and parent.info.status == "FINISHED"
-    assert {c.data.tags[MLFLOW_PARENT_RUN_ID] for c in children} == {parent.info.run_id}
-    assert [c.info.status for c in children] == ["FINISHED"] * len(SCORERS)
-    assert sorted(c.data.params["scorer.name"] for c in children) == sorted(SCORERS)
-    assert sorted(c.data.tags["attnseq.job_num"] for c in children) == [str(i) for i in range(len(SCORERS))]
-    for child in children:
-        assert f"scorer={child.data.params['scorer.name']}" in child.info.run_name
-
-
 # -- failures ----------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_failing_run_is_marked_failed(nan_run):
@@ -385,34 +352,6 @@ def test_sweep_with_a_failing_job_marks_the_parent_failed(sweep_with_a_bad_job):
     status = {r.data.params["model.heads"]: r.info.status for r in runs if is_child(r)}
     assert status == {"1": "FINISHED", "3": "FAILED", "2": "FINISHED"}
     assert parent.info.status == "FAILED"
-
-
-@pytest.mark.slow
-def test_sigterm_mid_training_kills_the_run_and_exits_non_zero(tmp_path):
-    """A scheduler's SIGTERM during fit: the run is KILLED, and the CLI does not report success."""
-    log = (tmp_path / "cli.log").open("w")
-    proc = subprocess.Popen(
-        [sys.executable, str(TRAIN_PY), *tiny(max_epochs=1000, heatmaps=False), *outputs_under(tmp_path, seeded=True)],
-        cwd=tmp_path, env=clean_env(), stdout=log, stderr=subprocess.STDOUT,
-    )
-    try:
-        client, deadline = MlflowClient(tracking_uri(tmp_path)), time.monotonic() + CLI_TIMEOUT_S
-        while time.monotonic() < deadline and proc.poll() is None:  # wait for an epoch's metrics
-            experiment = (tmp_path / "mlflow.db").exists() and client.get_experiment_by_name(EXPERIMENT)
-            runs = experiment and client.search_runs([experiment.experiment_id])
-            if runs and "val/loss" in runs[0].data.metrics:
-                break
-            time.sleep(0.5)
-        assert proc.poll() is None, (tmp_path / "cli.log").read_text()[-3000:]
-        proc.send_signal(signal.SIGTERM)
-        returncode = proc.wait(timeout=CLI_TIMEOUT_S)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        log.close()
-    [run] = all_runs(client)
-    assert run.info.status == "KILLED"
-    assert returncode == 143, (tmp_path / "cli.log").read_text()[-3000:]
 
 
 # -- nothing before training -----------------------------------------------------------------

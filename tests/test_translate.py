@@ -33,13 +33,6 @@ def run_id(copy_run) -> str:
     return copy_run.runs[0].info.run_id
 
 
-def test_sources_on_the_command_line_are_copied_one_output_a_line(copy_run):
-    proc = translate(copy_run, f"run_id={run_id(copy_run)}", "s3 s1 s4", "s0 s2 s4 s1")
-    assert proc.returncode == 0, explain(proc)
-    assert proc.stdout.splitlines() == ["s3 s1 s4", "s0 s2 s4 s1"]
-    assert LONGER_THAN_TRAINING not in proc.stderr and "Traceback" not in proc.stderr
-
-
 def test_a_source_past_the_training_lengths_is_translated_with_a_one_line_warning(copy_run):
     long_source = " ".join(f"s{i % 5}" for i in range(100))
     proc = translate(copy_run, f"run_id={run_id(copy_run)}", long_source, "s3 s1 s4")
@@ -49,23 +42,19 @@ def test_a_source_past_the_training_lengths_is_translated_with_a_one_line_warnin
     assert "100" in warning and "1-5" in warning  # the source's length and the run's
 
 
-def test_sources_are_read_from_stdin_a_line_each_and_latest_is_the_newest_run(copy_run):
-    proc = translate(copy_run, "run_id=latest", stdin="s3 s1 s4\ns2 s2\n")
+def test_sources_are_read_from_stdin_a_line_each_and_latest_is_the_newest_run_and_beam_search_copies_too(copy_run):
+    proc = translate(copy_run, "run_id=latest", "beam_size=2", stdin="s3 s1 s4\ns2 s2\n")
     assert proc.returncode == 0, explain(proc)
     assert proc.stdout.splitlines() == ["s3 s1 s4", "s2 s2"]
     assert run_id(copy_run) in proc.stderr  # which run "latest" was
 
 
-def test_beam_search_copies_too(copy_run):
-    proc = translate(copy_run, f"run_id={run_id(copy_run)}", "beam_size=2", "s3 s1 s4")
+def test_sources_on_the_command_line_are_copied_one_output_a_line_and_each_ones_heatmap_is_a_png(copy_run, tmp_path):
+    proc = translate(copy_run, f"run_id={run_id(copy_run)}", f"heatmaps={tmp_path / 'maps'}", "s3 s1 s4",
+                     "s0 s2 s4 s1")
     assert proc.returncode == 0, explain(proc)
-    assert proc.stdout.splitlines() == ["s3 s1 s4"]
-
-
-def test_each_source_s_heatmap_is_written_as_a_png(copy_run, tmp_path):
-    proc = translate(copy_run, f"run_id={run_id(copy_run)}", f"heatmaps={tmp_path / 'maps'}", "s3 s1 s4", "s2 s0")
-    assert proc.returncode == 0, explain(proc)
-    assert proc.stdout.splitlines() == ["s3 s1 s4", "s2 s0"]  # stdout holds the outputs alone
+    assert proc.stdout.splitlines() == ["s3 s1 s4", "s0 s2 s4 s1"]  # stdout holds the outputs alone
+    assert LONGER_THAN_TRAINING not in proc.stderr and "Traceback" not in proc.stderr
     files = sorted((tmp_path / "maps").iterdir())
     assert [f.name for f in files] == ["source_0.png", "source_1.png"]
     assert all(f.read_bytes().startswith(PNG_MAGIC) for f in files)
