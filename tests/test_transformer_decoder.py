@@ -254,8 +254,13 @@ def test_the_weights_are_every_layers_heads_or_the_shown_layers():
     assert all_weights.shape == (4, 6, 5, 6) and layer_two.shape == (4, 2, 5, 6)
     torch.testing.assert_close(all_weights[:, 2:4], layer_two)
     torch.testing.assert_close(all_weights.sum(-1), torch.ones(4, 6, 5, dtype=torch.float64))
-    figure = attention_heatmap(all_weights[0].detach().numpy(), list("abcdef"), list("vwxyz"), "t")
-    assert len([axis for axis in figure.axes if axis.images]) == 1 + 6  # the mean, then each layer's heads
+    labels = every.decoder.head_labels(all_weights.shape[1])
+    assert labels == [f"layer {layer} head {h}" for layer in (1, 2, 3) for h in (0, 1)]  # layer-major, as the rows
+    assert shown.decoder.head_labels(layer_two.shape[1]) == ["layer 2 head 0", "layer 2 head 1"]
+    figure = attention_heatmap(all_weights[0].detach().numpy(), list("abcdef"), list("vwxyz"), "t",
+                               head_labels=labels)
+    panels = [axis.get_title() for axis in figure.axes if axis.images]
+    assert len(panels) == 1 + 6 and panels[1:] == labels  # the mean, then each layer's heads by name
 
 
 def test_any_scorer_can_be_the_cross_attention_and_the_counterfactual_swaps_every_layer():

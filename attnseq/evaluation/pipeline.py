@@ -144,15 +144,17 @@ def log_evaluation(client: TrackingClient, trained: TrainedRun, settings: EvalSe
             out_tokens = trained.tgt_vocab.decode(decoded.tokens.tolist())
             weights = decoded.attention[:, :, : len(example.src)].float().numpy()  # (H, T_out, T_src)
             title = f"{trained.name}: source length {len(example.src)}"
-            image = figure_to_array(attention_heatmap(weights, example.src, out_tokens, title, gold=example.alignment))
+            image = figure_to_array(attention_heatmap(weights, example.src, out_tokens, title, gold=example.alignment,
+                                                      head_labels=trained.model.decoder.head_labels(len(weights))))
             run.log_image(image, paths.long_heatmap(i, len(example.src)))
         for i, (text, example, decoded) in enumerate(result.sentence_samples):
             out_tokens = trained.tgt_vocab.decode(decoded.tokens.tolist())
             weights = decoded.attention[:, :, : len(example.src)].float().numpy()  # (H, T_out, T_src)
             output = output_text(decoded.tokens.tolist(), trained.tgt_vocab, trained.tgt_tokenizer)
             title = f"{trained.name}: {text!r} → {output!r}"
-            run.log_image(figure_to_array(attention_heatmap(weights, example.src, out_tokens, title)),
-                          paths.sentence_heatmap(i))
+            figure = attention_heatmap(weights, example.src, out_tokens, title,
+                                       head_labels=trained.model.decoder.head_labels(len(weights)))
+            run.log_image(figure_to_array(figure), paths.sentence_heatmap(i))
     return run.run_id
 
 

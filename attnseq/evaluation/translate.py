@@ -116,6 +116,7 @@ def write_heatmap(translator: Translator, trained: TrainedRun, text: str, ids: l
     weights = decoded.attention[0, :, :n].float().numpy()  # (H, T_out, T_src)
     out_tokens = trained.tgt_vocab.decode(decoded.tokens[0, :n].tolist())
     title = f"{trained.name}: {quoted(text)} → {quoted(output)}"
-    figure = attention_heatmap(weights, trained.src_vocab.decode(ids), out_tokens, title)
+    figure = attention_heatmap(weights, trained.src_vocab.decode(ids), out_tokens, title,
+                               head_labels=trained.model.decoder.head_labels(len(weights)))
     path.parent.mkdir(parents=True, exist_ok=True)
     save_figure(figure, path)

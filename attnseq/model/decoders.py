@@ -106,6 +106,10 @@ class SequenceDecoder(nn.Module):
         weights = torch.stack(step_weights, dim=2) if step_weights else None  # (B, H, T_dec, T_enc)
         return logits, weights
 
+    def head_labels(self, heads: int) -> list[str]:
+        """A name for each of the ``heads`` rows its attention weights carry (``(B, heads, …)``)."""
+        return [f"head {h}" for h in range(heads)]
+
     def step_of(self, step: int, attention: nn.Module | None = None) -> dict[str, int]:
         """The attention's ``step`` argument when it declares it reads one (``reads_step``: local-m),
         else none (a wrapped attention need not take it). ``attention``: the decoder's own by default."""

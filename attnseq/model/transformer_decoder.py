@@ -113,6 +113,12 @@ class TransformerDecoder(EmbedsWithPositions, SequenceDecoder):
         """The cross-attention of the layer whose weights are shown (the last when all are)."""
         return self.layers[(self.shown_layer or len(self.layers)) - 1].cross_attention
 
+    def head_labels(self, heads: int) -> list[str]:
+        """Layer-major: ``layer l head h`` (layers from 1, as ``decoder.shown_layer`` counts them)."""
+        shown = [self.shown_layer] if self.shown_layer is not None else range(1, len(self.layers) + 1)
+        per_layer = heads // len(shown)
+        return [f"layer {layer} head {h}" for layer in shown for h in range(per_layer)]
+
     def takes_fast_path(self) -> bool:
         return True  # the one-pass causal decode is the definition here, not an optional fast path
 

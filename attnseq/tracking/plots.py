@@ -44,8 +44,10 @@ def attention_heatmap(
     out_tokens: Sequence[str],
     title: str,
     gold: Sequence[int] | None = None,
+    head_labels: Sequence[str] | None = None,
 ) -> Figure:
-    """``weights`` ``(H, T_out, T_src)``: the head mean, then each head when there are several.
+    """``weights`` ``(H, T_out, T_src)``: the head mean, then each head when there are several, titled
+    by ``head_labels`` (the decoder's ``head_labels``: e.g. ``layer 2 head 0``; ``head h`` by default).
 
     Source tokens run along the x axis, the decoded tokens down the y axis. Each panel marks its
     own matrix's argmax in every row with a black cross and, when ``gold`` is given (the gold source
@@ -55,7 +57,8 @@ def attention_heatmap(
     heads = weights.shape[0]
     panels = [("mean over heads" if heads > 1 else "attention", weights.mean(0))]
     if heads > 1:
-        panels += [(f"head {h}", weights[h]) for h in range(heads)]
+        labels = head_labels or [f"head {h}" for h in range(heads)]
+        panels += [(labels[h], weights[h]) for h in range(heads)]
     return _heatmap_row([(label, matrix, src_tokens, out_tokens, gold) for label, matrix in panels], title)
 
 

@@ -236,7 +236,8 @@ class RunArtifacts(Callback):
             weights = decoded.attention[i, :, :n_out, :n_src].float().cpu().numpy()  # (H, T_out, T_src)
             correct = out_ids[:-1] == data.tgt_vocab.encode(example.tgt) and out_ids[-1:] == [EOS]
             title = heatmap_title(label, n_src, when, correct)
-            figure = attention_heatmap(weights, example.src, out_tokens, title, gold=example.alignment)
+            figure = attention_heatmap(weights, example.src, out_tokens, title, gold=example.alignment,
+                                       head_labels=model.decoder.head_labels(weights.shape[0]))
             images[label] = figure_to_array(figure)
         return images
 
