@@ -84,7 +84,7 @@ class InterruptCheckpoint(Callback):
         self.exception = exception
         if trainer.global_step == 0:  # no step taken (or the resumed state not restored yet): nothing new
             return
-        trainer.save_checkpoint(self.path)
+        trainer.save_checkpoint(self.path, weights_only=False)  # the whole training state: a resume continues it
         if trainer.is_global_zero:
             self.run.log_file(self.path, paths.CHECKPOINTS)
 
