@@ -60,8 +60,8 @@ def config_help(config_name: str, conf_dir: Path = CONF_DIR, usage: str | None =
                       for meaning in [_leading_block(path).partition("\n")[0]]]
         lines.append("")
     keys: dict[str, tuple[str, str]] = {}  # dotted key → (default, meaning); a later file sets the default
-    files = [(primary, "")] + [(path, f"{group}.") for group, default in groups if default not in (None, "null")
-                               for path in _option_files(conf_dir / group, default)]
+    files = [(primary, "")] + [(path, _package_prefix(path, group)) for group, default in groups
+                               if default not in (None, "null") for path in _option_files(conf_dir / group, default)]
     for path, prefix in files:
         for dotted, value, comment in _keys(path, prefix):
             earlier = keys.get(dotted, ("", ""))
@@ -89,6 +89,12 @@ def _leading_block(path: Path) -> str:
         if not text.lstrip().startswith("@package"):
             block.append(text)
     return "\n".join(block).strip("\n")
+
+
+def _package_prefix(path: Path, group: str) -> str:
+    """Where an option file's keys land: ``group.``, or the root for ``# @package _global_``."""
+    header = re.match(r"#\s*@package\s+(\S+)", path.read_text())
+    return "" if header and header[1] == "_global_" else f"{group}."
 
 
 def _option_files(group_dir: Path, option: str) -> list[Path]:

@@ -198,11 +198,12 @@ def textbook_worker(seed: int, threads: int, target: float, budget_s: float, ove
     from loops import TextbookBahdanau, loss_fn
 
     from attnseq.config import validate_train
-    from attnseq.training.build import build_datamodule
+    from attnseq.training.build import build_datamodule, partial
 
     torch.set_num_threads(threads)
     cfg = compose_case(KEY_ADDITIVE, [*overrides, f"seed={seed}"])  # the default model, as train.py composes it
-    datamodule = build_datamodule(validate_train(cfg))
+    typed = validate_train(cfg)
+    datamodule = build_datamodule(typed)
     datamodule.setup()
     torch.manual_seed(seed)
     model = TextbookBahdanau(
@@ -213,7 +214,8 @@ def textbook_worker(seed: int, threads: int, target: float, budget_s: float, ove
         project_keys_once=True,
     )
     optimizer = instantiate(cfg.optimizer)(model.parameters())
-    scheduler = instantiate(cfg.scheduler)(optimizer) if cfg.get("scheduler") else None
+    # as train.py builds it: scheduler.interval is attnseq's, not an argument of the class (stepped per epoch here)
+    scheduler = partial("scheduler._target_", typed.scheduler)(optimizer) if typed.scheduler is not None else None
     clip = cfg.trainer.get("gradient_clip_val")
     loader = datamodule.train_dataloader()
     every = validation_every(cfg.trainer, len(loader))

@@ -86,6 +86,17 @@ BAD = [
      ["scheduler._target_=torch.optim.lr_scheduler.ExponentialLR"]),
     (["scheduler._target_=torch.optim.lr_scheduler.LinearLR", "~scheduler.gamma", "+scheduler.end_factor=0.0",
       "+scheduler.total_iters=2"], ["the learning rate in epoch 2 would be 0.0", "LinearLR"], ["scheduler=null"]),
+    (["training.label_smoothing=1"], ["training.label_smoothing=1", "[0, 1)"], ["training.label_smoothing=0.1"]),
+    (["lr_schedule=noam", "scheduler.warmup=0"], ["scheduler.warmup=0", "whole number in [1, "],
+     ["scheduler.warmup=400"]),
+    (["lr_schedule=noam", "+scheduler.gamma=0.5"],
+     ["scheduler.gamma is not an argument of attnseq.training.schedules.Noam"], ["~scheduler.gamma", "model_size"]),
+    (["scheduler._target_=torch.optim.lr_scheduler.LinearLR", "~scheduler.gamma", "+scheduler.end_factor=0.0",
+      "+scheduler.total_iters=2", "scheduler.interval=step"], ["the learning rate at optimizer step 3 would be 0.0"],
+     ["scheduler=null"]),
+    (["scheduler.interval=batch"], ["scheduler.interval=batch", "one of epoch, step"], ["scheduler.interval=epoch"]),
+    (["trainer.accumulate_grad_batches=0"], ["trainer.accumulate_grad_batches=0", "[1, 10000]"],
+     ["trainer.accumulate_grad_batches=2"]),
     (["checkpoint.monitor=val/loss"], ["checkpoint.mode=max", "val/loss is better when lower"],
      ["checkpoint.mode=min"]),
     (["optimized_metric=val/acc_bets"], ["optimized_metric=val/acc_bets", "Did you mean val/acc_best?"],
@@ -151,6 +162,9 @@ def test_a_value_that_cannot_be_resolved_names_its_key(tmp_path, monkeypatch):
 def test_the_default_config_and_every_learning_rate_schedule_step_are_accepted(tmp_path, sixteen_gib):
     validate(compose_config("train", outputs(tmp_path)))
     validate(compose_config("train", ["scheduler=null", "trainer.max_epochs=50", *outputs(tmp_path)]))
+    for schedule in ("constant", "noam", "inverse_sqrt"):
+        validate(compose_config("train", [f"lr_schedule={schedule}", "training.label_smoothing=0.1",
+                                          *outputs(tmp_path)]))
     validate(compose_config("train", ["+trainer.max_time=00:00:10:00", "+db_password=x", "+tracking.api_token=x",
                                       *outputs(tmp_path)]))
 

@@ -7,7 +7,7 @@ signature in stage two. Torch-free."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, create_model
 from pydantic.functional_validators import AfterValidator
@@ -40,12 +40,23 @@ class Optimizer(Group):
 
 
 class Scheduler(Group):
-    target: Text = Field(alias="_target_", description="stepped once per epoch; scheduler=null: a constant rate",
+    """A learning-rate scheduler (``conf/scheduler/``); ``interval`` is attnseq's, the other keys its class's."""
+
+    READ_BY_ATTNSEQ: ClassVar[tuple[str, ...]] = ("interval",)  # not handed on to the class
+    target: Text = Field(alias="_target_", description="the scheduler class; scheduler=null: a constant rate",
                          examples=["torch.optim.lr_scheduler.ExponentialLR"])
     partial: Annotated[Literal[True], What("true (the optimizer is passed later)")] = Field(
         alias="_partial_", examples=[True])
-    gamma: PositiveFloat | None = Field(None, description="the rate's factor per epoch (above 1 it grows)",
+    interval: Literal["epoch", "step"] = Field("epoch", description="epoch: stepped once per epoch; step: once per "
+                                               "optimizer step (after trainer.accumulate_grad_batches batches)")
+    gamma: PositiveFloat | None = Field(None, description="exponential: the rate's factor per epoch (above 1 it grows)",
                                         examples=[0.6])
+    warmup: PositiveInt | None = Field(None, le=10**9, description="noam, inverse_sqrt: optimizer steps of linear "
+                                       "rise to the peak rate", examples=[400])
+    model_size: PositiveInt | None = Field(None, le=10**6, description="noam: d in factor · d^-0.5 · min(k^-0.5, "
+                                           "k · warmup^-1.5), the model's width", examples=[128])
+    factor: PositiveFloat | None = Field(None, le=1000, description="noam: the factor (the peak rate is "
+                                         "factor · (model_size · warmup)^-0.5)", examples=[1.0])
 
 
 class Training(Group):
@@ -55,6 +66,9 @@ class Training(Group):
                                  examples=[False])
     stop_at: float | None = Field(None, description="stop at the first validation where checkpoint.monitor "
                                   "reaches this", examples=[0.95])
+    label_smoothing: float = Field(0.0, ge=0, lt=1, description="ε of the training loss: target (1 - ε) on the gold "
+                                   "token + ε/V on each of the V tokens; val/loss stays the plain cross-entropy",
+                                   examples=[0.1])
 
 
 class Decode(Group):
@@ -114,7 +128,9 @@ class Trainer(Group):
     max_steps: Annotated[int, Field(ge=-1), What("a whole number ≥ 1, or -1 (no limit)")] = Field(-1, examples=[-1])
     log_every_n_steps: PositiveInt | None = Field(None, examples=[50])
     check_val_every_n_epoch: PositiveInt | None = Field(None, examples=[1])
-    accumulate_grad_batches: PositiveInt | None = Field(None, examples=[1])
+    accumulate_grad_batches: PositiveInt | None = Field(None, le=10_000, description="batches whose gradients add "
+                                                        "up before each optimizer step (each batch's loss ÷ this)",
+                                                        examples=[2])
     gradient_clip_val: Annotated[float, Field(ge=0)] | None = Field(None, examples=[1.0])
     num_sanity_val_steps: Annotated[int, Field(ge=-1), What("a whole number ≥ 0, or -1 (all batches)")] | None = \
         Field(None, examples=[2])
@@ -140,7 +156,7 @@ class TrainBase(Group):
                                    examples=["val/acc_best"])
     model: ModelGroup
     optimizer: Optimizer
-    scheduler: Scheduler | None
+    scheduler: Scheduler | None = None  # scheduler=null: Hydra leaves the group out
     training: Training
     decode: Decode
     checkpoint: Checkpoint

@@ -273,7 +273,8 @@ class Counterfactual(MetricDeclaration):
 
 class Training(MetricDeclaration):
     """``train/loss`` and ``train/padding_fraction``: epoch means the LightningModule's training step
-    accumulates (it decodes nothing); ``train/lr``: the learning rate the epoch trained with."""
+    accumulates (it decodes nothing); ``train/lr``: the learning rate the epoch trained with (under a
+    schedule stepped per optimizer step, ``scheduler.interval: step``, each logged step's)."""
 
     name = "training"
     stages = ("train",)

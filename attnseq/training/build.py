@@ -41,6 +41,8 @@ def build_module(
         max_eval_length=datamodule.max_eval_length,
         bucket_width=cfg.dataset.bucket_width,
         teacher_forcing=cfg.training.teacher_forcing,
+        label_smoothing=cfg.training.label_smoothing,
+        scheduler_interval=cfg.scheduler.interval if cfg.scheduler is not None else "epoch",
         decode_ratio=cfg.decode.max_length_ratio,
         decode_extra=cfg.decode.max_length_extra,
     )

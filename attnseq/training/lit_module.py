@@ -1,11 +1,13 @@
 """The LightningModule around ``Seq2Seq``: loss, optimisation, and the validation metrics.
 
 Metrics are updated on tensors (no host syncs in the steps) and logged once per epoch:
-``train/loss`` and ``train/padding_fraction`` (means of the epoch's batch values, accumulated in
+``train/loss`` (the objective: smoothed under ``training.label_smoothing``; ``val/loss`` is not) and
+``train/padding_fraction`` (means of the epoch's batch values, accumulated in
 ``MeanMetric``s: a ``self.log`` call costs Python time a small model's step cannot spare; with
 ``nan_strategy="disable"`` torchmetrics ignores the batch-size weights, so each batch counts once),
 ``train/loss_step`` only on the steps the logger writes (every ``trainer.log_every_n_steps``),
-``train/lr`` (the learning rate the epoch trained with),
+``train/lr`` (the learning rate the epoch trained with; with a schedule stepped per optimizer step,
+``scheduler.interval: step``, the rate of each step the logger writes),
 ``val/acc_best``, and everything ``attnseq.metrics.MetricSuite`` reports for the run (``val/loss``,
 ``val/acc``, the length buckets, the training-lengths subset, the attention diagnostics, sacreBLEU
 and chrF for text tasks: ``attnseq.metrics.names`` lists them), the suite evaluation uses too.
@@ -36,7 +38,8 @@ from attnseq.model import Seq2Seq, decode_length_limit, greedy_decode
 OptimizerFactory = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
 SchedulerFactory = Callable[[torch.optim.Optimizer], object]
 
-__all__ = ["Seq2SeqLitModule", "decode_length_limit"]  # the decode-length rule lives in attnseq.model
+# the decode-length rule lives in attnseq.model
+__all__ = ["Seq2SeqLitModule", "decode_length_limit", "token_cross_entropy"]
 
 
 class Seq2SeqLitModule(L.LightningModule):
@@ -50,6 +53,8 @@ class Seq2SeqLitModule(L.LightningModule):
         max_eval_length: int,
         bucket_width: int,
         teacher_forcing: float = 1.0,
+        label_smoothing: float = 0.0,
+        scheduler_interval: str = "epoch",
         decode_ratio: float = 1.5,
         decode_extra: int = 5,
         scheduler_monitor: str = "val/loss",
@@ -59,6 +64,8 @@ class Seq2SeqLitModule(L.LightningModule):
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
         self.scheduler_monitor = scheduler_monitor
+        self.scheduler_interval = scheduler_interval
+        self.label_smoothing = label_smoothing
         self.train_lengths = tuple(train_lengths)
         self.teacher_forcing = teacher_forcing
         self.decode_ratio = decode_ratio
@@ -119,12 +126,12 @@ class Seq2SeqLitModule(L.LightningModule):
                 state[key] = value
 
     # -- training ------------------------------------------------------------------------
-    def loss(self, logits: Tensor, target: Tensor) -> Tensor:
-        return F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=PAD)  # mean over real tokens
+    def loss(self, logits: Tensor, target: Tensor, label_smoothing: float = 0.0) -> Tensor:
+        return token_cross_entropy(logits, target, label_smoothing)
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
         logits, _ = self.model(batch.src, batch.src_lengths, batch.tgt_in, teacher_forcing=self.teacher_forcing)
-        loss = self.loss(logits, batch.tgt_out)
+        loss = self.loss(logits, batch.tgt_out, self.label_smoothing)  # train/loss: the smoothed objective
         size = len(batch)
         padding = 1.0 - (batch.src_lengths.sum() + batch.tgt_lengths.sum()) / (
             batch.src.numel() + batch.tgt_out.numel()
@@ -133,7 +140,12 @@ class Seq2SeqLitModule(L.LightningModule):
         self.train_padding.update(padding, weight=size)
         if self._logger_writes_this_step():
             self.log("train/loss_step", loss.detach(), on_step=True, on_epoch=False, prog_bar=True, batch_size=size)
+            if self.scheduler_interval == "step":  # the rate this step trains with (the scheduler steps after it)
+                self.log("train/lr", self._lr(), on_step=True, on_epoch=False, batch_size=size)
         return loss
+
+    def _lr(self) -> float:
+        return float(self.trainer.optimizers[0].param_groups[0]["lr"])
 
     def _logger_writes_this_step(self) -> bool:
         """Lightning's own test (``_batches_that_stepped + 1`` divisible by ``log_every_n_steps``),
@@ -143,7 +155,8 @@ class Seq2SeqLitModule(L.LightningModule):
 
     def on_train_epoch_start(self) -> None:
         # read before the epoch's steps: an epoch scheduler steps before ``on_train_epoch_end``
-        self.log("train/lr", float(self.trainer.optimizers[0].param_groups[0]["lr"]), on_step=False, on_epoch=True)
+        if self.scheduler_interval != "step":
+            self.log("train/lr", self._lr(), on_step=False, on_epoch=True)
 
     def on_train_epoch_end(self) -> None:
         # MeanMetric syncs across processes itself (DDP): one value per epoch, every sequence once.
@@ -158,7 +171,8 @@ class Seq2SeqLitModule(L.LightningModule):
         scheduler = self.scheduler_factory(optimizer)
         return {
             "optimizer": optimizer,
-            "lr_scheduler": {"scheduler": scheduler, "monitor": self.scheduler_monitor, "interval": "epoch"},
+            "lr_scheduler": {"scheduler": scheduler, "monitor": self.scheduler_monitor,
+                             "interval": self.scheduler_interval},
         }
 
     # -- evaluation ----------------------------------------------------------------------
@@ -169,7 +183,7 @@ class Seq2SeqLitModule(L.LightningModule):
         limit = decode_length_limit(batch.src_lengths, self.decode_ratio, self.decode_extra)
         decoded = greedy_decode(self.model, batch.src, batch.src_lengths, max_length=limit, encoded=encoded)
         logits, attention = self.model.decoder(batch.tgt_in, state, memory)  # teacher forced
-        loss = self.loss(logits, batch.tgt_out)
+        loss = self.loss(logits, batch.tgt_out)  # val/loss, test/loss: unsmoothed, comparable across ε
         metrics.update(BatchOutputs.of(batch, decoded.tokens, attention=attention, logits=logits, loss=loss))
         return decoded.tokens
 
@@ -201,6 +215,19 @@ class Seq2SeqLitModule(L.LightningModule):
 
     def on_test_epoch_end(self) -> None:
         self._log_epoch(self.test_metrics)
+
+
+def token_cross_entropy(logits: Tensor, target: Tensor, label_smoothing: float = 0.0) -> Tensor:
+    """``logits (B, T, V)``, ``target (B, T)`` → the cross-entropy's mean over the real (non-PAD) target
+    tokens. ``label_smoothing`` ε as torch's ``F.cross_entropy`` defines it: the target distribution is
+    (1 − ε) on the gold token plus ε/V on each of the V output tokens (PAD and BOS included), so a
+    token's loss is (1 − ε) · (−log p_gold) + ε · the mean over v of (−log p_v); ε = 0 is plain NLL.
+
+    A per-token mean: with ``trainer.accumulate_grad_batches=N`` Lightning divides each batch's loss
+    by N, so a step's gradient is the mean of its batches' per-token means, the gradient of one batch
+    of all of them exactly when they hold as many real target tokens each (docs/training.md)."""
+    return F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=PAD,
+                           label_smoothing=label_smoothing)  # (B·T, V), (B·T,) → ()
 
 
 SAMPLES = 3

@@ -49,7 +49,8 @@ def check_handed_on(cfg: TrainBase) -> None:
     try:
         make_scheduler = found["scheduler"] and functools.partial(found["scheduler"], **arguments(cfg.scheduler))
         check_schedule(found["optimizer"]([torch.nn.Parameter(torch.zeros(1))], **arguments(cfg.optimizer)),
-                       make_scheduler, epochs=cfg.trainer.max_epochs or 1)
+                       make_scheduler, epochs=cfg.trainer.max_epochs or 1,
+                       per_step=cfg.scheduler is not None and cfg.scheduler.interval == "step")
     except ConfigError:
         raise
     except (ValueError, TypeError) as error:
@@ -61,7 +62,9 @@ def check_handed_on(cfg: TrainBase) -> None:
 
 def arguments(group: Any) -> dict[str, Any]:
     """The keyword arguments a handed-on group gives its callable (the keys set, ``_target_`` left out)."""
-    return {k: v for k, v in group.model_dump(exclude_unset=True, by_alias=True).items() if not k.startswith("_")}
+    own = getattr(group, "READ_BY_ATTNSEQ", ())  # e.g. scheduler.interval: when attnseq steps it
+    return {k: v for k, v in group.model_dump(exclude_unset=True, by_alias=True).items()
+            if not k.startswith("_") and k not in own}
 
 
 def bound(group: str, values: dict[str, Any], function: Callable, owner: str, skip: Any = ()) -> list[ConfigError]:
@@ -116,16 +119,19 @@ def locate(key: str, path: str, home: Any, base: type | tuple[type, ...]) -> typ
                       f"({search.__name__} has: {', '.join(names)}).")
 
 
-def check_schedule(optimizer: torch.optim.Optimizer, make_scheduler: Callable | None, epochs: int) -> None:
-    """The learning rate every epoch of the schedule gives is finite and positive (``optimizer.lr=inf``,
-    ``scheduler.gamma=-1`` are not)."""
+def check_schedule(optimizer: torch.optim.Optimizer, make_scheduler: Callable | None, epochs: int,
+                   per_step: bool = False) -> None:
+    """The learning rate every epoch of the schedule gives (``per_step``: each of the first 1000
+    optimizer steps) is finite and positive (``optimizer.lr=inf``, ``scheduler.gamma=-1`` are not)."""
     scheduler = make_scheduler(optimizer) if make_scheduler is not None else None
-    for epoch in range(max(1, min(epochs, 1000))):
+    unit = "at optimizer step" if per_step else "in epoch"
+    for index in range(1000 if per_step else max(1, min(epochs, 1000))):
         bad = [lr for lr in (float(g["lr"]) for g in optimizer.param_groups) if not (math.isfinite(lr) and lr > 0)]
         if bad:
             raise ConfigError(
-                f"the learning rate in epoch {epoch} would be {bad[0]} (optimizer.lr={shown(optimizer.defaults['lr'])}"
-                f", scheduler {type(scheduler).__name__ if scheduler else 'none'}): it must stay finite and > 0.",
+                f"the learning rate {unit} {index + per_step} would be {bad[0]} (optimizer.lr="
+                f"{shown(optimizer.defaults['lr'])}, scheduler {type(scheduler).__name__ if scheduler else 'none'}): "
+                "it must stay finite and > 0.",
                 "set optimizer.lr to a finite number > 0, e.g. optimizer.lr=0.003, and a scheduler that keeps it "
                 "positive and finite (e.g. scheduler.gamma=0.6) or scheduler=null.")
         if scheduler is None or isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
