@@ -191,8 +191,7 @@ class ModelConfig:
         """Raise ``ConfigError`` naming every bad value, the shapes involved and the fix."""
         from attnseq.problems import raise_all
 
-        parts = self.parts()
-        found = architecture_problems(*parts)
+        found = architecture_problems(*self.parts())
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             found.append(sharing_problem(f"the source vocabulary has {self.src_vocab_size} tokens and the target's "
                                          f"{self.tgt_vocab_size}"))
