@@ -188,15 +188,16 @@ def test_text_scores_join_the_table_only_when_the_runs_have_them():
     rows = [bucket(1, 5, 0.9), bucket(6, 10, 0.7)]
     symbols = group_runs([trained("d", 0), trained("a", 0, scorer="additive")], [result(0.8, rows), result(0.7, rows)])
     header, _ = table_rows(symbols)
-    assert "sacreBLEU" not in header and "chrF" not in header
+    assert "sacreBLEU" not in header and "chrF" not in header and "TER" not in header
     runs = [trained(f"r{seed}", seed) for seed in (0, 1)]
-    text = group_runs(runs, [result(0.8, rows, **{"eval/sacrebleu": 20.0, "eval/chrf": 40.0}),
-                             result(0.8, rows, **{"eval/sacrebleu": 24.0, "eval/chrf": 44.0})])
+    text = group_runs(runs, [result(0.8, rows, **{"eval/sacrebleu": 20.0, "eval/chrf": 40.0, "eval/ter": 60.0}),
+                             result(0.8, rows, **{"eval/sacrebleu": 24.0, "eval/chrf": 44.0, "eval/ter": 64.0})])
     header, [row] = table_rows(text)
     cells = dict(zip(header, row))
     half = T_975_DF1 * math.sqrt(8.0) / math.sqrt(2)  # two values 4 apart: s = √8
     assert cells["sacreBLEU"] == f"22.0 ± {half:.1f}" and cells["chrF"] == f"42.0 ± {half:.1f}"
-    assert header.index("chrF") == header.index("sacreBLEU") + 1 < header.index("acc 01-05")
+    assert cells["TER"] == f"62.0 ± {half:.1f}"
+    assert header.index("chrF") == header.index("sacreBLEU") + 1 == header.index("TER") - 1 < header.index("acc 01-05")
 
 
 def test_one_seed_shows_no_interval_anywhere(tmp_path):

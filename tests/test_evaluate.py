@@ -314,12 +314,14 @@ def subword_corpus(folder):
 
 @pytest.fixture(scope="module")
 def subword_run(tmp_path_factory):
+    """A bpe run whose output layer is tied to the target embedding (Bahdanau's readout: through a projection)."""
     root = tmp_path_factory.mktemp("subwords")
     splits = subword_corpus(root / "corpus")
     trained = run_cli(
         root, "dataset=tsv", f"dataset.path={root / 'corpus'}", "dataset.tokenizer=bpe", "dataset.vocab_size=120",
         "dataset.train_lengths=[1,30]", "dataset.eval_lengths=[1,30]", "dataset.bucket_width=10",
-        "model.hidden_size=16", "model.embedding_dim=8", "trainer.max_epochs=2", "trainer.enable_progress_bar=false",
+        "model.hidden_size=16", "model.embedding_dim=8", "model.tie_output=true", "trainer.max_epochs=2",
+        "trainer.enable_progress_bar=false",
         "trainer.enable_model_summary=false", "tracking.heatmap_samples=1", *outputs_under(root, seeded=True),
     )
     assert trained.returncode == 0, explain(trained)
@@ -343,13 +345,14 @@ def test_a_subword_run_saves_its_tokenizers_and_scores_with_their_signatures(sub
     local = client.download_artifacts(run.info.run_id, "vocab/src_tokenizer.json", str(subword_run["root"] / "tok"))
     pieces = Tokenizer.from_file(local).encode("Open the red cat in @1").tokens  # the library reads it alone
     assert pieces[0].startswith("\u2581") and "".join(pieces).replace("\u2581", " ").strip() == "open the red cat in @1"
-    for key in ("val/sacrebleu", "val/chrf"):
+    for key in ("val/sacrebleu", "val/chrf", "val/ter"):
         assert len(client.get_metric_history(run.info.run_id, key)) == 2  # each validation epoch
-        assert 0.0 <= run.data.metrics[key] <= 100.0
+        assert 0.0 <= run.data.metrics[key] <= (100.0 if key != "val/ter" else 1000.0)  # TER: edits per 100 words
     bleu = f"nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:{sacrebleu.__version__}"
     for logged in (run, subword_run["eval"]):
         assert logged.data.params["sacrebleu.signature"] == bleu
         assert logged.data.params["chrf.signature"].startswith("nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no")
+        assert logged.data.params["ter.signature"].startswith("nrefs:1|case:lc|tok:tercom|norm:no|punct:yes")
     assert "eval/bleu" not in subword_run["eval"].data.metrics
 
 
@@ -369,8 +372,8 @@ def decoded_alone(trained, pieces: list[str], limit: int) -> str:
 
 @pytest.mark.slow
 def test_a_subword_runs_mlflow_model_outputs_detokenised_text_that_evaluation_scores(subword_run):
-    """The MLflow model reads raw text with the run's tokenizer and detokenises its output; eval/sacrebleu and
-    eval/chrf are sacrebleu's own scores of the test outputs (one batch: one length limit for all)."""
+    """The MLflow model (tied) reads raw text with the run's tokenizer and detokenises its output; eval/sacrebleu,
+    eval/chrf and eval/ter are sacrebleu's own scores of the test outputs (one batch: one length limit for all)."""
     import mlflow.pyfunc
     import pandas as pd
     import sacrebleu
@@ -383,6 +386,7 @@ def test_a_subword_runs_mlflow_model_outputs_detokenised_text_that_evaluation_sc
     client, run, evaluation = subword_run["client"], subword_run["run"], subword_run["eval"]
     test = subword_run["splits"]["test"]
     trained = load_trained_run(TrackingClient(client.tracking_uri), run)
+    assert trained.model.decoder.readout.output.weight is trained.model.decoder.embedding.weight  # tied
     reader = Tokenizer.from_file(client.download_artifacts(run.info.run_id, "vocab/src_tokenizer.json",
                                                            str(subword_run["root"] / "reader")))
     pieces = [reader.encode(source).tokens for source, _ in test]
@@ -400,6 +404,7 @@ def test_a_subword_runs_mlflow_model_outputs_detokenised_text_that_evaluation_sc
     metrics = evaluation.data.metrics
     assert metrics["eval/sacrebleu"] == pytest.approx(sacrebleu.corpus_bleu(hypotheses, [references]).score)
     assert metrics["eval/chrf"] == pytest.approx(sacrebleu.corpus_chrf(hypotheses, [references]).score)
+    assert metrics["eval/ter"] == pytest.approx(sacrebleu.corpus_ter(hypotheses, [references]).score)
     local = client.download_artifacts(evaluation.info.run_id, "eval/buckets.csv", str(subword_run["root"] / "b"))
     rows = list(csv.DictReader(open(local)))
     assert [f"{int(r['lo']):02d}-{int(r['hi']):02d}" for r in rows] == ["01-10", "11-20", "21-30"]
@@ -412,5 +417,7 @@ def test_a_subword_runs_mlflow_model_outputs_detokenised_text_that_evaluation_sc
             assert float(row["sacrebleu"]) == pytest.approx(metrics[f"eval/sacrebleu_len/{name}"])
             assert metrics[f"eval/sacrebleu_len/{name}"] == pytest.approx(expected.score)
             assert float(row["chrf"]) == pytest.approx(metrics[f"eval/chrf_len/{name}"])
+            expected_ter = sacrebleu.corpus_ter([hypotheses[i] for i in members], [[references[i] for i in members]])
+            assert float(row["ter"]) == pytest.approx(metrics[f"eval/ter_len/{name}"]) == expected_ter.score
         else:
             assert row["sacrebleu"] == "" and f"eval/sacrebleu_len/{name}" not in metrics

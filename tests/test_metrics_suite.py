@@ -80,7 +80,7 @@ def test_validation_and_evaluation_report_the_same_numbers_on_the_same_batches(t
     if module.model.attention is not None:
         assert {"attn_entropy", "attn_margin_train_lengths"} <= in_both
     if "dataset=translate" in overrides:
-        assert {"sacrebleu", "chrf", "align_acc_len/06-10"} <= in_both
+        assert {"sacrebleu", "chrf", "ter", "align_acc_len/06-10"} <= in_both
     for name in sorted(in_both):  # Lightning holds the logged values as float32, as MLflow receives them
         assert validated[f"val/{name}"] == float(torch.tensor(evaluated[name], dtype=torch.float32)), name
     validated_rows = module.last_bucket_tables["val"]
@@ -199,6 +199,7 @@ def test_text_scores_are_sacrebleus_of_the_detokenised_outputs():
     assert float(values["val/sacrebleu"]) == pytest.approx(sacrebleu.corpus_bleu(hypotheses, [references]).score,
                                                           rel=1e-6)
     assert float(values["val/chrf"]) == pytest.approx(sacrebleu.corpus_chrf(hypotheses, [references]).score, rel=1e-6)
+    assert float(values["val/ter"]) == pytest.approx(sacrebleu.corpus_ter(hypotheses, [references]).score, rel=1e-6)
 
 
 # ---------------------------------------------------------------- names, from the registry
@@ -230,6 +231,7 @@ def test_lower_is_better_is_what_each_metric_declares():
     assert lower_is_better("val/aer") and lower_is_better("val/attn_entropy_train_lengths")
     assert not lower_is_better("val/acc") and not lower_is_better("val/acc_len/01-05")
     assert not lower_is_better("val/align_offset") and not lower_is_better("val/sacrebleu")
+    assert lower_is_better("val/ter") and lower_is_better("eval/ter_len/01-05") and not lower_is_better("eval/chrf")
     assert not lower_is_better("train/loss_step")
 
 

@@ -1,5 +1,5 @@
-"""sacreBLEU and chrF (``attnseq.metrics.translation``): equal to sacrebleu's own corpus functions,
-overall and on each bucket's own sentences, with the signatures sacrebleu reports."""
+"""sacreBLEU, chrF and TER (``attnseq.metrics.translation``): equal to sacrebleu's own corpus functions,
+overall and on each bucket's own sentences, with the signatures sacrebleu reports; TER is better lower."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ SOURCE_LENGTHS = [6, 3, 4, 4, 7, 3, 12]  # buckets of width 5 up to 12: 01-05, 0
 
 def sacrebleu_own(hypotheses, references):
     return {"sacrebleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
-            "chrf": sacrebleu.corpus_chrf(hypotheses, [references]).score}
+            "chrf": sacrebleu.corpus_chrf(hypotheses, [references]).score,
+            "ter": sacrebleu.corpus_ter(hypotheses, [references]).score}
 
 
 def test_corpus_scores_are_sacrebleus_own():
@@ -31,9 +32,24 @@ def test_corpus_scores_are_sacrebleus_own():
 
 
 def test_a_perfect_corpus_scores_100_and_a_disjoint_one_nearly_0():
-    assert corpus_scores(REFERENCES, REFERENCES) == pytest.approx({"sacrebleu": 100.0, "chrf": 100.0})
+    assert corpus_scores(REFERENCES, REFERENCES) == pytest.approx({"sacrebleu": 100.0, "chrf": 100.0, "ter": 0.0})
     disjoint = corpus_scores(["xyz qwv"] * 2, ["abc def ghi jkl", "mno pqr stu"])
     assert disjoint["sacrebleu"] < 1.0 and disjoint["chrf"] < 1.0
+    assert disjoint["ter"] == pytest.approx(100.0)  # 2 substitutions + 2 insertions, 2 + 1: 7 edits of 7 words
+
+
+@pytest.mark.parametrize("hypothesis, reference, edits, words", [
+    ("sat the cat", "the cat sat", 1, 3),  # one shift of a block
+    ("the cat sat", "the cat sat down", 1, 4),  # one insertion
+    ("The Cat", "the cat", 0, 2),  # case-insensitive by default
+])
+def test_ter_counts_the_edits_per_reference_word(hypothesis, reference, edits, words):
+    assert corpus_scores([hypothesis], [reference])["ter"] == pytest.approx(100 * edits / words)
+
+
+def test_a_corpus_ter_pools_the_edits_of_every_sentence():
+    hypotheses, references = ["sat the cat", "the cat sat", "The Cat"], ["the cat sat", "the cat sat down", "the cat"]
+    assert corpus_scores(hypotheses, references)["ter"] == pytest.approx(100 * 2 / 9)  # not the mean of 33, 25, 0
 
 
 def test_each_bucket_is_scored_as_its_own_corpus():
@@ -73,8 +89,12 @@ def test_the_signatures_are_sacrebleus_own():
     assert signatures() == {
         "sacrebleu": f"nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:{version}",
         "chrf": f"nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:{version}",
+        "ter": f"nrefs:1|case:lc|tok:tercom|norm:no|punct:yes|asian:no|version:{version}",
     }
     bleu = sacrebleu.metrics.BLEU()
     bleu.corpus_score(HYPOTHESES, [REFERENCES])
     assert signature_params()["sacrebleu.signature"] == str(bleu.get_signature())
-    assert set(signature_params()) == {"sacrebleu.signature", "chrf.signature"}
+    ter = sacrebleu.metrics.TER()
+    ter.corpus_score(HYPOTHESES, [REFERENCES])
+    assert signature_params()["ter.signature"] == str(ter.get_signature())
+    assert set(signature_params()) == {"sacrebleu.signature", "chrf.signature", "ter.signature"}

@@ -18,7 +18,7 @@ from attnseq.config.models import HANDED_ON, EvalConfig, TrainBase, TranslateCon
 from attnseq.data.tasks import TASKS
 from attnseq.errors import ConfigError
 from attnseq.metrics.declarations import SuiteSpec, lower_is_better, names
-from attnseq.model.config import architecture_problems
+from attnseq.model.config import architecture_problems, vocabulary_problems
 from attnseq.problems import raise_all, shown, told
 from attnseq.registry import closest, did_you_mean, import_plugins
 
@@ -61,6 +61,7 @@ def validated_config(model_now: Callable[[], type], cfg: DictConfig) -> Any:
             problems += metric_problems(SimpleNamespace(**view))
     if isinstance(typed, TrainBase):
         problems += architecture_problems(typed.model, typed.encoder, typed.scorer, typed.decoder, typed.attention)
+        problems += vocabulary_problems(typed.model, TASKS.lookup(typed.dataset.task))
         problems += metric_problems(typed)
     raise_all(problems)
     if isinstance(typed, TrainBase):

@@ -69,9 +69,11 @@ class Task(Choice):
     has_gold_alignment: ClassVar[bool] = True
     """Its examples carry the source position each target token copies (alignment metrics)."""
     is_text: ClassVar[bool] = False
-    """Its outputs are sentences: sacreBLEU and chrF are reported."""
+    """Its outputs are sentences: sacreBLEU, chrF and TER are reported."""
     generated: ClassVar[bool] = True
     """Its examples are generated from a seed (``example``); False: read from a corpus (``dataset.path``)."""
+    shares_vocabulary: ClassVar[bool] = False
+    """Its source and target are one token set, one ``Vocabulary``: ``model.share_embeddings`` can work."""
 
     def source_tokens(self) -> list[str]:
         raise NotImplementedError
@@ -85,6 +87,8 @@ class Task(Choice):
 
 class SymbolTask(Task):
     """Base of copy/reverse/sort: the target is the source read in ``target_order``."""
+
+    shares_vocabulary: ClassVar[bool] = True
 
     num_symbols: int = Field(10, ge=1, le=MAX_VOCABULARY, description="the alphabet's size: symbols s0 … "
                              "s{num_symbols-1}")

@@ -41,7 +41,7 @@ TRAIN_MINUTES = "train_min"
 BEST_VAL_ACC = "val/acc_best"
 TABLE_COLUMNS = {TRAIN_MINUTES: "train min", BEST_VAL_ACC: "best val acc", "eval/acc": "eval acc",
                  "eval/exact_match": "eval exact"}
-TEXT_COLUMNS = {"eval/sacrebleu": "sacreBLEU", "eval/chrf": "chrF"}
+TEXT_COLUMNS = {"eval/sacrebleu": "sacreBLEU", "eval/chrf": "chrF", "eval/ter": "TER"}
 """Added to the table when the runs were scored on text (0-100, one decimal)."""
 """The overall quantities the Markdown table shows (the CSV has them all), with their headers."""
 DIAGNOSTIC_COLUMNS = {"attn_entropy": "entropy (nats)", "attn_margin": "top-1 − top-2 margin",

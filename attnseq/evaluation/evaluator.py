@@ -1,7 +1,7 @@
 """Evaluate one trained model on a chosen length range, greedy or beam, with the metrics suite
 validation uses (``attnseq.metrics.MetricSuite``, stage ``eval``): accuracy and exact match overall,
 per bucket and inside the training lengths; the attention diagnostics likewise; for text tasks
-sacreBLEU and chrF against the examples' own text, overall and per bucket; the counterfactual check."""
+sacreBLEU, chrF and TER against the examples' own text, overall and per bucket; the counterfactual check."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ class EvalResult:
     bucket_rows: list[dict]  # one per bucket: lo, hi, sequences, acc, exact_match, sacrebleu, chrf, cf_* columns
     counterfactual: dict[str, CounterfactualTotals] = field(default_factory=dict)
     long_samples: list[tuple[Example, Decoded]] = field(default_factory=list)
-    signatures: dict[str, str] = field(default_factory=dict)  # text tasks: sacrebleu.signature, chrf.signature
+    signatures: dict[str, str] = field(default_factory=dict)  # text tasks: each score's <name>.signature
     predictions: list[list[int]] = field(default_factory=list)  # per example, in order: the output up to its length
     sentence_samples: list[tuple[str, Example, Decoded]] = field(default_factory=list)  # eval.sentences, decoded
 

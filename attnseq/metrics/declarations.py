@@ -41,8 +41,9 @@ DIAGNOSTICS = (*RATIOS, "aer")
 SHAPE_DIAGNOSTICS = ("attn_entropy", "attn_margin")
 """The diagnostics that need no gold alignment (every other one does)."""
 
-SCORES = ("sacrebleu", "chrf")
-"""The translation score names, as metric keys use them: ``eval/sacrebleu``, ``eval/chrf_len/01-05``."""
+SCORES = ("sacrebleu", "chrf", "ter")
+"""The translation score names, as metric keys use them: ``eval/sacrebleu``, ``eval/chrf_len/01-05``
+(``ter`` is better lower: ``Translation.lower_is_better``)."""
 
 MODES = ("permute", "uniform")
 """The counterfactual replacements of the attention: a permutation of its own weights, the uniform one."""
@@ -246,6 +247,7 @@ class Diagnostics(MetricDeclaration):
 class Translation(MetricDeclaration):
     name = "translation"
     needs_text = True
+    lower_is_better = ("ter",)  # edits per reference word
 
     @classmethod
     def overall_names(cls, spec: SuiteSpec) -> list[str]:

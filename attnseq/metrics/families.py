@@ -129,7 +129,7 @@ class Diagnostics(SuiteMetric, declared.Diagnostics):
 
 
 class Translation(SuiteMetric, declared.Translation):
-    """sacreBLEU and chrF of the detokenised outputs against the references (``spec.to_text`` of the
+    """sacreBLEU, chrF and TER of the detokenised outputs against the references (``spec.to_text`` of the
     targets unless the caller gives the examples' own text), pooled over every process's sentences;
     in evaluation per bucket too."""
 

@@ -1,8 +1,10 @@
-"""Reportable translation scores: sacreBLEU's BLEU and chrF, corpus-level, on detokenised text,
+"""Reportable translation scores: sacreBLEU's BLEU, chrF and TER, corpus-level, on detokenised text,
 overall and per source-length bucket, with the signatures that say how they were computed.
 
-Scores are on sacreBLEU's 0-100 scale, with its defaults (BLEU: 13a tokenisation, exponential
-smoothing; chrF: character 6-grams, β = 2) and one reference per sentence. A bucket is scored as
+Scores are on sacreBLEU's scale (BLEU and chrF 0-100; TER, the edits per 100 reference words,
+0 and up, better lower), with its defaults (BLEU: 13a tokenisation, exponential smoothing; chrF:
+character 6-grams, β = 2; TER: tercom tokenisation, case-insensitive, punctuation kept) and one
+reference per sentence. A bucket is scored as
 its own corpus (its sentences' statistics pooled), not as the mean of sentence scores. The
 hypotheses and references are text as a reader sees it (``attnseq.data.tokenizers.detokenize``),
 so the scores do not depend on the model's vocabulary.
@@ -24,9 +26,9 @@ if TYPE_CHECKING:  # sacrebleu is slow to import: it is imported when something 
 
 
 def _metrics() -> dict[str, Metric]:
-    from sacrebleu.metrics import BLEU, CHRF
+    from sacrebleu.metrics import BLEU, CHRF, TER
 
-    return {"sacrebleu": BLEU(), "chrf": CHRF()}
+    return {"sacrebleu": BLEU(), "chrf": CHRF(), "ter": TER()}
 
 
 @dataclass(frozen=True)
@@ -85,5 +87,5 @@ def signatures() -> dict[str, str]:
 
 
 def signature_params() -> dict[str, str]:
-    """The signatures as a run's params: ``sacrebleu.signature``, ``chrf.signature``."""
+    """The signatures as a run's params: ``sacrebleu.signature``, ``chrf.signature``, ``ter.signature``."""
     return {f"{name}.signature": signature for name, signature in signatures().items()}

@@ -35,6 +35,10 @@ class ModelGroup(BaseModel):
     dropout: float = Field(ge=0, lt=1, description="dropout between layers", examples=[0.1])
     heads: PositiveInt = Field(description="attention heads; must divide the key size (2 × hidden_size for bigru)",
                                examples=[1])
+    tie_output: bool = Field(False, description="the output layer's weights are the target embedding's (Press & "
+                             "Wolf 2017), after a projection to model.embedding_dim where the decoder's width differs")
+    share_embeddings: bool = Field(False, description="one embedding reads the source and the target (the tasks "
+                                   "with one vocabulary: copy, reverse, sort)")
 
 
 def architecture_problems(model: ModelGroup, encoder: EncoderSettings, scorer: ScorerSettings,
@@ -56,6 +60,27 @@ def architecture_problems(model: ModelGroup, encoder: EncoderSettings, scorer: S
                       if d_k != model.hidden_size else f"model.hidden_size={model.hidden_size}")
     sizes = size_problems(type(scorer), model.hidden_size, d_k, model.heads, keys_come_from)
     return found + (sizes or scorer.problems(model.hidden_size, d_k, model.heads))
+
+
+def sharing_problem(why: str) -> ConfigError:
+    """``model.share_embeddings=true`` where the source and target vocabularies differ (``why``)."""
+    from attnseq.data.tasks import TASKS
+
+    one = TASKS.names(shares_vocabulary=True)
+    return ConfigError(
+        f"model.share_embeddings=true, but {why}: one embedding matrix cannot read both (a row is one token of "
+        "one vocabulary).",
+        f"set model.share_embeddings=false (model.tie_output=true still ties the target embedding to the output "
+        f"layer), or pick a task with one vocabulary: {', '.join(f'dataset={name}' for name in one)}.",
+    )
+
+
+def vocabulary_problems(model: ModelGroup, task: type) -> list[ConfigError]:
+    """``model.share_embeddings`` with a task whose source and target vocabularies differ
+    (``Task.shares_vocabulary``), known before any data exists."""
+    if not model.share_embeddings or task.shares_vocabulary:
+        return []
+    return [sharing_problem(f"dataset={task.choice_name()} builds a vocabulary for each side")]
 
 
 @dataclass(frozen=True)
@@ -90,6 +115,10 @@ class ModelConfig:
     """Its half-width D (``attention.window``; None: 10 for a local kind)."""
     plugins: tuple[str, ...] = ()
     """Modules imported before validation, so that the choices they define are registered."""
+    tie_output: bool = False
+    """``model.tie_output``: the output layer's weight matrix is the target embedding (one Parameter)."""
+    share_embeddings: bool = False
+    """``model.share_embeddings``: the source and target embeddings are one Parameter (one vocabulary)."""
 
     @classmethod
     def from_config(cls, cfg: Any, src_vocab_size: int, tgt_vocab_size: int) -> ModelConfig:
@@ -162,4 +191,8 @@ class ModelConfig:
         """Raise ``ConfigError`` naming every bad value, the shapes involved and the fix."""
         from attnseq.problems import raise_all
 
-        raise_all(architecture_problems(*self.parts()))
+        found = architecture_problems(*self.parts())
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            found.append(sharing_problem(f"the source vocabulary has {self.src_vocab_size} tokens and the target's "
+                                         f"{self.tgt_vocab_size}"))
+        raise_all(found)

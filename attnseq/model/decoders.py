@@ -25,6 +25,11 @@ feeding then step; Luong without it attends over all steps in one call through t
 carries the step index t (``DecoderState.step``), passed to an attention that ``reads_step`` (local-m).
 ``SequenceDecoder`` is what every decoder shares, the recurrent ones and the Transformer decoder
 (``attnseq.model.transformer_decoder``). The conventions: docs/attention.md.
+
+Every decoder's output layer is ``output_layer``: ``nn.Linear(width, V)``, or with ``model.tie_output``
+a ``TiedOutput`` whose weight matrix is the target embedding's own Parameter (Press & Wolf 2017),
+after a bias-free projection to the embedding size E where the features the decoder reads out
+from are wider or narrower (always for Bahdanau's [s_t; c_t; E y_{t-1}]), as fairseq does.
 """
 
 from __future__ import annotations
@@ -46,6 +51,28 @@ from attnseq.model.state import DecoderState, Memory, RNNState, top_layer
 
 StepOutput = tuple[Tensor, Tensor | None, DecoderState]
 """logits ``(B, V)``, attention weights ``(B, H, T_enc)`` (None without attention), new state."""
+
+
+class TiedOutput(nn.Module):
+    """Logits ``W_E P x + b`` of features x ``(…, width)``: W_E ``(V, E)`` is the target embedding's
+    weight (the same Parameter), P ``(E, width)`` a bias-free projection where width ≠ E (else none),
+    b the output layer's own bias."""
+
+    def __init__(self, width: int, embedding: nn.Embedding) -> None:
+        super().__init__()
+        vocab_size, embedding_dim = embedding.weight.shape
+        self.projection = nn.Linear(width, embedding_dim, bias=False) if width != embedding_dim else nn.Identity()
+        self.output = nn.Linear(embedding_dim, vocab_size)
+        self.output.weight = embedding.weight
+
+    def forward(self, features: Tensor) -> Tensor:
+        return self.output(self.projection(features))  # (…, V)
+
+
+def output_layer(width: int, vocab_size: int, embedding: nn.Embedding, tied: bool) -> nn.Module:
+    """The decoder's map from its last features ``(…, width)`` to logits ``(…, V)``: its own
+    ``nn.Linear``, or tied to ``embedding`` (``model.tie_output``)."""
+    return TiedOutput(width, embedding) if tied else nn.Linear(width, vocab_size)
 
 
 class SequenceDecoder(nn.Module):
@@ -105,6 +132,14 @@ class SequenceDecoder(nn.Module):
         logits = torch.stack(step_logits, dim=1)  # (B, T_dec, V)
         weights = torch.stack(step_weights, dim=2) if step_weights else None  # (B, H, T_dec, T_enc)
         return logits, weights
+
+    def share_embedding(self, weight: nn.Parameter) -> None:
+        """Embed the target with ``weight`` (the source embedding's: ``model.share_embeddings``), and
+        write the logits with it too where the output layer is tied."""
+        self.embedding.weight = weight
+        for module in self.modules():
+            if isinstance(module, TiedOutput):
+                module.output.weight = weight
 
     def head_labels(self, heads: int) -> list[str]:
         """A name for each of the ``heads`` rows its attention weights carry (``(B, heads, …)``)."""
@@ -188,6 +223,7 @@ class BahdanauDecoder(Decoder):
         layers: int = 1,
         dropout: float = 0.0,
         fast_paths: FastPaths = DEFAULT_FAST_PATHS,
+        tie_output: bool = False,
     ) -> None:
         key_dim = attention.key_dim
         super().__init__(
@@ -195,7 +231,7 @@ class BahdanauDecoder(Decoder):
             fast_paths=fast_paths,
         )
         self.attention = attention
-        self.readout = nn.Linear(hidden_size + key_dim + embedding_dim, vocab_size)
+        self.readout = output_layer(hidden_size + key_dim + embedding_dim, vocab_size, self.embedding, tie_output)
 
     def step(self, prev_tokens: Tensor, state: DecoderState, memory: Memory) -> StepOutput:
         query = top_layer(state.rnn)  # (B, d_s): s_{t-1}, before the step
@@ -233,6 +269,7 @@ class LuongDecoder(Decoder):
         dropout: float = 0.0,
         input_feeding: bool = True,
         fast_paths: FastPaths = DEFAULT_FAST_PATHS,
+        tie_output: bool = False,
     ) -> None:
         rnn_input_size = embedding_dim + (hidden_size if input_feeding else 0)
         super().__init__(
@@ -241,7 +278,7 @@ class LuongDecoder(Decoder):
         self.attention = attention
         self.input_feeding = input_feeding
         self.W_c = nn.Linear(attention.key_dim + hidden_size, hidden_size, bias=False)
-        self.W_s = nn.Linear(hidden_size, vocab_size)
+        self.W_s = output_layer(hidden_size, vocab_size, self.embedding, tie_output)
 
     def init_state(self, encoder_final: RNNState) -> DecoderState:
         if not self.input_feeding:
@@ -296,11 +333,12 @@ class PlainDecoder(Decoder):
         layers: int = 1,
         dropout: float = 0.0,
         fast_paths: FastPaths = DEFAULT_FAST_PATHS,
+        tie_output: bool = False,
     ) -> None:
         super().__init__(
             vocab_size, embedding_dim, hidden_size, embedding_dim, cell, layers, dropout, fast_paths=fast_paths
         )
-        self.output = nn.Linear(hidden_size, vocab_size)
+        self.output = output_layer(hidden_size, vocab_size, self.embedding, tie_output)
 
     def step(self, prev_tokens: Tensor, state: DecoderState, memory: Memory) -> StepOutput:
         embedded = self.dropout(self.embedding(prev_tokens))  # (B, E)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from attnseq.attention import build_attention, lengths_to_valid_mask
+from attnseq.errors import ConfigError
 from attnseq.kernels import DEFAULT_FAST_PATHS, FastPaths
 from attnseq.model.config import ModelConfig
-from attnseq.model.decoders import PlainDecoder, SequenceDecoder
+from attnseq.model.decoders import PlainDecoder, SequenceDecoder, TiedOutput
 from attnseq.model.state import DecoderState, Memory
 
 
@@ -59,12 +60,37 @@ def build_seq2seq(config: ModelConfig, fast_paths: FastPaths = DEFAULT_FAST_PATH
         layers=config.layers,
         dropout=config.dropout,
         fast_paths=fast_paths,
+        tie_output=config.tie_output,
     )
     if not config.uses_attention:
-        return Seq2Seq(encoder, PlainDecoder(**shared), config)
+        return tied(Seq2Seq(encoder, PlainDecoder(**shared), config))
 
     def make_attention() -> nn.Module:
         return build_attention(config.scorer, config.query_dim, encoder.key_dim, heads=config.heads, local=local,
                                **config.scorer_options)
 
-    return Seq2Seq(encoder, convention.build_from(make_attention, **shared), config)
+    return tied(Seq2Seq(encoder, convention.build_from(make_attention, **shared), config))
+
+
+def tied(model: Seq2Seq) -> Seq2Seq:
+    """``model`` with the weights its config ties made one Parameter: the output layer's and the target
+    embedding's (``model.tie_output``: the decoder builds it so), and the target embedding (with a tied
+    output layer) made the source embedding's (``model.share_embeddings``; the source's initialisation
+    is kept, as JoeyNMT's ``tied_embeddings`` and OpenNMT's ``share_embeddings`` keep it). A decoder
+    or encoder that cannot is a ``ConfigError``, not an untied model."""
+    config, decoder = model.config, model.decoder
+    if config.tie_output and not any(isinstance(module, TiedOutput) for module in decoder.modules()):
+        raise ConfigError(f"model.tie_output=true, but decoder={config.decoder} builds an output layer of its own.",
+                          "set model.tie_output=false, or build the decoder's output layer with "
+                          "attnseq.model.decoders.output_layer(..., tied=tie_output).")
+    if not config.share_embeddings:
+        return model
+    source = getattr(model.encoder, "embedding", None)
+    if not isinstance(source, nn.Embedding) or not isinstance(getattr(decoder, "embedding", None), nn.Embedding):
+        raise ConfigError(
+            f"model.share_embeddings=true, but encoder={config.encoder} or decoder={config.decoder} has no token "
+            "embedding (an nn.Embedding named embedding) to share.",
+            "set model.share_embeddings=false.",
+        )
+    decoder.share_embedding(source.weight)
+    return model

@@ -5,7 +5,8 @@ cross-attention over the encoder states and a feed-forward block (Vaswani et al.
   when the embedding size E differs (as ``encoder=transformer`` embeds the source);
 - each layer, pre-norm as ``nn.TransformerDecoderLayer(norm_first=True)``:
   x + Dropout(SelfAttention(LN(x)) over positions ≤ t), then x + Dropout(Cross(LN(x), keys)), then
-  x + Dropout(W_2 Dropout(ReLU(W_1 LN(x)))); a final norm after the last layer, then W_out to the vocabulary;
+  x + Dropout(W_2 Dropout(ReLU(W_1 LN(x)))); a final norm after the last layer, then W_out to the vocabulary
+  (with ``model.tie_output`` the embedding's matrix, after a projection d → E where E ≠ d);
 - the self-attention is the ``multihead`` scorer (``MultiheadAttention``) called through its parts
   (``project_keys``, ``score``, ``average``): the scorer contract's mask is a padding mask over the
   keys, and a decoder needs the causal one as well;
@@ -33,7 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from attnseq.attention import MultiheadAttention, masked_softmax
-from attnseq.model.decoders import SequenceDecoder, StepOutput
+from attnseq.model.decoders import SequenceDecoder, StepOutput, output_layer
 from attnseq.model.state import DecoderState, Memory
 from attnseq.model.transformer_encoder import EmbedsWithPositions
 
@@ -97,6 +98,7 @@ class TransformerDecoder(EmbedsWithPositions, SequenceDecoder):
         dropout: float = 0.0,
         shown_layer: int | None = None,
         padding_idx: int = 0,
+        tie_output: bool = False,
     ) -> None:
         super().__init__()
         self.hidden_size = hidden_size
@@ -106,7 +108,7 @@ class TransformerDecoder(EmbedsWithPositions, SequenceDecoder):
             TransformerDecoderLayer(hidden_size, heads, ff_dim, dropout, cross) for cross in cross_attentions
         )
         self.final_norm = nn.LayerNorm(hidden_size)
-        self.output = nn.Linear(hidden_size, vocab_size)
+        self.output = output_layer(hidden_size, vocab_size, self.embedding, tie_output)
 
     @property
     def attention(self) -> nn.Module:

@@ -2,8 +2,8 @@
 paths are ``attnseq.tracking.paths``).
 
 - at start: the resolved config, the vocabularies (and a subword run's tokenizers), the model
-  summary and its parameter count, and for text tasks the signatures of the sacreBLEU and chrF
-  scores the validation logs (params ``sacrebleu.signature``, ``chrf.signature``);
+  summary and its parameter count, and for text tasks the signatures of the sacreBLEU, chrF and TER
+  scores the validation logs (params ``sacrebleu.signature``, ``chrf.signature``, ``ter.signature``);
 - before training (step 0; drawn after the first step, from a copy of the untrained model) and
   every validation epoch: attention heatmaps of a fixed set of
   validation samples (short, medium, longer than training), and every validation epoch the

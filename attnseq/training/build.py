@@ -11,6 +11,7 @@ from attnseq.config import TrainConfig, validate_train
 from attnseq.data import Seq2SeqDataModule
 from attnseq.kernels import DEFAULT_FAST_PATHS, FastPaths
 from attnseq.model import ModelConfig, build_seq2seq
+from attnseq.model.config import sharing_problem
 from attnseq.tracking.store import check_tracking_uri
 from attnseq.training.lit_module import Seq2SeqLitModule
 from attnseq.training.validation import arguments, check_handed_on, locate
@@ -32,6 +33,8 @@ def build_module(
     fast_paths: FastPaths = DEFAULT_FAST_PATHS,
 ) -> Seq2SeqLitModule:
     """The model the config describes, sized by the (set-up) data's vocabularies, in its LightningModule."""
+    if cfg.model.share_embeddings and datamodule.src_vocab != datamodule.tgt_vocab:  # a task that declared wrong
+        raise sharing_problem(f"dataset={cfg.dataset.task}'s source and target vocabularies differ")
     model = build_seq2seq(model_config(cfg, len(datamodule.src_vocab), len(datamodule.tgt_vocab)), fast_paths)
     return module_class(
         model,
