@@ -132,6 +132,39 @@ def test_the_kept_weights_survive_a_checkpoint_so_a_resumed_run_averages_the_sam
     assert all(torch.equal(averaged(resumed)[key], value) for key, value in averaged(first).items())
 
 
+def test_the_averaged_model_is_validated_as_validation_validates_the_model(tmp_path):
+    """``validate`` given the module's own weights reports exactly what Lightning's validation loop
+    logged for them (same batches, with ``limit_val_batches`` too, same metrics): its ``avg/val/...``
+    numbers are comparable with the run's ``val/...``."""
+    import copy
+
+    import lightning as L
+    from hydra import compose, initialize_config_dir
+
+    from attnseq.config import validate_train
+    from attnseq.training import build_datamodule, build_module
+    from attnseq.training.averaging import validate
+
+    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[1] / "conf"), version_base="1.3"):
+        cfg = compose("train", overrides=[
+            "dataset.train_size=32", "dataset.val_size=48", "dataset.batch_size=16", "dataset.train_lengths=[1,6]",
+            "dataset.eval_lengths=[1,10]", "model.hidden_size=8", "model.embedding_dim=8",
+            f"paths.output_dir={tmp_path}", f"mlflow.tracking_uri=sqlite:///{tmp_path}/mlflow.db"])
+    config = validate_train(cfg)
+    data = build_datamodule(config)
+    data.setup()
+    torch.manual_seed(0)
+    module = build_module(config, data)
+    trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, limit_val_batches=2,
+                        enable_model_summary=False, accelerator="cpu", devices=1, default_root_dir=str(tmp_path))
+    trainer.validate(module, datamodule=data, verbose=False)
+    validated = {name: float(value) for name, value in trainer.callback_metrics.items()}
+    result = validate(trainer, module, copy.deepcopy(module.model))
+    assert {name.removeprefix("avg/") for name in result} == set(validated) - {"val/acc_best"}  # a running best
+    for name, value in result.items():
+        assert value == pytest.approx(validated[name.removeprefix("avg/")], rel=1e-6, abs=1e-7, nan_ok=True), name
+
+
 # ---- through the real train.py: one tiny run ---------------------------------------------------------
 
 
