@@ -135,6 +135,14 @@ BAD = [
     (["scorer=dot", "encoder=bigru"], ["scorer=dot", "d_k=256"], ["scorer=general"]),
     (["scorer=multihead", "model.heads=4", "scorer.model_dim=6"],
      ["scorer.model_dim=6 must be a positive multiple of model.heads=4"], ["multiple of 4", "leave it null"]),
+    (["average.k=0"], ["average.k=0", "[1, 100]"], ["average.k=5"]),
+    (["average.of=worst"], ["average.of=worst", "last, best"], ["average.of=last"]),
+    (["average.k=6", "trainer.max_epochs=5"], ["average.k=6 is more than the 5 checkpoints", "trainer.max_epochs=5"],
+     ["average.k=5", "trainer.max_epochs=6"]),
+    (["average.k=3", "trainer.max_epochs=5", "+trainer.check_val_every_n_epoch=2"],
+     ["average.k=3 is more than the 2 checkpoints"], ["average.k=2", "trainer.max_epochs=6"]),
+    (["average.k=2", "+trainer.limit_val_batches=0"], ["average.k=2", "limit_val_batches=0"],
+     ["average.k=null"]),
 ]
 
 
@@ -323,6 +331,7 @@ EVALUATE_BAD = [
     (["eval.lengths=[1]"], "eval.lengths=[1]", "eval.lengths=[1,80]"),
     (["eval.batch_size=abc"], "eval.batch_size=abc", "eval.batch_size=128"),
     (["eval.beam_size=0"], "eval.beam_size=0", "eval.beam_size=1"),
+    (["model=averaged"], "model=averaged must be one of model, averaged_model", "set model to one of"),
     (["run_id=null", "experiment_name=x", "filter='params.scorer = dot'"], "not MLflow search syntax",
      "\"filter='params."),
     (["run_id=null", "filter='params.x = \"1\"'"], "experiment_name is not set", "experiment_name=<name>"),
@@ -387,6 +396,8 @@ CLI = [
      ["error: encoder.bidirectional=true with encoder=transformer", "Fix: drop encoder.bidirectional"]),
     ("train", ["scorer=multihead", "model.heads=4", "scorer.model_dim=6"],
      ["error: scorer.model_dim=6 must be a positive multiple of model.heads=4", "Fix:"]),
+    ("train", ["average.k=9", "trainer.max_epochs=3"],
+     ["error: average.k=9 is more than the 3 checkpoints", "Fix: set average.k to at most 3"]),
     # handed on to Lightning and torch (stage two): checked once they are imported, before Hydra's run folder
     ("train", ["+trainer.max_epoch=3"], ["trainer.max_epoch", "Did you mean", "Fix:"]),
     ("train", ["optimizer._target_=torch.optim.Adamm"], ["optimizer._target_=torch.optim.Adamm", "Fix:"]),

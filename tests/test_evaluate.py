@@ -182,7 +182,9 @@ def test_comparison_has_one_row_per_run_and_a_figure(evaluated):
 
 
 def test_evaluation_rebuilds_the_model_from_the_run_alone(evaluated):
-    """The evaluated model is the saved one: its eval accuracy is reproducible in-process."""
+    """The evaluated model is the saved one: its eval accuracy is reproducible in-process; a run
+    trained without average.k has no averaged model to rebuild."""
+    from attnseq.errors import ConfigError
     from attnseq.evaluation.evaluator import EvalSettings, evaluate_run
     from attnseq.evaluation.trained_runs import load_trained_run
     from attnseq.tracking.client import TrackingClient
@@ -196,6 +198,9 @@ def test_evaluation_rebuilds_the_model_from_the_run_alone(evaluated):
     result = evaluate_run(trained, EvalSettings(EVAL_LENGTHS, WIDTH, size=120, counterfactual=False, seed=1))
     [logged] = [r for r in evaluated["eval"] if r.data.tags[MLFLOW_PARENT_RUN_ID] == run.info.run_id]
     assert result.metrics["eval/acc"] == pytest.approx(logged.data.metrics["eval/acc"])
+    with pytest.raises(ConfigError) as caught:  # trained without average.k: no averaged model to evaluate
+        load_trained_run(TrackingClient(client.tracking_uri), run, "averaged_model")
+    assert "no averaged model" in caught.value.problem and "model=model" in caught.value.fix
 
 
 # -- errors ------------------------------------------------------------------------------------

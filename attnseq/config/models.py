@@ -83,6 +83,13 @@ class Checkpoint(Group):
     mode: Literal["max", "min"] = Field(description="max: higher is better")
 
 
+class Average(Group):
+    k: PositiveInt | None = Field(None, le=100, description="how many validation checkpoints are averaged into "
+                                  "the run's averaged_model when training ends; null = off", examples=[5])
+    of: Literal["last", "best"] = Field("last", description="last: the k latest checkpoints; best: the k best by "
+                                        "checkpoint.monitor and checkpoint.mode")
+
+
 class Tracking(Group):
     heatmap_samples: NonNegativeInt = Field(description="attention heatmaps logged: short, medium, longer than "
                                             "training", examples=[3])
@@ -160,6 +167,7 @@ class TrainBase(Group):
     training: Training
     decode: Decode
     checkpoint: Checkpoint
+    average: Average = Average()  # absent from a run saved before it: off
     tracking: Tracking
     heartbeat: Heartbeat
     mlflow: TrainMlflow
@@ -209,6 +217,9 @@ class EvalConfig(Group):
     experiment_name: Text | None = Field(description="the experiment to select runs from", examples=["bottleneck"])
     filter: Text | None = Field(description="MLflow search syntax, with experiment_name",
                                 examples=["params.`scorer.name` = 'dot'"])
+    model: Literal["model", "averaged_model"] = Field(
+        "model", description="which of each run's MLflow models: model (its best checkpoint) or averaged_model "
+        "(its averaged checkpoints: train.py average.k=...)")
     eval: Eval
     compare: bool = Field(description="with several runs: comparison figure + table + a comparison run",
                           examples=[True])

@@ -120,7 +120,7 @@ def log_evaluation(client: TrackingClient, trained: TrainedRun, settings: EvalSe
     with recorded(create, signals) as run:
         device = next(trained.model.parameters()).device
         run.log_params({**runtime_params(device), **{f"eval.{key}": value for key, value in vars(settings).items()},
-                        **result.signatures})
+                        "eval.model": trained.model_name, **result.signatures})
         run.log_metrics(result.metrics)
         log_length_curves(run, "eval", result.bucket_rows)
         for path in write_bucket_files(result.bucket_rows, folder):
@@ -271,7 +271,7 @@ def evaluate_config(cfg: EvalConfig, signals: Signals | None = None) -> list[Eva
     out_dir = Path(cfg.paths.output_dir)
     trained_runs, results = [], []
     for run in tqdm(runs, desc="evaluating runs", unit="run", disable=len(runs) == 1, file=sys.stdout):
-        trained = load_trained_run(client, run)
+        trained = load_trained_run(client, run, cfg.model)
         settings = settings_for(cfg, trained)
         # one bar per run, over the sequences it decodes (below the runs' bar, gone once the run is done)
         with tqdm(total=settings.size, desc=redact_text(trained.name), unit="seq", leave=False,

@@ -39,6 +39,7 @@ class TrainedRun:
     model: Seq2Seq
     src_tokenizer: TextTokenizer = RuleTokenizer(SYMBOLS)  # how the run read its text (and detokenises outputs)
     tgt_tokenizer: TextTokenizer = RuleTokenizer(SYMBOLS)
+    model_name: str = paths.MLFLOW_MODEL  # which of the run's models: its own, or paths.AVERAGED_MODEL
 
     @property
     def run_id(self) -> str:
@@ -46,7 +47,9 @@ class TrainedRun:
 
     @property
     def name(self) -> str:
-        return self.run.info.run_name or self.run_id
+        """The run's name; with its averaged model, saying so (``<run name> · averaged_model``)."""
+        name = self.run.info.run_name or self.run_id
+        return name if self.model_name == paths.MLFLOW_MODEL else f"{name} · {self.model_name}"
 
     @property
     def train_lengths(self) -> tuple[int, int]:
@@ -163,9 +166,13 @@ def check_training_run(run: Run) -> None:
     )
 
 
-def load_trained_run(client: TrackingClient, run: Run) -> TrainedRun:
-    """Rebuild a run's model from its artifacts; a clear error when the run is no training run, or
-    when one of them is missing or cannot be read."""
+MODEL_FILES = {paths.MLFLOW_MODEL: paths.MODEL_FILE, paths.AVERAGED_MODEL: paths.AVERAGED_MODEL_FILE}
+"""Each of a training run's models by name, and the file of config and weights it is rebuilt from."""
+
+
+def load_trained_run(client: TrackingClient, run: Run, model_name: str = paths.MLFLOW_MODEL) -> TrainedRun:
+    """Rebuild a run's model (``model_name``: its own, or its averaged one) from its artifacts; a clear
+    error when the run is no training run, or when one of them is missing or cannot be read."""
     check_training_run(run)
     run_id = run.info.run_id
     about = f"run {run_id} ({run.info.run_name}, status {run.info.status})"
@@ -185,6 +192,11 @@ def load_trained_run(client: TrackingClient, run: Run) -> TrainedRun:
         def read(artifact: str, parse: Callable[[Path], T]) -> T:
             places = (artifact, paths.LEGACY_MODEL_FILE) if artifact == paths.MODEL_FILE else (artifact,)
             local = _first_downloaded(client, run_id, places, tmp)
+            if local is None and artifact == paths.AVERAGED_MODEL_FILE:
+                raise ConfigError(
+                    f"{about} has no averaged model ('{artifact}'): it was trained without average.k.",
+                    "evaluate its own model (model=model), or train it again with average.k=<k>, e.g. average.k=5.",
+                )
             if local is None:
                 raise ConfigError(
                     f"{about} has no '{artifact}' artifact, so its model cannot be rebuilt.",
@@ -205,8 +217,8 @@ def load_trained_run(client: TrackingClient, run: Run) -> TrainedRun:
         else:
             src_tokenizer, tgt_tokenizer = (checked(paths.RESOLVED_CONFIG, lambda: tokenizer_for(dataset))
                                             for _ in ("source", "target"))
-        model = read(paths.MODEL_FILE, lambda path: _matching_model(path, len(src_vocab), len(tgt_vocab)))
-    return TrainedRun(run, config, src_vocab, tgt_vocab, model, src_tokenizer, tgt_tokenizer)
+        model = read(MODEL_FILES[model_name], lambda path: _matching_model(path, len(src_vocab), len(tgt_vocab)))
+    return TrainedRun(run, config, src_vocab, tgt_vocab, model, src_tokenizer, tgt_tokenizer, model_name)
 
 
 def _training_config(path: Path) -> dict[str, Any]:

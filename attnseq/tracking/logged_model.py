@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -116,27 +116,33 @@ def log_translator(
     step: int = 0,
     tokenizer_files: tuple[Path, Path] | None = None,
     model_config: dict | None = None,
+    name: str = paths.MLFLOW_MODEL,
+    linked: Callable[[str], bool] | None = None,
+    model_tags: dict[str, str] | None = None,
 ) -> LoggedModel:
-    """Log the MLflow model ``paths.MLFLOW_MODEL`` of run ``run_id``, in the run's experiment.
+    """Log the MLflow model ``name`` (by default ``paths.MLFLOW_MODEL``) of run ``run_id``, in the
+    run's experiment, with ``model_tags``.
 
     ``tokenizer_files``: the (source, target) tokenizers' JSON of a subword run. ``model_config``: the
     model's MLflow ``model_config`` (what one request may cost), which a server may override.
 
-    ``step``: when the run output the model. The final value of each of the run's metrics is linked
-    to the model, so the *Logged models* table shows them.
+    ``step``: when the run output the model. The final value of each of the run's metrics (those
+    ``linked`` picks by name, by default all) is linked to the model, so the *Logged models* table
+    shows them.
     """
     run = client.get_run(run_id)
     logged = client.create_logged_model(
         experiment_id=run.info.experiment_id,
-        name=paths.MLFLOW_MODEL,
+        name=name,
         source_run_id=run_id,
         params=dict(run.data.params),
+        tags=model_tags,
         model_type="attnseq.seq2seq",
     )
     with logging_scope(client):
         Model.log(
             artifact_path=None,  # deprecated, yet a required argument
-            name=paths.MLFLOW_MODEL,
+            name=name,
             flavor=mlflow.pyfunc,
             flavor_name="pyfunc.ModelFromCode",
             run_id=run_id,
@@ -157,17 +163,19 @@ def log_translator(
             pip_requirements=pip_requirements(),
             model_config=model_config,
         )
-    link_final_metrics(client, run_id, logged.model_id)
+    link_final_metrics(client, run_id, logged.model_id, linked)
     return client.get_logged_model(logged.model_id)
 
 
-def link_final_metrics(client: MlflowClient, run_id: str, model_id: str) -> None:
+def link_final_metrics(client: MlflowClient, run_id: str, model_id: str,
+                       picked: Callable[[str], bool] | None = None) -> None:
     """Each metric's last point (step, then time) logged again with ``model_id``: the same point, so
-    the run's history does not change. Those MLflow linked already (logged at the model's step) stay."""
+    the run's history does not change; only the metrics ``picked`` names (all by default). Those
+    MLflow linked already (logged at the model's step) stay."""
     linked = {metric.key for metric in client.get_logged_model(model_id).metrics or []}
     final = []
     for key in client.get_run(run_id).data.metrics:
-        if key not in linked:
+        if key not in linked and (picked is None or picked(key)):
             last = max(client.get_metric_history(run_id, key), key=lambda m: (m.step, m.timestamp))
             final.append(Metric(key, last.value, last.timestamp, last.step, model_id=model_id, run_id=run_id))
     if final:

@@ -26,6 +26,11 @@ MLFLOW_MODEL = "model"
 """The name of the run's MLflow model (a logged model): ``runs:/<run id>/model``. No artifact folder of
 the run is called ``model``: MLflow would list the logged model inside it, looking it up in the
 process-wide store rather than the client's (MLflow 3.17)."""
+AVERAGED_MODEL = "averaged_model"
+"""The name of a training run's averaged model (``average.k``): ``runs:/<run id>/averaged_model``, the
+mean of its ``average.k`` last or best checkpoints, logged like ``MLFLOW_MODEL``."""
+AVERAGED_MODEL_FILE = "weights/averaged_model.pt"
+"""The averaged model's config and weights, as ``MODEL_FILE`` holds the run's model."""
 CHECKPOINTS = "checkpoints"
 LAST_CHECKPOINT = "checkpoints/last.ckpt"
 

@@ -34,6 +34,8 @@ HEARTBEAT = "attnseq.heartbeat"
 FIRST_STEP_S = "attnseq.first_step_s"
 """Seconds from the training process's start to its first training step (``training.startup``); a
 resumed run holds its latest start's."""
+AVERAGED = "attnseq.averaged"
+"""Which checkpoints a training run's averaged model (``paths.AVERAGED_MODEL``) is the mean of."""
 NOTE = MLFLOW_RUN_NOTE
 """A run's description, Markdown, shown on its page's Overview: what the run is, where its pictures are."""
 

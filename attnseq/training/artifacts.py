@@ -19,7 +19,9 @@ paths are ``attnseq.tracking.paths``).
   checkpoint as plain files (``attention/long.png``, ``attention/best_long.png``: found in the
   Artifacts tab without the slider), the best and last checkpoints, a portable
   model file (config + weights, loadable with ``torch.load(weights_only=True)``), and the same
-  model as an MLflow model (``attnseq.serving``: ``runs:/<run id>/model``).
+  model as an MLflow model (``attnseq.serving``: ``runs:/<run id>/model``); with ``average.k``, the
+  averaged checkpoints' model beside it the same way (``weights/averaged_model.pt``,
+  ``runs:/<run id>/averaged_model``: ``attnseq.training.averaging``).
 
 The plain-file figures (the accuracy-vs-length figure, the last epoch's and the best checkpoint's
 heatmaps) are written into the run's folder first, beside its checkpoints (``<output_dir>/figures/``,
@@ -37,6 +39,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import lightning as L
 import numpy as np
@@ -60,6 +63,9 @@ from attnseq.tracking.redaction import redact_document
 from attnseq.tracking.run import TrackedRun
 from attnseq.tracking.store import ui_route
 from attnseq.training.lit_module import Seq2SeqLitModule, decode_length_limit
+
+if TYPE_CHECKING:
+    from attnseq.training.averaging import CheckpointAverage
 
 
 def pick_heatmap_samples(
@@ -148,8 +154,10 @@ class RunArtifacts(Callback):
         heatmap_samples: int = 3,
         heatmap_every_n_epochs: int = 1,
         folder: Path | None = None,
+        averaging: CheckpointAverage | None = None,
     ) -> None:
         self.run = run
+        self.averaging = averaging  # average.k: its averaged model is logged beside the run's own
         self.folder = folder  # the run's output folder: its plain-file figures are also written there
         self.signals = signals
         self.resolved_config = resolved_config
@@ -309,14 +317,26 @@ class RunArtifacts(Callback):
             self.run.log_file(self.last.best_model_path, paths.CHECKPOINTS)
         checkpoint = self.read_best()
         weights = model_weights(pl_module.state_dict() if checkpoint is None else checkpoint["state_dict"])
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / paths.file_name(paths.MODEL_FILE)
-            torch.save({"model_config": asdict(pl_module.model.config), "state_dict": weights}, path)
-            self.run.log_file(path, paths.folder(paths.MODEL_FILE))
-            self.log_mlflow_model(trainer, path)
+        averaging = self.averaging
+        self.log_model(trainer, pl_module, weights, paths.MODEL_FILE, paths.MLFLOW_MODEL,
+                       None if averaging is None else lambda metric: not averaging.reports(metric))
+        if averaging is not None and averaging.averaged is not None:  # the averaged model, logged the same way
+            self.log_model(trainer, pl_module, averaging.averaged.weights, paths.AVERAGED_MODEL_FILE,
+                           paths.AVERAGED_MODEL, averaging.reports, {tags.AVERAGED: averaging.averaged.description})
 
-    def log_mlflow_model(self, trainer: L.Trainer, model_file: Path) -> None:
-        """The run's MLflow model (``attnseq.serving``), from the model file just written beside it."""
+    def log_model(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule, weights: dict, artifact: str, name: str,
+                  linked: Callable[[str], bool] | None, model_tags: dict[str, str] | None = None) -> None:
+        """``weights`` as a portable model file at ``artifact`` and as the run's MLflow model ``name``,
+        whose *Logged models* row shows the run's metrics that ``linked`` picks (all: None)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / paths.file_name(artifact)
+            torch.save({"model_config": asdict(pl_module.model.config), "state_dict": weights}, path)
+            self.run.log_file(path, paths.folder(artifact))
+            self.log_mlflow_model(trainer, path, name, linked, model_tags)
+
+    def log_mlflow_model(self, trainer: L.Trainer, model_file: Path, name: str = paths.MLFLOW_MODEL,
+                         linked: Callable[[str], bool] | None = None, model_tags: dict[str, str] | None = None) -> None:
+        """The run's MLflow model ``name`` (``attnseq.serving``), from the model file just written beside it."""
         data = trainer.datamodule
         config = redact_document(self.resolved_config, paths.RESOLVED_CONFIG)
         written = {}
@@ -328,7 +348,8 @@ class RunArtifacts(Callback):
         tokenizers = (written[paths.SRC_TOKENIZER], written[paths.TGT_TOKENIZER]) if learned else None
         log_translator(self.run.client, self.run.run_id, model_file, written[paths.RESOLVED_CONFIG],
                        written[paths.SRC_VOCAB], written[paths.TGT_VOCAB], examples, step=trainer.global_step,
-                       tokenizer_files=tokenizers, model_config=asdict(RequestLimits()))
+                       tokenizer_files=tokenizers, model_config=asdict(RequestLimits()), name=name, linked=linked,
+                       model_tags=model_tags)
 
 
 def model_weights(state_dict: dict) -> dict:

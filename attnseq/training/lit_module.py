@@ -176,16 +176,22 @@ class Seq2SeqLitModule(L.LightningModule):
         }
 
     # -- evaluation ----------------------------------------------------------------------
-    def _evaluate(self, batch: Batch, metrics: MetricSuite) -> Tensor:
+    def _evaluate(self, batch: Batch, metrics: MetricSuite, model: Seq2Seq | None = None) -> Tensor:
         """Encode once; decode greedily and run the teacher-forced pass from that encoding (as the
-        evaluator does); feed both to the suite. Returns the decoded tokens."""
-        memory, state = encoded = self.model.encode(batch.src, batch.src_lengths)
+        evaluator does); feed both to the suite. Returns the decoded tokens. ``model``: another model
+        scored as this one is (the averaged checkpoints'); the module's own by default."""
+        model = self.model if model is None else model
+        memory, state = encoded = model.encode(batch.src, batch.src_lengths)
         limit = decode_length_limit(batch.src_lengths, self.decode_ratio, self.decode_extra)
-        decoded = greedy_decode(self.model, batch.src, batch.src_lengths, max_length=limit, encoded=encoded)
-        logits, attention = self.model.decoder(batch.tgt_in, state, memory)  # teacher forced
+        decoded = greedy_decode(model, batch.src, batch.src_lengths, max_length=limit, encoded=encoded)
+        logits, attention = model.decoder(batch.tgt_in, state, memory)  # teacher forced
         loss = self.loss(logits, batch.tgt_out)  # val/loss, test/loss: unsmoothed, comparable across ε
         metrics.update(BatchOutputs.of(batch, decoded.tokens, attention=attention, logits=logits, loss=loss))
         return decoded.tokens
+
+    def evaluate_model(self, model: Seq2Seq, batch: Batch, metrics: MetricSuite) -> None:
+        """``model`` scored on ``batch`` into ``metrics`` exactly as validation scores the module's own."""
+        self._evaluate(batch, metrics, model)
 
     def _log_epoch(self, metrics: MetricSuite) -> dict[str, Tensor]:
         values = metrics.compute()

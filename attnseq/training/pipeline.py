@@ -40,6 +40,7 @@ from attnseq.tracking.retry import TrackingUnavailable
 from attnseq.tracking.run import TrackedRun
 from attnseq.tracking.store import check_tracking_uri, ui_links
 from attnseq.training.artifacts import NamedCheckpointIO, RunArtifacts, UploadedCheckpoint
+from attnseq.training.averaging import CheckpointAverage
 from attnseq.training.build import build_datamodule, build_module, check_with_libraries
 from attnseq.training.console import TrainingReport, phase, progress_bar
 from attnseq.training.identity import run_identity
@@ -268,6 +269,9 @@ def fit(
     )
     # every epoch; uploaded to the run right after each write
     last = UploadedCheckpoint(run.tracked, dirpath=checkpoints, filename="last", enable_version_counter=False)
+    # average.k: the weights to average kept at each validation, averaged when training ends
+    averaging = None if cfg.average.k is None else CheckpointAverage(
+        run.tracked, cfg.average.k, cfg.average.of, cfg.checkpoint.monitor, cfg.checkpoint.mode)
     artifacts = RunArtifacts(
         run.tracked,
         signals,
@@ -277,6 +281,7 @@ def fit(
         heatmap_samples=cfg.tracking.heatmap_samples,
         heatmap_every_n_epochs=cfg.tracking.heatmap_every_n_epochs,
         folder=Path(cfg.paths.output_dir),
+        averaging=averaging,
     )
     # the loss is checked as often as Lightning logs it (its default: every 50 steps)
     guard = FiniteLossGuard(interrupts.path, check_every_n_steps=cfg.trainer.log_every_n_steps or 50)
@@ -292,7 +297,8 @@ def fit(
         callbacks=[FirstStepClock(run.tracked), RuntimeRecord(run, resumed=resumption is not None),
                    SignalBridge(signals), guard, best, last, artifacts, interrupts,
                    Heartbeat(run.tracked, cfg.heartbeat.every_s),
-                   *stop_at(cfg), *bar, TrainingReport(run.tracked)],
+                   *stop_at(cfg), *bar, TrainingReport(run.tracked),
+                   *([averaging] if averaging else [])],  # its line under the report
         default_root_dir=cfg.paths.output_dir,
         plugins=[NamedCheckpointIO()],  # a checkpoint that cannot be written is named
     )
