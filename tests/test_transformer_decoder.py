@@ -1,6 +1,6 @@
 """decoder=transformer: its layer against ``nn.TransformerDecoderLayer(norm_first=True)``, the whole
 model against ``nn.Transformer``, with copied weights (values and gradients, padding on both sides);
-key/value-cache decoding against recomputing the whole prefix (greedy and beam); its config checks;
+key/value-cache decoding against recomputing the whole prefix (greedy, beam and the n best); its config checks;
 and, through the real CLI, training with encoder=transformer and encoder=gru into MLflow with its
 heatmaps, then evaluate.py decoding both runs."""
 
@@ -18,7 +18,7 @@ from torch import nn
 from attnseq.attention import MultiheadAttention, lengths_to_valid_mask
 from attnseq.errors import ConfigError
 from attnseq.evaluation.counterfactual import CounterfactualAttention, counterfactual_decoder
-from attnseq.model import ModelConfig, beam_search, build_seq2seq, greedy_decode
+from attnseq.model import ModelConfig, beam_search, beam_search_n_best, build_seq2seq, greedy_decode
 from attnseq.model.state import DecoderState, Memory
 from attnseq.model.transformer_decoder import TransformerDecoder, TransformerDecoderLayer
 from attnseq.tracking import paths
@@ -241,6 +241,25 @@ def test_greedy_and_beam_with_the_cache_equal_recomputing_the_whole_prefix(encod
         assert cached.attention.shape[1] == 2 * 2  # layers × heads
         if hasattr(cached, "scores"):
             torch.testing.assert_close(cached.scores, recomputed.scores)
+
+
+@pytest.mark.parametrize("encoder", ["transformer", "bigru"])
+def test_the_n_best_with_the_cache_equal_recomputing_the_whole_prefix(encoder):
+    """Beam search reorders the cache with each kept hypothesis: every one of the n best, not only the
+    first, is what recomputing its prefix gives (tokens, log-probabilities, ranking and weights)."""
+    model = make_model(encoder, layers=2, seed=3).eval()
+    recomputing = copy.deepcopy(model)
+    recomputing.decoder.__class__ = PrefixRecomputing
+    src, lengths, _ = padded_batch(V_SRC, V_TGT, lengths=(6, 3, 1, 4, 5))
+    for length_penalty, greedy_fallback in ((0.0, True), (0.6, False)):
+        cached, recomputed = (beam_search_n_best(m, src, lengths, 5, 4, 9, length_penalty=length_penalty,
+                                                 greedy_fallback=greedy_fallback) for m in (model, recomputing))
+        assert cached.tokens.shape[:2] == (5, 4) and cached.count() == [4] * 5
+        assert torch.equal(cached.tokens, recomputed.tokens) and torch.equal(cached.lengths, recomputed.lengths)
+        torch.testing.assert_close(cached.scores, recomputed.scores)
+        torch.testing.assert_close(cached.rank_scores, recomputed.rank_scores)
+        torch.testing.assert_close(cached.attention, recomputed.attention)  # (B, N, layers × heads, T_out, T_enc)
+        assert cached.attention.shape[2] == 2 * 2
 
 
 # ---------------------------------------------------------------------- what the weights are
