@@ -3,6 +3,7 @@ one output per line on stdout. All the work is in ``attnseq.evaluation.translate
 
     python translate.py run_id=<id> "s3 s1 s4" "s0 s9"
     python translate.py run_id=latest beam_size=4 < sources.txt
+    python translate.py run_id=<id> beam_size=5 n_best=3 "s3 s1 s4"   # 3 lines: 0<TAB>score<TAB>output
     python translate.py run_id=<id> heatmaps=heatmaps/ "s3 s1 s4"
     python translate.py --help                # every key with its meaning
 """
@@ -55,8 +56,13 @@ def main(argv: list[str]) -> None:
               file=sys.stderr)
     for line in translation.warnings:
         print(line, file=sys.stderr)
-    for output in translation.outputs:
-        print(output)
+    if translation.n_best:  # a line per hypothesis, best first: source number, ranking score, output
+        for row, best in enumerate(translation.n_best):
+            for hypothesis in best:
+                print(f"{row}\t{hypothesis.score:.4f}\t{hypothesis.output}")
+    else:
+        for output in translation.outputs:
+            print(output)
     for path in translation.heatmaps:
         print(f"heatmap: {path}", file=sys.stderr)
 

@@ -1,4 +1,5 @@
-"""Beam search: greedy at K=1, never below greedy, exact against brute force, batch-invariant."""
+"""Beam search: greedy at K=1, never below greedy, exact against brute force, batch-invariant; its n best:
+beam search itself at N=1, the brute force's top N when wide enough, distinct, ranked, true log-probs."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 from attnseq.attention import NO_ATTENTION, SCORERS, lengths_to_valid_mask
 from attnseq.data.vocab import EOS, PAD
 from attnseq.model import ModelConfig, build_seq2seq, greedy_decode
-from attnseq.model.beam import beam_search, length_penalty_factor, sequence_log_prob
+from attnseq.model.beam import beam_search, beam_search_n_best, length_penalty_factor, sequence_log_prob
 
 V_SRC, V_TGT = 10, 12
 DECODERS = {
@@ -121,14 +122,8 @@ def all_outputs(vocab, max_length):
     return outputs
 
 
-@pytest.mark.parametrize("length_penalty", [0.0, 2.0])
-@pytest.mark.parametrize("vocab,max_length", [(5, 3), (4, 4)])  # ids 0-3 are PAD, BOS, EOS, UNK
-@pytest.mark.parametrize("scorer,dec,variant", model_cases({"s0-gru": VARIANTS["s0-gru"]}))
-def test_exhaustive_beam_finds_the_brute_force_argmax(
-    scorer, dec, variant, vocab, max_length, length_penalty
-):
-    model = make_model(scorer, dec, variant, tgt_vocab=vocab)  # every id may be emitted, as in greedy
-    src, src_lengths = make_src(lengths=(4,))
+def brute_force(model, src, src_lengths, vocab, max_length, length_penalty):
+    """Every output, its log-probability (teacher forced, one row each) and its ranking score."""
     outputs = all_outputs(vocab, max_length)
     others = vocab - 1  # ids that do not end the output
     assert len(outputs) == sum(others**n for n in range(max_length)) + others**max_length
@@ -140,6 +135,18 @@ def test_exhaustive_beam_finds_the_brute_force_argmax(
     log_probs = sequence_log_prob(model, src[every], src_lengths[every], tokens, out_lengths)  # (N,)
     torch.testing.assert_close(log_probs.logsumexp(0), torch.zeros((), dtype=log_probs.dtype))  # a distribution
     rank = log_probs / length_penalty_factor(out_lengths.double(), length_penalty)  # (N,)
+    return outputs, log_probs, rank
+
+
+@pytest.mark.parametrize("length_penalty", [0.0, 2.0])
+@pytest.mark.parametrize("vocab,max_length", [(5, 3), (4, 4)])  # ids 0-3 are PAD, BOS, EOS, UNK
+@pytest.mark.parametrize("scorer,dec,variant", model_cases({"s0-gru": VARIANTS["s0-gru"]}))
+def test_exhaustive_beam_finds_the_brute_force_argmax(
+    scorer, dec, variant, vocab, max_length, length_penalty
+):
+    model = make_model(scorer, dec, variant, tgt_vocab=vocab)  # every id may be emitted, as in greedy
+    src, src_lengths = make_src(lengths=(4,))
+    outputs, log_probs, rank = brute_force(model, src, src_lengths, vocab, max_length, length_penalty)
     best = int(rank.argmax())
 
     # No more candidates than complete outputs ever compete, so this width drops nothing. The search
@@ -150,6 +157,75 @@ def test_exhaustive_beam_finds_the_brute_force_argmax(
     )
     assert beam.tokens[0, : int(beam.lengths[0])].tolist() == outputs[best]
     torch.testing.assert_close(beam.scores[0], log_probs[best])
+
+
+@pytest.mark.parametrize("greedy_fallback", [False, True], ids=["search-alone", "with-greedy"])
+@pytest.mark.parametrize("length_penalty", [0.0, 0.6, 2.0])
+@pytest.mark.parametrize("vocab,max_length", [(5, 3), (4, 4)])
+@pytest.mark.parametrize("scorer,dec", [("additive", "bahdanau"), ("dot", "luong"), (NO_ATTENTION, "bahdanau")])
+def test_exhaustive_n_best_is_the_brute_force_top_n(scorer, dec, vocab, max_length, length_penalty, greedy_fallback):
+    """Every output up to max_length enumerated and ranked by the same penalised score: a beam as wide as
+    their number returns their top N, in order, with their log-probabilities and ranking scores."""
+    model = make_model(scorer, dec, "s0-gru", tgt_vocab=vocab)
+    src, src_lengths = make_src(lengths=(4,))
+    outputs, log_probs, rank = brute_force(model, src, src_lengths, vocab, max_length, length_penalty)
+    n_best = 6
+    top = rank.argsort(descending=True)[:n_best].tolist()
+    found = beam_search_n_best(model, src, src_lengths, beam_size=len(outputs), n_best=n_best,
+                               max_length=max_length, length_penalty=length_penalty, greedy_fallback=greedy_fallback)
+    assert found.tokens.shape[:2] == (1, n_best) and found.count() == [n_best]
+    hypotheses = [found.tokens[0, i, : int(found.lengths[0, i])].tolist() for i in range(n_best)]
+    assert hypotheses == [outputs[i] for i in top]
+    torch.testing.assert_close(found.scores[0], log_probs[top])
+    torch.testing.assert_close(found.rank_scores[0], rank[top])
+
+
+N_BEST_CASES = [pytest.param(*case.values, id=case.id) for case in model_cases()
+                if case.values[2] != "s2-gru-2layers"]  # the three decoders, every scorer, two variants
+
+
+@pytest.mark.parametrize("length_penalty", [0.0, 0.6])
+@pytest.mark.parametrize("beam_size", [1, 4])
+@pytest.mark.parametrize("scorer,dec,variant", N_BEST_CASES)
+def test_n_best_of_one_is_beam_search_exactly(scorer, dec, variant, beam_size, length_penalty):
+    model = make_model(scorer, dec, variant)
+    src, lengths = make_src()
+    beam = beam_search(model, src, lengths, beam_size=beam_size, max_length=7, length_penalty=length_penalty)
+    one = beam_search_n_best(model, src, lengths, beam_size=beam_size, n_best=1, max_length=7,
+                             length_penalty=length_penalty)
+    assert torch.equal(one.tokens[:, 0], beam.tokens) and torch.equal(one.lengths[:, 0], beam.lengths)
+    assert torch.equal(one.scores[:, 0], beam.scores)
+    assert (beam.attention is None) == (one.attention is None)
+    if beam.attention is not None:
+        assert torch.equal(one.attention[:, 0], beam.attention)
+    rank = beam.scores / length_penalty_factor(beam.lengths.double(), length_penalty)  # (B,)
+    assert torch.equal(one.rank_scores[:, 0], rank)
+
+
+@pytest.mark.parametrize("length_penalty", [0.0, 0.6])
+@pytest.mark.parametrize("scorer,dec,variant", N_BEST_CASES)
+def test_n_best_are_distinct_ranked_true_log_probs_led_by_beam_searchs_output(scorer, dec, variant, length_penalty):
+    model = make_model(scorer, dec, variant)
+    src, lengths = make_src()
+    beam_size, n_best = 5, 4
+    found = beam_search_n_best(model, src, lengths, beam_size, n_best, max_length=7, length_penalty=length_penalty)
+    beam = beam_search(model, src, lengths, beam_size, max_length=7, length_penalty=length_penalty)
+    best = found.best()
+    assert torch.equal(best.tokens, beam.tokens) and torch.equal(best.lengths, beam.lengths)
+    torch.testing.assert_close(best.scores, beam.scores)
+    assert found.count() == [n_best] * len(lengths)
+    assert (found.rank_scores[:, 1:] <= found.rank_scores[:, :-1] + 1e-12).all()  # best first
+    for b in range(len(lengths)):
+        hypotheses = {tuple(found.tokens[b, i, : int(found.lengths[b, i])].tolist()) for i in range(n_best)}
+        assert len(hypotheses) == n_best  # distinct
+    rows = torch.arange(len(lengths)).repeat_interleave(n_best)  # (B·N,): item b's hypotheses
+    rescored = sequence_log_prob(model, src[rows], lengths[rows], found.tokens.flatten(0, 1),
+                                 found.lengths.flatten())  # (B·N,)
+    torch.testing.assert_close(found.scores.flatten(), rescored)
+    if found.attention is not None:  # each hypothesis's own weights: rows sum to 1 up to its EOS
+        inside = torch.arange(found.tokens.shape[-1])[None, None, :] < found.lengths[:, :, None]  # (B, N, T_out)
+        row_sums = found.attention.sum(-1)  # (B, N, H, T_out)
+        torch.testing.assert_close(row_sums, inside[:, :, None, :].expand_as(row_sums).double())
 
 
 # ------------------------------------------------------------------------------ batching, format
@@ -203,3 +279,7 @@ def test_bad_arguments_are_rejected():
         beam_search(model, src, lengths, beam_size=0, max_length=5)
     with pytest.raises(ValueError, match="max_length"):
         beam_search(model, src, lengths, beam_size=2, max_length=0)
+    with pytest.raises(ValueError, match="n_best"):
+        beam_search_n_best(model, src, lengths, beam_size=2, n_best=3, max_length=5)
+    with pytest.raises(ValueError, match="n_best"):
+        beam_search_n_best(model, src, lengths, beam_size=2, n_best=0, max_length=5)

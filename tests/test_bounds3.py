@@ -137,17 +137,21 @@ def test_the_limits_are_the_models_config_a_server_may_set(served):
     for beam in (1, 2):  # every output stops at max_output_tokens (the decode limit alone would allow 9)
         outputs = model.predict(pd.DataFrame({"source": ["s1 s2 s3 s4"]}), params={"beam_size": beam})["output"]
         assert len(outputs[0].split()) <= 2, outputs
+    assert "n_best=3 must be a whole number in [1, beam_size=2]" in refused(model, ["s1 s2"], beam_size=2, n_best=3)
+    n_best = model.predict(pd.DataFrame({"source": ["s1 s2 s3 s4"]}), params={"beam_size": 2, "n_best": 2})
+    assert all(len(output.split()) <= 2 for output in n_best["outputs"][0]), n_best  # the n best stop there too
 
 
 # -- evaluation: each size bounded before anything heavy ------------------------------------------------------
 EVAL_BOUNDS = [
     ("eval.beam_size=100000", "eval.beam_size=100000"),
+    ("eval.n_best=100000", "eval.n_best=100000"),
     ("eval.lengths=[1,100000]", "eval.lengths=[1,100000]"),
     ("eval.sentences=['" + " ".join(["s1"] * 20000) + "']", "eval.sentences="),
 ]
 
 
-@pytest.mark.parametrize(("override", "fragment"), EVAL_BOUNDS, ids=["beam_size", "lengths", "sentences"])
+@pytest.mark.parametrize(("override", "fragment"), EVAL_BOUNDS, ids=["beam_size", "n_best", "lengths", "sentences"])
 def test_an_evaluation_past_its_bounds_exits_2_naming_the_key_and_echoing_it_short(override, fragment, tmp_path):
     proc = run_cli(tmp_path, "run_id=0123456789abcdef0123456789abcdef", override,
                    f"mlflow.tracking_uri={tracking_uri(tmp_path)}", f"hydra.run.dir={tmp_path}/out",

@@ -1,6 +1,7 @@
 """``evaluate.py`` through the real CLI on runs trained tiny in ``tmp_path``: evaluation runs
 nested under the evaluated runs, a metric for every bucket, the artifacts, the side-by-side
-comparison, and clear errors for runs that cannot be evaluated."""
+comparison, and clear errors for runs that cannot be evaluated; in-process, the n best with a
+length penalty."""
 
 from __future__ import annotations
 
@@ -201,6 +202,37 @@ def test_evaluation_rebuilds_the_model_from_the_run_alone(evaluated):
     with pytest.raises(ConfigError) as caught:  # trained without average.k: no averaged model to evaluate
         load_trained_run(TrackingClient(client.tracking_uri), run, "averaged_model")
     assert "no averaged model" in caught.value.problem and "model=model" in caught.value.fix
+
+
+def test_the_n_best_keep_the_metrics_of_the_best_and_list_each_examples_ranked_by_the_penalised_score(tiny_run):
+    """In-process on the session's tiny run: eval.n_best=3 decodes what n_best=1 does (the same metrics
+    and outputs), and each example's rows hold its three best, the first its output, ranked by
+    log p / lp(length) with the α given."""
+    from attnseq.data.tokenizers import output_text
+    from attnseq.evaluation.evaluator import N_BEST_COLUMNS, EvalSettings, evaluate_run, evaluation_examples
+    from attnseq.evaluation.trained_runs import load_trained_run
+    from attnseq.model.beam import length_penalty_factor
+    from attnseq.tracking.client import TrackingClient
+
+    trained = load_trained_run(TrackingClient(tiny_run.uri), tiny_run.runs[0])
+    settings = dict(lengths=(1, 8), bucket_width=WIDTH, size=40, batch_size=16, beam_size=4, length_penalty=0.6,
+                    counterfactual=False, seed=1)
+    examples = evaluation_examples(trained, EvalSettings(**settings))
+    one = evaluate_run(trained, EvalSettings(**settings), examples)
+    three = evaluate_run(trained, EvalSettings(**settings, n_best=3), examples)
+    assert three.metrics == one.metrics and three.predictions == one.predictions and one.n_best == []
+    rows = three.n_best
+    assert [(row["example"], row["rank"]) for row in rows] == [(i, k) for i in range(40) for k in (1, 2, 3)]
+    assert all(list(row) == list(N_BEST_COLUMNS) for row in rows)
+    for i, example in enumerate(examples):
+        best = rows[3 * i : 3 * i + 3]
+        assert best[0]["output"] == output_text(one.predictions[i], trained.tgt_vocab, trained.tgt_tokenizer)
+        assert {row["source"] for row in best} == {" ".join(example.src)}
+        assert {row["reference"] for row in best} == {" ".join(example.tgt)}
+        scores = [row["score"] for row in best]
+        assert scores == sorted(scores, reverse=True)
+        for row in best:
+            assert row["score"] == pytest.approx(row["log_prob"] / length_penalty_factor(row["length"], 0.6))
 
 
 # -- errors ------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """The MLflow model a training run logs (``attnseq.serving``): reading sources, decoding limits and
-errors on hand-built models with known outputs; then, on a run trained through ``train.py``, the
-same predictions through ``mlflow.pyfunc``, ``mlflow models predict``, ``mlflow models serve`` and a
-registered version, checked against the model library decoding the run's own model file."""
+errors on hand-built models with known outputs, the n best of a random one; then, on a run trained
+through ``train.py``, the same predictions (greedy, beam with α, the n best) through ``mlflow.pyfunc``,
+``mlflow models predict``, ``mlflow models serve`` and a registered version, checked against the model
+library decoding the run's own model file."""
 
 from __future__ import annotations
 
@@ -23,14 +24,13 @@ from cli_helpers import artifact_paths, clean_env, explain, free_port, tracking_
 from mlflow.entities import LoggedModelStatus
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+from serving_checks import assert_n_best_as_the_library, expected_outputs
 
 from attnseq.data import SPACE_TOKEN, Vocabulary
 from attnseq.data.tokenizers import tokenizer_for
-from attnseq.evaluation.trained_runs import load_trained_run
-from attnseq.model import ModelConfig, beam_search, build_seq2seq, greedy_decode
+from attnseq.model import ModelConfig, beam_search_n_best, build_seq2seq
 from attnseq.serving.predictor import DecodeLimit, InvalidSource, Translator
 from attnseq.tracking import paths
-from attnseq.tracking.client import TrackingClient
 from attnseq.tracking.logged_model import logging_scope, pip_requirements
 
 SYMBOLS = [f"s{i}" for i in range(10)]
@@ -108,6 +108,38 @@ def test_bad_decoding_params_are_refused(settings):
         constant_translator(4).translate(["s1"], **settings)
 
 
+def random_translator(seed: int = 0) -> Translator:
+    """An untrained model over a target vocabulary of 8 words: its outputs vary, and so do their n best."""
+    torch.manual_seed(seed)
+    src_vocab, tgt_vocab = Vocabulary(SYMBOLS), Vocabulary([f"w{i}" for i in range(8)])
+    model = build_seq2seq(ModelConfig(len(src_vocab), len(tgt_vocab), embedding_dim=4, hidden_size=6)).eval()
+    symbols = tokenizer_for({"task": "copy"})
+    return Translator(model, src_vocab, tgt_vocab, symbols, symbols, DecodeLimit(1.0, 2))
+
+
+def test_the_n_best_are_the_model_librarys_for_each_source_alone_and_the_first_is_the_output():
+    translator = random_translator()
+    sources = ["s1 s2 s3", "s4", "s5 s6 s7", "s8 s9 s0 s1 s2"]  # two of one length: one batch
+    found = translator.translate_n_best(sources, beam_size=5, n_best=3, length_penalty=0.6)
+    assert [best[0].output for best in found] == translator.translate(sources, beam_size=5, length_penalty=0.6)
+    for source, best in zip(sources, found):
+        ids = torch.tensor([translator.src_vocab.encode(source.split())])  # (1, T_src)
+        alone = beam_search_n_best(translator.model, ids, torch.tensor([ids.shape[1]]), 5, 3,
+                                   max_length=ids.shape[1] + 2, length_penalty=0.6)
+        texts = [translator.output_text(alone.tokens[0, k, : int(alone.lengths[0, k])].tolist()) for k in range(3)]
+        assert [h.output for h in best] == texts  # distinct outputs; an untrained one's texts may repeat (PAD, BOS)
+        assert [h.score for h in best] == pytest.approx(alone.rank_scores[0].tolist(), abs=1e-5)
+        assert [h.log_prob for h in best] == pytest.approx(alone.scores[0].tolist(), abs=1e-5)
+    (one,) = translator.translate_n_best(sources[:1], beam_size=1, n_best=1)  # greedy, with its log-probability
+    assert [h.output for h in one] == translator.translate(sources[:1])
+
+
+@pytest.mark.parametrize("n_best", [0, 5, 2.5, True, "2"])
+def test_a_bad_n_best_is_refused_with_a_fix(n_best):
+    with pytest.raises(InvalidSource, match=r"n_best=(.|\n)*Fix:"):
+        random_translator().translate_n_best(["s1"], beam_size=4, n_best=n_best)
+
+
 def test_the_logging_scope_puts_back_the_tracking_uri_the_environment_and_sys_path(monkeypatch, tmp_path):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///elsewhere.db")
     monkeypatch.delenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", raising=False)
@@ -133,27 +165,6 @@ def model_uri(run_id: str) -> str:
     return f"runs:/{run_id}/{paths.MLFLOW_MODEL}"
 
 
-def expected_outputs(uri: str, run_id: str, sources: list[str], beam_size: int = 1) -> list[str]:
-    """Each source decoded alone by the model library, from the run's model file as evaluation rebuilds it."""
-    client = MlflowClient(uri)
-    rebuilt = load_trained_run(TrackingClient(uri), client.get_run(run_id))
-    ratio, extra = rebuilt.config["decode"]["max_length_ratio"], rebuilt.config["decode"]["max_length_extra"]
-    outputs = []
-    for source in sources:
-        tokens = source.split()
-        src = torch.tensor([rebuilt.src_vocab.encode(tokens)])  # (1, T_src)
-        lengths = torch.tensor([len(tokens)])  # (1,)
-        limit = int(len(tokens) * ratio) + extra
-        if beam_size == 1:
-            decoded = greedy_decode(rebuilt.model, src, lengths, max_length=limit)
-        else:
-            decoded = beam_search(rebuilt.model, src, lengths, beam_size, limit)
-        ids = decoded.tokens[0, : int(decoded.lengths[0])].tolist()
-        words = rebuilt.tgt_vocab.decode(ids)
-        outputs.append(" ".join(words[:-1] if words[-1:] == ["</s>"] else words))
-    return outputs
-
-
 @pytest.mark.slow
 def test_the_pyfunc_model_decodes_as_the_model_library_does(trained):
     uri, run_id = trained
@@ -163,12 +174,22 @@ def test_the_pyfunc_model_decodes_as_the_model_library_does(trained):
     assert model.predict(table)["output"].tolist() == expected_outputs(uri, run_id, SOURCES)
     beam = model.predict(table, params={"beam_size": 4})["output"].tolist()
     assert beam == expected_outputs(uri, run_id, SOURCES, beam_size=4)
+    penalised = model.predict(table, params={"beam_size": 4, "length_penalty": 0.6})["output"].tolist()
+    assert penalised == expected_outputs(uri, run_id, SOURCES, beam_size=4, length_penalty=0.6)
+    n_best = model.predict(table, params={"beam_size": 4, "length_penalty": 0.6, "n_best": 3})
+    assert_n_best_as_the_library(n_best, expected_outputs(uri, run_id, SOURCES, 4, 0.6, n_best=3))
+    assert n_best["output"].tolist() == penalised  # the first of the n best is the beam's output
     with pytest.raises(MlflowException, match=r"does not hold: 's99'(.|\n)*Fix: use only the 10 tokens"):
         model.predict(pd.DataFrame({"source": ["s1 s99"]}))
+    with pytest.raises(MlflowException, match=r"n_best=5 must be(.|\n)*Fix: pass beam_size=5"):
+        model.predict(table, params={"beam_size": 4, "n_best": 5})
     assert model.metadata.get_params_schema().to_dict() == [
         {"name": "beam_size", "type": "long", "default": 1, "shape": None},
         {"name": "length_penalty", "type": "double", "default": 0.0, "shape": None},
+        {"name": "n_best", "type": "long", "default": 1, "shape": None},
     ]
+    declared = [column["name"] for column in model.metadata.get_output_schema().to_dict()]
+    assert declared == ["output", "outputs", "scores", "log_probs"]
 
 
 @pytest.mark.slow
@@ -260,6 +281,11 @@ def test_mlflow_models_serve_answers_rest_calls_on_loopback(trained, tmp_path):
         status, body = post(f"{base}/invocations", {"inputs": {"source": SOURCES[:2]}, "params": {"beam_size": 2}})
         assert status == 200, body
         assert [row["output"] for row in body["predictions"]] == expected_outputs(uri, run_id, SOURCES[:2], 2)
+        status, body = post(f"{base}/invocations", {"inputs": {"source": SOURCES[:2]},
+                                                    "params": {"beam_size": 3, "n_best": 2, "length_penalty": 0.6}})
+        assert status == 200, body
+        expected = expected_outputs(uri, run_id, SOURCES[:2], 3, 0.6, n_best=2)
+        assert_n_best_as_the_library(pd.DataFrame(body["predictions"]), expected)  # lists in JSON
         status, body = post(f"{base}/invocations", {"dataframe_records": [{"source": "s1 nope"}]})
         assert status == 400
         assert "does not hold: 'nope'" in body["message"] and "Fix:" in body["message"]

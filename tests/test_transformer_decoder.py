@@ -1,27 +1,33 @@
 """decoder=transformer: its layer against ``nn.TransformerDecoderLayer(norm_first=True)``, the whole
 model against ``nn.Transformer``, with copied weights (values and gradients, padding on both sides);
-key/value-cache decoding against recomputing the whole prefix (greedy and beam); its config checks;
+key/value-cache decoding against recomputing the whole prefix (greedy, beam and the n best); its config checks;
 and, through the real CLI, training with encoder=transformer and encoder=gru into MLflow with its
-heatmaps, then evaluate.py decoding both runs."""
+heatmaps, then evaluate.py decoding both runs (beam with α, the n best) and their MLflow models
+decoding as the model library does (greedy, beam with α, the n best)."""
 
 from __future__ import annotations
 
 import copy
+import csv
 
+import mlflow
+import pandas as pd
 import pytest
 import torch
 from cli_helpers import EVALUATE_PY, all_runs, artifact_paths, explain, outputs_under, run_cli, tiny, tracking_uri
 from mlflow.tracking import MlflowClient
 from model_checks import assert_same_outputs_and_gradients, forward_and_gradients, padded_batch
+from serving_checks import assert_n_best_as_the_library, expected_outputs
 from torch import nn
 
 from attnseq.attention import MultiheadAttention, lengths_to_valid_mask
 from attnseq.errors import ConfigError
 from attnseq.evaluation.counterfactual import CounterfactualAttention, counterfactual_decoder
-from attnseq.model import ModelConfig, beam_search, build_seq2seq, greedy_decode
+from attnseq.model import ModelConfig, beam_search, beam_search_n_best, build_seq2seq, greedy_decode
 from attnseq.model.state import DecoderState, Memory
 from attnseq.model.transformer_decoder import TransformerDecoder, TransformerDecoderLayer
 from attnseq.tracking import paths
+from attnseq.tracking.logged_model import logging_scope
 from attnseq.tracking.plots import attention_heatmap
 
 V_SRC, V_TGT = 11, 13
@@ -243,6 +249,25 @@ def test_greedy_and_beam_with_the_cache_equal_recomputing_the_whole_prefix(encod
             torch.testing.assert_close(cached.scores, recomputed.scores)
 
 
+@pytest.mark.parametrize("encoder", ["transformer", "bigru"])
+def test_the_n_best_with_the_cache_equal_recomputing_the_whole_prefix(encoder):
+    """Beam search reorders the cache with each kept hypothesis: every one of the n best, not only the
+    first, is what recomputing its prefix gives (tokens, log-probabilities, ranking and weights)."""
+    model = make_model(encoder, layers=2, seed=3).eval()
+    recomputing = copy.deepcopy(model)
+    recomputing.decoder.__class__ = PrefixRecomputing
+    src, lengths, _ = padded_batch(V_SRC, V_TGT, lengths=(6, 3, 1, 4, 5))
+    for length_penalty, greedy_fallback in ((0.0, True), (0.6, False)):
+        cached, recomputed = (beam_search_n_best(m, src, lengths, 5, 4, 9, length_penalty=length_penalty,
+                                                 greedy_fallback=greedy_fallback) for m in (model, recomputing))
+        assert cached.tokens.shape[:2] == (5, 4) and cached.count() == [4] * 5
+        assert torch.equal(cached.tokens, recomputed.tokens) and torch.equal(cached.lengths, recomputed.lengths)
+        torch.testing.assert_close(cached.scores, recomputed.scores)
+        torch.testing.assert_close(cached.rank_scores, recomputed.rank_scores)
+        torch.testing.assert_close(cached.attention, recomputed.attention)  # (B, N, layers × heads, T_out, T_enc)
+        assert cached.attention.shape[2] == 2 * 2
+
+
 # ---------------------------------------------------------------------- what the weights are
 def test_the_weights_are_every_layers_heads_or_the_shown_layers():
     src, lengths, tgt_in = padded_batch(V_SRC, V_TGT)
@@ -303,7 +328,8 @@ SMALL = ("decoder=transformer", "model.heads=2", "decoder.heads=2", "decoder.ff_
 @pytest.mark.slow
 def test_train_and_evaluate_through_the_cli_with_a_transformer_and_a_gru_encoder(tmp_path):
     """Two runs (encoder=transformer, encoder=gru) into one MLflow store with their heatmaps (the mean
-    and each of the 2 layers × 2 heads), then one evaluate.py decoding both with a beam."""
+    and each of the 2 layers × 2 heads), then one evaluate.py decoding both with a beam, α and the n best
+    (its table), then each run's MLflow model: greedy, beam with α, the n best, as the library decodes."""
     store = outputs_under(tmp_path, seeded=True)
     for encoder in (("encoder=transformer", "encoder.heads=2", "encoder.ff_dim=32"), ("encoder=gru",)):
         proc = run_cli(tmp_path, *encoder, *SMALL, *tiny(max_epochs=2), *store)
@@ -321,8 +347,9 @@ def test_train_and_evaluate_through_the_cli_with_a_transformer_and_a_gru_encoder
         assert {paths.heatmap_file("short"), paths.best_heatmap_file("short")} <= held
 
     proc = run_cli(tmp_path, f"run_ids=[{','.join(r.info.run_id for r in trained.values())}]", "eval.lengths=[1,8]",
-                   "eval.size=40", "eval.beam_size=3", f"mlflow.tracking_uri={tracking_uri(tmp_path)}",
-                   f"hydra.run.dir={tmp_path}/eval", script=EVALUATE_PY)
+                   "eval.size=40", "eval.beam_size=3", "eval.length_penalty=0.6", "eval.n_best=2",
+                   f"mlflow.tracking_uri={tracking_uri(tmp_path)}", f"hydra.run.dir={tmp_path}/eval",
+                   script=EVALUATE_PY)
     assert proc.returncode == 0, explain(proc)
     evaluations = [r for r in all_runs(client) if r.data.tags.get("attnseq.kind") == "eval"]
     assert len(evaluations) == 2
@@ -330,3 +357,25 @@ def test_train_and_evaluate_through_the_cli_with_a_transformer_and_a_gru_encoder
         metrics = run.data.metrics
         assert 0.0 <= metrics["eval/acc"] <= 1.0 and 0.0 <= metrics["eval/exact_match"] <= 1.0
         assert {"eval/cf_permute_flip_rate", "eval/cf_uniform_tv", "eval/attn_entropy"} <= set(metrics)
+        assert run.data.params["eval.length_penalty"] == "0.6" and run.data.params["eval.n_best"] == "2"
+        table = client.download_artifacts(run.info.run_id, f"{paths.EVAL_TABLES}/{paths.N_BEST_TABLE}",
+                                          str(tmp_path / run.info.run_id))
+        with open(table, newline="", encoding="utf-8") as handle:
+            rows = list(csv.DictReader(handle))
+        assert [(row["example"], row["rank"]) for row in rows] == [(str(i), str(k)) for i in range(40) for k in (1, 2)]
+        assert all(float(a["score"]) >= float(b["score"]) for a, b in zip(rows[::2], rows[1::2]))
+
+    # the MLflow model each run logged decodes as the model library does: greedy, beam with α, the n best
+    sources = ["s3 s1 s4", "s0", "s9 s8 s7 s6 s5 s4 s3 s2 s1 s0"]  # the last past the training lengths
+    table = pd.DataFrame({"source": sources})
+    uri = tracking_uri(tmp_path)
+    for run in trained.values():
+        run_id = run.info.run_id
+        with logging_scope(client):
+            model = mlflow.pyfunc.load_model(f"runs:/{run_id}/{paths.MLFLOW_MODEL}")
+        assert model.predict(table)["output"].tolist() == expected_outputs(uri, run_id, sources)
+        penalised = model.predict(table, params={"beam_size": 4, "length_penalty": 0.6})["output"].tolist()
+        assert penalised == expected_outputs(uri, run_id, sources, beam_size=4, length_penalty=0.6)
+        n_best = model.predict(table, params={"beam_size": 4, "length_penalty": 0.6, "n_best": 3})
+        assert_n_best_as_the_library(n_best, expected_outputs(uri, run_id, sources, 4, 0.6, n_best=3))
+        assert n_best["output"].tolist() == penalised

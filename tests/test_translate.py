@@ -1,6 +1,6 @@
 """``translate.py`` through the real CLI, against a run trained to copy (conftest's ``copy_run``:
 source lengths 1-5, exact match 1.000 within them, so its outputs are asserted literally): sources
-from the command line and stdin, greedy and beam, the warning past the training lengths, the served
+from the command line and stdin, greedy and beam, the n best, the warning past the training lengths, the served
 model's messages for a bad source, a bad run id, heatmap files; ``--help`` before the heavy imports."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from hydra import compose, initialize_config_dir
 
 from attnseq.cli import overrides_and_texts
 from attnseq.config import validate_translate
+from attnseq.errors import ConfigError
 from attnseq.evaluation.trained_runs import load_trained_run
 from attnseq.evaluation.translate import LONGER_THAN_TRAINING
 from attnseq.serving.predictor import DecodeLimit, InvalidSource, RequestLimits, Translator
@@ -86,7 +87,7 @@ def test_help_lists_the_keys_before_the_heavy_imports(tmp_path):
     assert proc.returncode == 0, explain(proc)
     imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in proc.stderr.splitlines() if "|" in line}
     assert not {"torch", "lightning", "mlflow", "numpy", "pandas"} & imported, imported
-    for key in ("run_id", "beam_size", "heatmaps", "mlflow.tracking_uri"):  # each with a meaning
+    for key in ("run_id", "beam_size", "n_best", "heatmaps", "mlflow.tracking_uri"):  # each with a meaning
         assert re.search(rf"^  {re.escape(key)} = \S+ +\S", proc.stdout, re.M), key
     assert "python translate.py run_id=" in proc.stdout  # the usage examples, from translate.yaml
     assert not list(tmp_path.iterdir())
@@ -98,8 +99,34 @@ def test_settings_and_sources_are_told_apart_and_after_dashes_all_are_sources():
                                          ["s3 s1 s4", "s0", "a=b c", "beam_size=2"])
 
 
+def test_n_best_prints_each_sources_best_outputs_a_line_each_the_first_its_output(copy_run):
+    proc = translate(copy_run, f"run_id={run_id(copy_run)}", "beam_size=4", "n_best=3", "length_penalty=0.6",
+                     "s3 s1 s4", "s2 s2")
+    assert proc.returncode == 0, explain(proc)
+    lines = [line.split("\t") for line in proc.stdout.splitlines()]
+    assert [(row, output) for row, _, output in lines[::3]] == [("0", "s3 s1 s4"), ("1", "s2 s2")]  # it copies
+    assert [row for row, _, _ in lines] == ["0"] * 3 + ["1"] * 3
+    for source in (lines[:3], lines[3:]):
+        scores = [float(score) for _, score, _ in source]
+        assert scores == sorted(scores, reverse=True) and all(score < 0 for score in scores)
+        assert len({output for _, _, output in source}) == 3  # three different outputs
+
+
+@pytest.mark.parametrize(("overrides", "problem", "fix"), [
+    (["beam_size=2", "n_best=3"], "n_best=3 is more than beam_size=2", "set beam_size=3 (or wider), or n_best=2."),
+    (["n_best=0"], "n_best=0", "n_best=3"),
+    (["n_best=17", "beam_size=16"], "n_best=17", "n_best=3"),
+], ids=["over beam_size", "zero", "over the served model's max_beam_size"])
+def test_a_bad_n_best_is_refused_with_a_fix(overrides, problem, fix):
+    with initialize_config_dir(config_dir=str(TRANSLATE_PY.parent / "conf"), version_base="1.3"):
+        cfg = compose("translate", overrides=["run_id=abc", *overrides])
+    with pytest.raises(ConfigError) as caught:
+        validate_translate(cfg)
+    assert problem in caught.value.problem and fix in caught.value.fix, caught.value
+
+
 def test_every_key_of_translate_yaml_is_a_declared_field():
     with initialize_config_dir(config_dir=str(TRANSLATE_PY.parent / "conf"), version_base="1.3"):
         typed = validate_translate(compose("translate", overrides=["run_id=abc"]))
-    assert typed.run_id == "abc" and typed.beam_size == 1 and typed.heatmaps is None
+    assert typed.run_id == "abc" and typed.beam_size == 1 and typed.n_best == 1 and typed.heatmaps is None
     assert not typed.model_extra and not typed.mlflow.model_extra

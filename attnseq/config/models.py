@@ -203,6 +203,10 @@ class Eval(Group):
     batch_size: int = Field(ge=1, le=4096, description="examples per batch", examples=[128])
     beam_size: int = Field(ge=1, le=64, description="1 = greedy decoding; each step costs beam_size × a greedy "
                            "one", examples=[1])
+    length_penalty: float = Field(ge=0, le=10, description="beam search's GNMT α: hypotheses ranked by log p / "
+                                  "((5 + length) / 6)^α; 0 ranks by log-probability", examples=[0.6])
+    n_best: int = Field(ge=1, le=64, description="≤ eval.beam_size: the n best hypotheses of each example, with "
+                        "their scores, as the table eval/n_best.csv (the metrics read the best)", examples=[1])
     counterfactual: bool = Field(description="Jain & Wallace check: permuted and uniform attention", examples=[True])
     seed: Seed = Field(description="the evaluation data's seed", examples=[1])
     sentences: EvalSentences = Field(description="source texts to draw the attention of", examples=[["Unknown object"]])
@@ -241,6 +245,8 @@ class TranslateConfig(Group):
                            "the served model (its max_beam_size)", examples=[4])
     length_penalty: float = Field(ge=0, description="beam search's GNMT α; 0 ranks by log-probability",
                                   examples=[0.6])
+    n_best: int = Field(ge=1, le=MAX_BEAM_SIZE, description="≤ beam_size: print each source's n best outputs, "
+                        "a line each: source number, score, output", examples=[3])
     heatmaps: Text | None = Field(description="a folder: each source's attention heatmap as source_<n>.png; "
                                   "or a .png file for one source", examples=["heatmaps"])
     plugins: list[Text] = Field(description="modules to import (runs their code): those the run was trained with",

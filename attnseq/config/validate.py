@@ -63,10 +63,23 @@ def validated_config(model_now: Callable[[], type], cfg: DictConfig) -> Any:
         problems += architecture_problems(typed.model, typed.encoder, typed.scorer, typed.decoder, typed.attention)
         problems += vocabulary_problems(typed.model, TASKS.lookup(typed.dataset.task))
         problems += metric_problems(typed) + average_problems(typed)
+    if isinstance(typed, EvalConfig | TranslateConfig):
+        problems += n_best_problems(typed)
     raise_all(problems)
     if isinstance(typed, TrainBase):
         check_memory(typed, memory_budget(typed))
     return typed
+
+
+def n_best_problems(cfg: EvalConfig | TranslateConfig) -> list[ConfigError]:
+    """``n_best`` ≤ ``beam_size``: a beam of K keeps K hypotheses, so it has K best at most."""
+    decoding, prefix = (cfg.eval, "eval.") if isinstance(cfg, EvalConfig) else (cfg, "")
+    n_best, beam_size = decoding.n_best, decoding.beam_size
+    if n_best <= beam_size:
+        return []
+    return [ConfigError(f"{prefix}n_best={n_best} is more than {prefix}beam_size={beam_size}: a beam keeps "
+                        f"{prefix}beam_size hypotheses, so it has no {n_best} best.",
+                        f"set {prefix}beam_size={n_best} (or wider), or {prefix}n_best={beam_size}.")]
 
 
 def suite_spec(cfg: TrainBase, stage: str) -> SuiteSpec:

@@ -1,11 +1,14 @@
 """Evaluate one trained model on a chosen length range, greedy or beam, with the metrics suite
 validation uses (``attnseq.metrics.MetricSuite``, stage ``eval``): accuracy and exact match overall,
 per bucket and inside the training lengths; the attention diagnostics likewise; for text tasks
-sacreBLEU, chrF and TER against the examples' own text, overall and per bucket; the counterfactual check."""
+sacreBLEU, chrF and TER against the examples' own text, overall and per bucket; the counterfactual check.
+Beam search ranks with GNMT's length penalty ``length_penalty``; with ``n_best`` > 1 each example's n
+best hypotheses are kept with their scores (``EvalResult.n_best``), and the metrics read the first."""
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -21,13 +24,18 @@ from attnseq.evaluation.trained_runs import TrainedRun
 from attnseq.metrics import BatchOutputs, MetricSuite, SuiteSpec
 from attnseq.metrics.translation import signature_params
 from attnseq.model import Decoded, decode_length_limit, greedy_decode
-from attnseq.model.beam import beam_search
+from attnseq.model.beam import NBestDecoded, beam_search, beam_search_n_best
 from attnseq.model.decoding import Encoded
 from attnseq.registry import require_plugins
 
 log = logging.getLogger(__name__)
-__all__ = ["TEXT_TASKS", "EvalResult", "EvalSettings", "decode", "decoded_row", "evaluate_run", "evaluation_examples",
-           "length_limit", "metric_suite", "sentence_samples"]
+__all__ = ["N_BEST_COLUMNS", "TEXT_TASKS", "EvalResult", "EvalSettings", "decode", "decode_n_best", "decoded_row",
+           "evaluate_run", "evaluation_examples", "length_limit", "metric_suite", "n_best_rows", "sentence_samples"]
+
+N_BEST_COLUMNS = ("example", "rank", "source", "reference", "output", "score", "log_prob", "length")
+"""The n-best table's columns: the example's index (in evaluation order), the hypothesis's rank from 1,
+the texts, its ranking score (log p / GNMT's lp(length), log p itself at α = 0), its log-probability and
+its tokens (EOS included)."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +45,8 @@ class EvalSettings:
     size: int = 2000
     batch_size: int = 128
     beam_size: int = 1
+    length_penalty: float = 0.0  # GNMT's α: beam search ranks by log p / ((5 + length) / 6) ** α
+    n_best: int = 1  # ≤ beam_size: each example's n best kept (EvalResult.n_best); the metrics read the best
     counterfactual: bool = True
     seed: int = 0
     sentences: tuple[str, ...] = ()  # source texts whose attention is drawn by name (eval.sentences)
@@ -51,6 +61,7 @@ class EvalResult:
     signatures: dict[str, str] = field(default_factory=dict)  # text tasks: each score's <name>.signature
     predictions: list[list[int]] = field(default_factory=list)  # per example, in order: the output up to its length
     sentence_samples: list[tuple[str, Example, Decoded]] = field(default_factory=list)  # eval.sentences, decoded
+    n_best: list[dict] = field(default_factory=list)  # n_best > 1: a row per example and rank (N_BEST_COLUMNS)
 
 
 def evaluation_examples(trained: TrainedRun, settings: EvalSettings) -> list[Example]:
@@ -91,14 +102,40 @@ def metric_suite(trained: TrainedRun, settings: EvalSettings) -> MetricSuite:
 
 
 def decode(trained: TrainedRun, batch: Batch, beam_size: int, encoded: Encoded | None = None,
-           keep_attention: bool = True) -> Decoded:
-    """Greedy (``beam_size`` 1) or beam decoding of ``batch``, from ``encoded`` when given."""
+           keep_attention: bool = True, length_penalty: float = 0.0) -> Decoded:
+    """Greedy (``beam_size`` 1) or beam decoding of ``batch`` (ranked with GNMT's ``length_penalty``),
+    from ``encoded`` when given."""
     limit = length_limit(trained, batch)
     if beam_size > 1:
         return beam_search(trained.model, batch.src, batch.src_lengths, beam_size, max_length=limit, encoded=encoded,
-                           keep_attention=keep_attention)
+                           keep_attention=keep_attention, length_penalty=length_penalty)
     return greedy_decode(trained.model, batch.src, batch.src_lengths, max_length=limit, encoded=encoded,
                          keep_attention=keep_attention)
+
+
+def decode_n_best(trained: TrainedRun, batch: Batch, settings: EvalSettings,
+                  encoded: Encoded | None = None) -> NBestDecoded:
+    """The ``settings.n_best`` best hypotheses of each of ``batch``'s examples (no attention kept)."""
+    return beam_search_n_best(trained.model, batch.src, batch.src_lengths, settings.beam_size, settings.n_best,
+                              max_length=length_limit(trained, batch), length_penalty=settings.length_penalty,
+                              encoded=encoded, keep_attention=False)
+
+
+def n_best_rows(trained: TrainedRun, found: NBestDecoded, examples: Sequence[Example],
+                indices: Sequence[int]) -> list[dict]:
+    """The n-best table's rows (``N_BEST_COLUMNS``) of ``examples``, decoded as ``found``, whose indices
+    in evaluation order are ``indices``; the fillers where fewer hypotheses exist are left out."""
+    to_text = partial(output_text, vocab=trained.tgt_vocab, tokenizer=trained.tgt_tokenizer)
+    rows = []
+    for b, (index, example) in enumerate(zip(indices, examples)):
+        for k in range(found.tokens.shape[1]):
+            log_prob, n = float(found.scores[b, k]), int(found.lengths[b, k])
+            if math.isfinite(log_prob):
+                rows.append(dict(zip(N_BEST_COLUMNS, (
+                    index, k + 1, trained.src_tokenizer.detokenize(example.src),
+                    trained.tgt_tokenizer.detokenize(example.tgt), to_text(found.tokens[b, k, :n].tolist()),
+                    float(found.rank_scores[b, k]), log_prob, n))))
+    return rows
 
 
 @torch.inference_mode()
@@ -121,11 +158,19 @@ def evaluate_run(trained: TrainedRun, settings: EvalSettings, examples: list[Exa
     order = sorted(range(len(examples)), key=lambda i: len(examples[i].src))  # length-grouped: little padding
     ordered = [examples[i] for i in order]
     predictions: list[list[int]] = [[] for _ in examples]
+    n_best: list[dict] = []
     tensors = encode_examples(ordered, trained.src_vocab, trained.tgt_vocab)
     for start in range(0, len(tensors), settings.batch_size):
         batch = collate(tensors[start : start + settings.batch_size])
         memory, state = encoded = model.encode(batch.src, batch.src_lengths)
-        decoded = decode(trained, batch, settings.beam_size, encoded, keep_attention=False)  # the tokens alone
+        if settings.n_best > 1:  # the first of the n best is beam_search's output: the metrics of n_best=1
+            found = decode_n_best(trained, batch, settings, encoded)
+            decoded = found.best()
+            rows = slice(start, start + len(batch))
+            n_best += n_best_rows(trained, found, ordered[rows], order[rows])
+        else:
+            decoded = decode(trained, batch, settings.beam_size, encoded, keep_attention=False,  # the tokens alone
+                             length_penalty=settings.length_penalty)
         for i, row, n in zip(order[start:], decoded.tokens.tolist(), decoded.lengths.tolist()):
             predictions[i] = row[:n]
         logits, attention = model.decoder(batch.tgt_in, state, memory)  # teacher forced
@@ -146,7 +191,8 @@ def evaluate_run(trained: TrainedRun, settings: EvalSettings, examples: list[Exa
     scored = signature_params() if suite.spec.text and ordered else {}
     return EvalResult(
         metrics, rows, totals, long_samples=_longest(trained, ordered, settings), signatures=scored,
-        predictions=predictions, sentence_samples=sentence_samples(trained, settings.sentences, settings.beam_size),
+        predictions=predictions, n_best=sorted(n_best, key=lambda row: (row["example"], row["rank"])),
+        sentence_samples=sentence_samples(trained, settings.sentences, settings.beam_size, settings.length_penalty),
     )
 
 
@@ -156,12 +202,12 @@ def _longest(trained: TrainedRun, ordered: list[Example], settings: EvalSettings
         return []
     picked = ordered[-count:]
     batch = collate(encode_examples(picked, trained.src_vocab, trained.tgt_vocab))
-    decoded = decode(trained, batch, settings.beam_size)
+    decoded = decode(trained, batch, settings.beam_size, length_penalty=settings.length_penalty)
     return [(example, decoded_row(decoded, i)) for i, example in enumerate(picked)]
 
 
 def sentence_samples(
-    trained: TrainedRun, sentences: Sequence[str], beam_size: int
+    trained: TrainedRun, sentences: Sequence[str], beam_size: int, length_penalty: float = 0.0
 ) -> list[tuple[str, Example, Decoded]]:
     """Each source text of ``sentences`` read with the run's own tokenizer and decoded, with its
     attention: ``(text, its example, decoded)``. Tokens outside the run's vocabulary read as UNK (a
@@ -177,7 +223,7 @@ def sentence_samples(
     if not read:
         return []
     batch = collate(encode_examples([example for _, example in read], trained.src_vocab, trained.tgt_vocab))
-    decoded = decode(trained, batch, beam_size)
+    decoded = decode(trained, batch, beam_size, length_penalty=length_penalty)
     return [(text, example, decoded_row(decoded, i)) for i, (text, example) in enumerate(read)]
 
 

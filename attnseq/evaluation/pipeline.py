@@ -31,7 +31,7 @@ from attnseq.evaluation.compare import (
     table_rows,
     write_comparison,
 )
-from attnseq.evaluation.evaluator import EvalResult, EvalSettings, evaluate_run
+from attnseq.evaluation.evaluator import N_BEST_COLUMNS, EvalResult, EvalSettings, evaluate_run
 from attnseq.evaluation.trained_runs import TrainedRun, latest_sweep, load_trained_run, select_runs
 from attnseq.evaluation.validation import check_config
 from attnseq.lifecycle.signals import Signals, exit_code, release_interrupted_frames
@@ -61,10 +61,23 @@ def settings_for(cfg: EvalConfig, trained: TrainedRun) -> EvalSettings:
         size=cfg.eval.size,
         batch_size=cfg.eval.batch_size,
         beam_size=cfg.eval.beam_size,
+        length_penalty=cfg.eval.length_penalty,
+        n_best=cfg.eval.n_best,
         counterfactual=cfg.eval.counterfactual,
         seed=cfg.eval.seed,
         sentences=tuple(cfg.eval.sentences),
     )
+
+
+def write_n_best_file(rows: list[dict], folder: Path) -> Path:
+    """The n-best table (``N_BEST_COLUMNS``, a row per example and rank) as ``n_best.csv``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / paths.N_BEST_TABLE
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(N_BEST_COLUMNS))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
 
 
 def write_bucket_files(rows: list[dict], folder: Path) -> list[Path]:
@@ -114,7 +127,9 @@ def log_evaluation(client: TrackingClient, trained: TrainedRun, settings: EvalSe
     ``eval/acc_by_length`` and ``eval/exact_by_length``, stepped by bucket upper length), tables and
     figures."""
     lo, hi = settings.lengths
-    name = f"eval {trained.name} @ {lo}-{hi}" + (f" beam {settings.beam_size}" if settings.beam_size > 1 else "")
+    name = f"eval {trained.name} @ {lo}-{hi}" + (f" beam {settings.beam_size}" if settings.beam_size > 1 else "") \
+        + (f" α {settings.length_penalty:g}" if settings.beam_size > 1 and settings.length_penalty else "") \
+        + (f" {settings.n_best}-best" if settings.n_best > 1 else "")
     create = partial(client.create_run, trained.run.info.experiment_id, name,
                      {tags.KIND: tags.EVALUATION, tags.EVALUATED_RUN: trained.run_id}, parent_run_id=trained.run_id)
     with recorded(create, signals) as run:
@@ -125,6 +140,8 @@ def log_evaluation(client: TrackingClient, trained: TrainedRun, settings: EvalSe
         log_length_curves(run, "eval", result.bucket_rows)
         for path in write_bucket_files(result.bucket_rows, folder):
             run.log_file(path, paths.EVAL_TABLES)
+        if result.n_best:
+            run.log_file(write_n_best_file(result.n_best, folder), paths.EVAL_TABLES)
         figure = accuracy_vs_length(
             {"token accuracy": result.bucket_rows,
              "exact match": [{**r, "acc": r["exact_match"]} for r in result.bucket_rows]},

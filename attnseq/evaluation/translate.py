@@ -6,7 +6,8 @@ loaded, no Lightning imported) and its sources go through the served model's ``T
 (``attnseq.serving.predictor``): the same tokenizer, decode limits and request limits, so a source
 it refuses (empty, an unknown token, more tokens than ``RequestLimits.max_source_tokens``) is refused
 with the served model's message. A source longer than the run's training lengths is decoded, with a
-warning: past them a model often stops early or repeats itself.
+warning: past them a model often stops early or repeats itself. With ``n_best`` > 1 each source's n
+best outputs of the beam come with their ranking scores (``Translator.translate_n_best``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch
 from attnseq.config import TranslateConfig
 from attnseq.errors import ConfigError
 from attnseq.evaluation.trained_runs import TrainedRun, get_run, latest_training_run, load_trained_run
-from attnseq.serving.predictor import DecodeLimit, Translator, quoted
+from attnseq.serving.predictor import DecodeLimit, Hypothesis, Translator, quoted
 from attnseq.tracking.client import TrackingClient
 from attnseq.tracking.redaction import redact
 from attnseq.tracking.store import check_tracking_uri, sqlite_path
@@ -36,11 +37,13 @@ class Translation:
     outputs: list[str]  # one per source, in order
     warnings: list[str] = field(default_factory=list)  # one line each
     heatmaps: list[Path] = field(default_factory=list)  # the files written, one per source
+    n_best: list[list[Hypothesis]] = field(default_factory=list)  # with cfg.n_best > 1: each source's, best first
 
 
 def translate(cfg: TranslateConfig, sources: Sequence[str]) -> Translation:
-    """Each source's output by the model of run ``cfg.run_id``, greedy or with a beam of ``cfg.beam_size``,
-    and with ``cfg.heatmaps`` each source's attention heatmap written as a PNG."""
+    """Each source's output by the model of run ``cfg.run_id``, greedy or with a beam of ``cfg.beam_size``
+    (with ``cfg.n_best`` > 1 its n best too), and with ``cfg.heatmaps`` each source's attention heatmap
+    (of its best output) written as a PNG."""
     if not sources:
         raise ConfigError("no sources to translate.",
                           'give them on the command line (python translate.py run_id=<id> "s3 s1 s4"), '
@@ -53,8 +56,11 @@ def translate(cfg: TranslateConfig, sources: Sequence[str]) -> Translation:
     translator = Translator(trained.model, trained.src_vocab, trained.tgt_vocab, trained.src_tokenizer,
                             trained.tgt_tokenizer, DecodeLimit.of_config(trained.config))
     encoded = translator.encode(sources)  # the served model's checks: InvalidSource, exit 2
-    outputs = translator.translate(sources, cfg.beam_size, cfg.length_penalty)
-    translation = Translation(trained, outputs, warnings=length_warnings(trained, encoded))
+    n_best = (translator.translate_n_best(sources, cfg.beam_size, cfg.n_best, cfg.length_penalty) if cfg.n_best > 1
+              else [])
+    outputs = ([best[0].output for best in n_best] if n_best
+               else translator.translate(sources, cfg.beam_size, cfg.length_penalty))
+    translation = Translation(trained, outputs, warnings=length_warnings(trained, encoded), n_best=n_best)
     for row, (ids, path) in enumerate(zip(encoded, heatmap_files)):
         write_heatmap(translator, trained, sources[row], ids, outputs[row], cfg, path)
         translation.heatmaps.append(path)

@@ -10,7 +10,8 @@ import importlib
 from typing import Any
 
 _HOMES = {
-    "BeamDecoded": "beam", "beam_search": "beam", "sequence_log_prob": "beam", "ModelConfig": "config",
+    "BeamDecoded": "beam", "NBestDecoded": "beam", "beam_search": "beam", "beam_search_n_best": "beam",
+    "sequence_log_prob": "beam", "ModelConfig": "config",
     "BahdanauDecoder": "decoders", "Decoder": "decoders", "LuongDecoder": "decoders", "PlainDecoder": "decoders",
     "Decoded": "decoding", "decode_length_limit": "decoding", "greedy_decode": "decoding",
     "RNNEncoder": "rnn_encoder", "load_model_file": "saved",

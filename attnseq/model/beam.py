@@ -20,6 +20,14 @@ How the search works (the "finished hypotheses keep their slot" variant):
 
 With K = 1 this is exactly greedy decoding. With K at least the number of complete output
 sequences it is exhaustive, so it returns the exact argmax of the ranking.
+
+``beam_search_n_best`` returns the N ≤ K best hypotheses per item instead of the best alone, ranked
+by the same score, with their raw log-probabilities and their ranking scores. Only the stop changes:
+an item stops once its N-th best finished hypothesis ranks at least as high as any live one could
+ever reach (the same bound), so none of its N best can change afterwards. With N = 1 it is
+``beam_search`` exactly; with N > 1 its first hypothesis is ``beam_search``'s (barring two that rank
+the same): a finished hypothesis keeps its slot while nothing can outrank it, however long the
+search runs on. A wide enough beam is exhaustive here too: the N best of every output sequence.
 """
 
 from __future__ import annotations
@@ -40,6 +48,27 @@ class BeamDecoded(NamedTuple):
     lengths: Tensor  # (B,): tokens up to and including EOS (max_length where no EOS came)
     attention: Tensor | None  # (B, H, T_out, T_enc); zeros after a sequence's EOS
     scores: Tensor  # (B,): raw model log-probability of ``tokens`` (EOS included), never length-normalised
+
+
+class NBestDecoded(NamedTuple):
+    """The N best hypotheses per item, best first. Where fewer than N exist (a beam wider than the
+    target vocabulary on a very short output), the missing ones have ``scores`` and ``rank_scores``
+    of -inf (``count`` leaves them out)."""
+
+    tokens: Tensor  # (B, N, T_out): each hypothesis up to and including EOS, then PAD
+    lengths: Tensor  # (B, N): tokens up to and including EOS (max_length where no EOS came)
+    attention: Tensor | None  # (B, N, H, T_out, T_enc); zeros after a hypothesis's EOS
+    scores: Tensor  # (B, N): raw model log-probability of each hypothesis (EOS included)
+    rank_scores: Tensor  # (B, N): what ranked them, ``scores / lp(lengths)`` (= ``scores`` at α = 0)
+
+    def best(self) -> BeamDecoded:
+        """The first hypothesis of each item, as ``beam_search`` returns it (time axis trimmed)."""
+        attention = None if self.attention is None else self.attention[:, 0]  # (B, H, T_out, T_enc)
+        return _trim(BeamDecoded(self.tokens[:, 0], self.lengths[:, 0], attention, self.scores[:, 0]))  # (B, T_out)
+
+    def count(self) -> list[int]:
+        """How many hypotheses each item has (N, but for the -inf fillers)."""
+        return torch.isfinite(self.scores).sum(1).tolist()
 
 
 def length_penalty_factor(lengths: Tensor | int, alpha: float) -> Tensor | float:
@@ -123,28 +152,87 @@ def beam_search(
     ``model.encode(src, src_lengths)`` when the caller has it; the search and the fallback share it.
     ``keep_attention=False``: no step's weights are kept (``attention`` is None; B·K·H·T_enc floats a step).
     """
+    _check_arguments(beam_size, 1, max_length, length_penalty)
+    encoded = encoded if encoded is not None else model.encode(src, src_lengths)
+    best = _one(_beam_core(model, encoded, beam_size, max_length, length_penalty, bos_id, eos_id, pad_id,
+                           check_every, keep_attention))
+    if greedy_fallback and beam_size > 1:
+        best = _pick_better(best, _scored_greedy(model, src, src_lengths, max_length, bos_id, eos_id, pad_id,
+                                                 check_every, encoded, keep_attention), length_penalty)
+    return _trim(best)
+
+
+@torch.no_grad()
+def beam_search_n_best(
+    model: Seq2Seq,
+    src: Tensor,
+    src_lengths: Tensor,
+    beam_size: int,
+    n_best: int,
+    max_length: int,
+    length_penalty: float = 0.0,
+    greedy_fallback: bool = True,
+    bos_id: int = BOS,
+    eos_id: int = EOS,
+    pad_id: int = PAD,
+    check_every: int = 4,
+    encoded: Encoded | None = None,
+    keep_attention: bool = True,
+) -> NBestDecoded:
+    """The ``n_best ≤ beam_size`` best hypotheses per item, best first (see the module docstring), ranked
+    by ``log p / lp(length)`` with ``length_penalty=α`` (by ``log p`` at 0): ``tokens (B, N, T_out)``,
+    ``lengths (B, N)``, ``attention (B, N, H, T_out, T_enc)`` (None without attention or with
+    ``keep_attention=False``), ``scores (B, N)`` the raw log-probabilities and ``rank_scores (B, N)``
+    the ranking ones. The other arguments are ``beam_search``'s.
+
+    ``n_best=1`` is ``beam_search`` exactly. With ``greedy_fallback`` the first hypothesis is chosen as
+    ``beam_search`` chooses it (the greedy output where that ranks higher), so it is
+    ``beam_search``'s output; the greedy output joins the others where the beam does not hold it."""
+    _check_arguments(beam_size, n_best, max_length, length_penalty)
+    encoded = encoded if encoded is not None else model.encode(src, src_lengths)
+    found = _beam_core(model, encoded, beam_size, max_length, length_penalty, bos_id, eos_id, pad_id, check_every,
+                       keep_attention, n_best)
+    if greedy_fallback and beam_size > 1:
+        greedy = _scored_greedy(model, src, src_lengths, max_length, bos_id, eos_id, pad_id, check_every, encoded,
+                                keep_attention)
+        found = _with_greedy(found, greedy, length_penalty)
+    rank_scores = found.scores / length_penalty_factor(found.lengths.to(found.scores.dtype), length_penalty)  # (B, N)
+    steps = int(found.lengths.max())
+    attention = None if found.attention is None else found.attention[..., :steps, :]  # (B, N, H, T_out, T_enc)
+    return NBestDecoded(found.tokens[..., :steps], found.lengths, attention, found.scores, rank_scores)  # (B, N, T_out)
+
+
+def _check_arguments(beam_size: int, n_best: int, max_length: int, length_penalty: float) -> None:
     if not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size={beam_size!r} must be a positive integer.")
+    if not isinstance(n_best, int) or not 1 <= n_best <= beam_size:
+        raise ValueError(f"n_best={n_best!r} must be a whole number in [1, beam_size={beam_size}]: a beam of "
+                         f"{beam_size} keeps {beam_size} hypotheses.")
     if not isinstance(max_length, int) or max_length < 1:
         raise ValueError(f"max_length={max_length!r} must be a positive integer.")
     if length_penalty < 0:
         raise ValueError(
             f"length_penalty={length_penalty!r} must be ≥ 0: the early stop relies on it (0 = no penalty)."
         )
-    encoded = encoded if encoded is not None else model.encode(src, src_lengths)
-    best = _beam_core(model, encoded, beam_size, max_length, length_penalty, bos_id, eos_id, pad_id, check_every,
-                      keep_attention)
-    if greedy_fallback and beam_size > 1:
-        greedy = greedy_decode(
-            model, src, src_lengths, max_length, bos_id, eos_id, pad_id, check_every, encoded=encoded,
-            keep_attention=keep_attention,
-        )
-        greedy_scores = sequence_log_prob(
-            model, src, src_lengths, greedy.tokens, greedy.lengths, bos_id, encoded=encoded
-        )  # (B,)
-        greedy = BeamDecoded(*greedy, scores=greedy_scores)
-        best = _pick_better(best, greedy, length_penalty)
-    return _trim(best)
+
+
+def _scored_greedy(model: Seq2Seq, src: Tensor, src_lengths: Tensor, max_length: int, bos_id: int, eos_id: int,
+                   pad_id: int, check_every: int, encoded: Encoded, keep_attention: bool) -> BeamDecoded:
+    """Greedy decoding's output with its log-probability, from a teacher-forced pass."""
+    greedy = greedy_decode(
+        model, src, src_lengths, max_length, bos_id, eos_id, pad_id, check_every, encoded=encoded,
+        keep_attention=keep_attention,
+    )
+    greedy_scores = sequence_log_prob(
+        model, src, src_lengths, greedy.tokens, greedy.lengths, bos_id, encoded=encoded
+    )  # (B,)
+    return BeamDecoded(*greedy, scores=greedy_scores)
+
+
+def _one(found: BeamDecoded) -> BeamDecoded:
+    """The n-best axis of ``_beam_core``'s output, of size 1, taken away."""
+    attention = None if found.attention is None else found.attention[:, 0]  # (B, H, T_out, T_enc)
+    return BeamDecoded(found.tokens[:, 0], found.lengths[:, 0], attention, found.scores[:, 0])  # (B, T_out)
 
 
 def _beam_core(
@@ -158,8 +246,11 @@ def _beam_core(
     pad_id: int,
     check_every: int,
     keep_attention: bool = True,
+    n_best: int = 1,
 ) -> BeamDecoded:
-    """The beam search itself; the output is ``max``-padded to the number of steps it ran."""
+    """The beam search itself: its ``n_best`` best hypotheses per item, best first, as a ``BeamDecoded``
+    with an n-best axis after the batch one (tokens ``(B, N, T_out)``, lengths and scores ``(B, N)``,
+    attention ``(B, N, H, T_out, T_enc)``); the time axis runs over every step it ran."""
     memory, state = encoded
     device = memory.keys.device
     batch, width = memory.keys.shape[0], beam_size
@@ -211,10 +302,10 @@ def _beam_core(
             chosen = weights.index_select(0, rows).view(batch, width, *weights.shape[1:])  # (B, K, H, T_enc)
             step_weights.append(chosen.masked_fill(was_finished[:, :, None, None], 0.0))
 
-        # Stop an item once no live hypothesis can ever outrank its best finished one.
+        # Stop an item once no live hypothesis can ever outrank its n_best-th best finished one.
         lp_max = length_penalty_factor(max_length, alpha)
         finished_rank = raw / length_penalty_factor(lengths.to(raw.dtype), alpha)  # (B, K)
-        best_finished = finished_rank.masked_fill(~finished, float("-inf")).amax(1)  # (B,)
+        best_finished = finished_rank.masked_fill(~finished, float("-inf")).topk(n_best, 1).values[:, -1]  # (B,)
         best_reachable = (raw / lp_max).masked_fill(finished, float("-inf")).amax(1)  # (B,)
         done = best_finished >= best_reachable  # (B,)
         raw = raw.masked_fill(done[:, None] & ~finished, float("-inf"))
@@ -224,22 +315,22 @@ def _beam_core(
     assert raw is not None  # max_length >= 1
     # Hypotheses still live at max_length compete as they are, with length max_length.
     final_rank = raw / length_penalty_factor(lengths.to(raw.dtype), alpha)  # (B, K)
-    slot = final_rank.argmax(1)  # (B,)
-    scores = raw.gather(1, slot[:, None]).squeeze(1)  # (B,)
-    best_lengths = lengths.gather(1, slot[:, None]).squeeze(1)  # (B,)
+    slot = final_rank.argmax(1, keepdim=True) if n_best == 1 else final_rank.topk(n_best, 1).indices  # (B, N)
+    scores = raw.gather(1, slot)  # (B, N)
+    best_lengths = lengths.gather(1, slot)  # (B, N)
 
-    # Follow the back-pointers from the chosen slot to step 0.
+    # Follow the back-pointers from the chosen slots to step 0.
     steps = len(step_tokens)
     out_tokens: list[Tensor] = [torch.empty(0)] * steps
     out_weights: list[Tensor] = [torch.empty(0)] * steps
-    items = torch.arange(batch, device=device)  # (B,)
+    items = torch.arange(batch, device=device)[:, None]  # (B, 1)
     for t in reversed(range(steps)):
-        out_tokens[t] = step_tokens[t][items, slot]  # (B,)
+        out_tokens[t] = step_tokens[t][items, slot]  # (B, N)
         if step_weights:
-            out_weights[t] = step_weights[t][items, slot]  # (B, H, T_enc)
-        slot = step_origins[t][items, slot]  # (B,)
-    tokens = torch.stack(out_tokens, dim=1)  # (B, T_out)
-    attention = torch.stack(out_weights, dim=2) if step_weights else None  # (B, H, T_out, T_enc)
+            out_weights[t] = step_weights[t][items, slot]  # (B, N, H, T_enc)
+        slot = step_origins[t][items, slot]  # (B, N)
+    tokens = torch.stack(out_tokens, dim=2)  # (B, N, T_out)
+    attention = torch.stack(out_weights, dim=3) if step_weights else None  # (B, N, H, T_out, T_enc)
     return BeamDecoded(tokens, best_lengths, attention, scores)
 
 
@@ -251,14 +342,14 @@ def _at_pad_only(values: Tensor, vocab: int, pad_id: int) -> Tensor:
 
 
 def _pad_steps(decoded: BeamDecoded, steps: int) -> BeamDecoded:
-    """Right-pad the time axis to ``steps`` (PAD tokens, zero attention)."""
-    extra = steps - decoded.tokens.shape[1]
+    """Right-pad the time axis to ``steps`` (PAD tokens, zero attention), with or without an n-best axis."""
+    extra = steps - decoded.tokens.shape[-1]
     if extra == 0:
         return decoded
-    tokens = torch.nn.functional.pad(decoded.tokens, (0, extra), value=PAD)  # (B, steps)
+    tokens = torch.nn.functional.pad(decoded.tokens, (0, extra), value=PAD)  # (B, [N,] steps)
     attention = decoded.attention
     if attention is not None:
-        attention = torch.nn.functional.pad(attention, (0, 0, 0, extra))  # (B, H, steps, T_enc)
+        attention = torch.nn.functional.pad(attention, (0, 0, 0, extra))  # (B, [N,] H, steps, T_enc)
     return decoded._replace(tokens=tokens, attention=attention)
 
 
@@ -279,6 +370,43 @@ def _pick_better(beam: BeamDecoded, greedy: BeamDecoded, alpha: float) -> BeamDe
         pick = use_greedy[:, None, None, None]  # (B, 1, 1, 1)
         attention = torch.where(pick, greedy.attention, beam.attention)  # (B, H, T_out, T_enc)
     return BeamDecoded(tokens, lengths, attention, scores)
+
+
+def _with_greedy(found: BeamDecoded, greedy: BeamDecoded, alpha: float) -> BeamDecoded:
+    """The beam's n best (``_beam_core``'s, with the n-best axis) and the greedy output: first what
+    ``_pick_better`` picks from the beam's best and greedy's, then the rest of the beam's and the greedy
+    one (where the beam does not hold it) by rank. The top one's other copy is dropped."""
+    n_best = found.tokens.shape[1]
+    steps = max(found.tokens.shape[-1], greedy.tokens.shape[-1])
+    found, greedy = _pad_steps(found, steps), _pad_steps(greedy, steps)
+    top = _pick_better(_one(found), greedy, alpha)  # exactly beam_search's choice
+    if n_best == 1:
+        attention = None if top.attention is None else top.attention[:, None]  # (B, 1, H, T_out, T_enc)
+        return BeamDecoded(top.tokens[:, None], top.lengths[:, None], attention, top.scores[:, None])  # (B, 1, T_out)
+    tokens = torch.cat([found.tokens, greedy.tokens[:, None]], dim=1)  # (B, N + 1, T_out)
+    lengths = torch.cat([found.lengths, greedy.lengths[:, None]], dim=1)  # (B, N + 1)
+    scores = torch.cat([found.scores, greedy.scores.to(found.scores.dtype)[:, None]], dim=1)  # (B, N + 1)
+
+    def same(a: Tensor, a_lengths: Tensor, b: Tensor, b_lengths: Tensor) -> Tensor:
+        return (a == b).all(-1) & (a_lengths == b_lengths)
+
+    drop = same(tokens, lengths, top.tokens[:, None], top.lengths[:, None])  # (B, N + 1)
+    greedy_held = same(found.tokens, found.lengths, greedy.tokens[:, None], greedy.lengths[:, None]).any(1)  # (B,)
+    drop[:, -1] |= greedy_held
+    scores = scores.masked_fill(drop, float("-inf"))  # a dropped copy is no hypothesis
+    rank = scores / length_penalty_factor(lengths.to(scores.dtype), alpha)  # (B, N + 1)
+    rest = rank.argsort(dim=1, descending=True, stable=True)[:, : n_best - 1]  # (B, N - 1)
+    items = torch.arange(tokens.shape[0], device=tokens.device)[:, None]  # (B, 1)
+    attention = None
+    if found.attention is not None and greedy.attention is not None and top.attention is not None:
+        every = torch.cat([found.attention, greedy.attention[:, None]], dim=1)  # (B, N + 1, H, T_out, T_enc)
+        attention = torch.cat([top.attention[:, None], every[items, rest]], dim=1)  # (B, N, H, T_out, T_enc)
+    return BeamDecoded(
+        torch.cat([top.tokens[:, None], tokens[items, rest]], dim=1),  # (B, N, T_out)
+        torch.cat([top.lengths[:, None], lengths[items, rest]], dim=1),  # (B, N)
+        attention,
+        torch.cat([top.scores.to(scores.dtype)[:, None], scores[items, rest]], dim=1),  # (B, N)
+    )
 
 
 def _trim(decoded: BeamDecoded) -> BeamDecoded:

@@ -8,7 +8,9 @@ tokenizer (subword pieces joined back into words). A source token outside the vo
 error naming it, except subword pieces: those become the unknown token, as in training. Every
 output stops at EOS, or at the run's validation limit of ``decode.max_length_ratio × source
 length + decode.max_length_extra`` tokens. Sources are batched by length, so each output is the
-one its source would get decoded alone, by greedy decoding or by beam search.
+one its source would get decoded alone, by greedy decoding or by beam search; ``translate_n_best``
+gives each source's n best outputs of a beam (``Hypothesis``: its text and scores), the first of them
+``translate``'s output.
 
 A request's cost is bounded by ``RequestLimits`` (the model's MLflow ``model_config``): the beam width,
 each source's tokens and each output's; no step's attention is kept. A refused source is echoed short.
@@ -20,7 +22,7 @@ read with ``torch.load(..., weights_only=True)``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Integral, Real
 from pathlib import Path
@@ -33,7 +35,16 @@ from torch import Tensor
 from attnseq.data import SPECIAL_TOKENS, Vocabulary
 from attnseq.data.tokenizers import SUBWORD_TOKENIZERS, TextTokenizer, output_text, tokenizer_for
 from attnseq.errors import ProblemAndFix
-from attnseq.model import BeamDecoded, Decoded, Seq2Seq, beam_search, greedy_decode, load_saved_model
+from attnseq.model import (
+    BeamDecoded,
+    Decoded,
+    NBestDecoded,
+    Seq2Seq,
+    beam_search,
+    beam_search_n_best,
+    greedy_decode,
+    load_saved_model,
+)
 from attnseq.model.config import MAX_BEAM_SIZE
 
 BATCH_SIZE = 256
@@ -84,6 +95,15 @@ class DecodeLimit:
 
     def __call__(self, source_length: int) -> int:
         return int(source_length * self.ratio) + self.extra
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """One of a source's n best outputs."""
+
+    output: str  # the output text (detokenised, EOS dropped)
+    score: float  # what ranked it: log p / ((5 + n) / 6) ** α, n its tokens with EOS; log p itself at α = 0
+    log_prob: float  # log p(output | source), summed over its tokens, EOS included
 
 
 class Translator:
@@ -169,6 +189,40 @@ class Translator:
     @torch.no_grad()
     def translate(self, sources: Sequence[str], beam_size: int = 1, length_penalty: float = 0.0) -> list[str]:
         """The output text of each source: greedy with ``beam_size=1``, beam search above."""
+        beam_size, length_penalty = self.checked(beam_size, length_penalty)
+        outputs: list[str] = [""] * len(sources)
+        for rows, src in self.batches(self.encode(sources)):
+            for row, text in zip(rows, self.translate_batch(src, beam_size, length_penalty)):
+                outputs[row] = text
+        return outputs
+
+    @torch.no_grad()
+    def translate_n_best(self, sources: Sequence[str], beam_size: int, n_best: int,
+                         length_penalty: float = 0.0) -> list[list[Hypothesis]]:
+        """The ``n_best ≤ beam_size`` best outputs of each source, best first, by the ranking of a beam of
+        ``beam_size`` with GNMT's ``length_penalty`` (``beam_search_n_best``): the first is ``translate``'s
+        output. Fewer than ``n_best`` only where fewer outputs exist (a beam wider than the vocabulary)."""
+        beam_size, length_penalty = self.checked(beam_size, length_penalty)
+        whole = isinstance(n_best, Integral) and not isinstance(n_best, bool)
+        if not whole or not 1 <= n_best <= beam_size:
+            wider = whole and beam_size < n_best <= self.limits.max_beam_size
+            raise InvalidSource(f"n_best={quoted(n_best)} must be a whole number in [1, beam_size={beam_size}]: a "
+                                "beam keeps beam_size hypotheses.",
+                                f"pass beam_size={n_best} (or wider) with n_best={n_best}, or n_best={beam_size}."
+                                if wider else f"pass n_best from 1 to beam_size, e.g. n_best={beam_size}.")
+        hypotheses: list[list[Hypothesis]] = [[] for _ in sources]
+        for rows, src in self.batches(self.encode(sources)):
+            found = self.decode_n_best(src, beam_size, int(n_best), length_penalty)
+            for i, row in enumerate(rows):
+                hypotheses[row] = [
+                    Hypothesis(self.output_text(found.tokens[i, k, : int(found.lengths[i, k])].tolist()),
+                               float(found.rank_scores[i, k]), float(found.scores[i, k]))
+                    for k in range(found.tokens.shape[1]) if math.isfinite(float(found.scores[i, k]))
+                ]
+        return hypotheses
+
+    def checked(self, beam_size: Any, length_penalty: Any) -> tuple[int, float]:
+        """A request's beam width and length penalty, or ``InvalidSource`` naming the bad one."""
         most = self.limits.max_beam_size
         if isinstance(beam_size, bool) or not isinstance(beam_size, Integral) or not 1 <= beam_size <= most:
             raise InvalidSource(f"beam_size={quoted(beam_size)} must be a whole number in [1, {most}] (the served "
@@ -179,35 +233,47 @@ class Translator:
                 or not 0.0 <= length_penalty < math.inf:
             raise InvalidSource(f"length_penalty={quoted(length_penalty)} must be a finite number ≥ 0.",
                                 "pass 0 (rank by log-probability) or GNMT's α, e.g. 0.6.")
-        beam_size, length_penalty = int(beam_size), float(length_penalty)
-        encoded = self.encode(sources)
-        outputs: list[str] = [""] * len(encoded)
+        return int(beam_size), float(length_penalty)
+
+    @staticmethod
+    def batches(encoded: list[list[int]]) -> Iterator[tuple[list[int], Tensor]]:
+        """``(rows, src (B, T_src))``: the sources of one length together (each output gets its own
+        limit), ``BATCH_SIZE`` at most."""
         by_length: dict[int, list[int]] = {}
         for row, ids in enumerate(encoded):
             by_length.setdefault(len(ids), []).append(row)
-        for rows in by_length.values():  # one length per batch: every output gets its own limit
+        for rows in by_length.values():
             for start in range(0, len(rows), BATCH_SIZE):
                 chunk = rows[start:start + BATCH_SIZE]
-                src = torch.tensor([encoded[row] for row in chunk])  # (B, T_src)
-                for row, text in zip(chunk, self.translate_batch(src, beam_size, length_penalty)):
-                    outputs[row] = text
-        return outputs
+                yield chunk, torch.tensor([encoded[row] for row in chunk])  # (B, T_src)
+
+    def output_text(self, ids: list[int]) -> str:
+        return output_text(ids, self.tgt_vocab, self.tgt_tokenizer)
 
     def translate_batch(self, src: Tensor, beam_size: int, length_penalty: float) -> list[str]:
         """Sources of one length, ``src (B, T_src)``."""
         decoded = self.decode_batch(src, beam_size, length_penalty)
-        return [
-            output_text(decoded.tokens[row, : int(decoded.lengths[row])].tolist(), self.tgt_vocab, self.tgt_tokenizer)
-            for row in range(src.shape[0])
-        ]
+        return [self.output_text(decoded.tokens[row, : int(decoded.lengths[row])].tolist())
+                for row in range(src.shape[0])]
+
+    def output_limit(self, src: Tensor) -> tuple[Tensor, int]:
+        """Sources of one length ``src (B, T_src)``: their lengths ``(B,)``, and the most tokens an output holds."""
+        lengths = torch.full((src.shape[0],), src.shape[1], dtype=torch.long)  # (B,)
+        return lengths, min(self.limit(src.shape[1]), self.limits.max_output_tokens)
+
+    @torch.no_grad()
+    def decode_n_best(self, src: Tensor, beam_size: int, n_best: int, length_penalty: float) -> NBestDecoded:
+        """Sources of one length, ``src (B, T_src)``: their n best within the limits, no attention kept."""
+        lengths, max_length = self.output_limit(src)
+        return beam_search_n_best(self.model, src, lengths, beam_size, n_best, max_length,
+                                  length_penalty=length_penalty, keep_attention=False)
 
     @torch.no_grad()
     def decode_batch(self, src: Tensor, beam_size: int, length_penalty: float,
                      keep_attention: bool = False) -> Decoded | BeamDecoded:
         """Sources of one length, ``src (B, T_src)``, decoded within the limits (``keep_attention``:
         each step's attention too, for a heatmap: what a served request never keeps)."""
-        lengths = torch.full((src.shape[0],), src.shape[1], dtype=torch.long)  # (B,)
-        max_length = min(self.limit(src.shape[1]), self.limits.max_output_tokens)
+        lengths, max_length = self.output_limit(src)
         if beam_size == 1:
             return greedy_decode(self.model, src, lengths, max_length=max_length, keep_attention=keep_attention)
         return beam_search(self.model, src, lengths, beam_size, max_length, length_penalty=length_penalty,

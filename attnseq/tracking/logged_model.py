@@ -5,8 +5,8 @@ listed under the run's and the experiment's *Logged models*, registrable, and us
 The model carries the run's model file, resolved config, vocabularies and (subword runs) tokenizers
 as artifacts, a copy of
 the ``attnseq`` package as its code, a signature with a params schema (``beam_size``,
-``length_penalty``), an input example, and explicit pip requirements, so MLflow never loads the
-model in a subprocess to infer them.
+``length_penalty``, ``n_best``) and the n-best columns as optional outputs, an input example, and
+explicit pip requirements, so MLflow never loads the model in a subprocess to infer them.
 
 MLflow's ``Model.log`` reads the process-wide tracking URI. It is set to the run's own store for
 the call only (``logging_scope``), and the URI, the environment and ``sys.path`` (which loading the
@@ -33,7 +33,7 @@ from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR as
 from mlflow.environment_variables import MLFLOW_TRACKING_URI
 from mlflow.models import Model, ModelSignature
 from mlflow.tracking import MlflowClient
-from mlflow.types.schema import ColSpec, ParamSchema, ParamSpec, Schema
+from mlflow.types.schema import Array, ColSpec, ParamSchema, ParamSpec, Schema
 
 import attnseq
 from attnseq.tracking import paths
@@ -48,18 +48,26 @@ TGT_TOKENIZER = "tgt_tokenizer"
 
 SOURCE_COLUMN = "source"
 OUTPUT_COLUMN = "output"
-DEFAULT_PARAMS = {"beam_size": 1, "length_penalty": 0.0}
-"""Greedy decoding unless a request asks for a beam."""
+N_BEST_COLUMNS = ("outputs", "scores", "log_probs")
+"""With ``n_best`` > 1, beside ``output`` (the best): each source's n best texts, best first, their ranking
+scores (log p / GNMT's lp(length), log p at α = 0) and their log-probabilities, a list each."""
+DEFAULT_PARAMS = {"beam_size": 1, "length_penalty": 0.0, "n_best": 1}
+"""Greedy decoding unless a request asks for a beam; the best output alone unless it asks for more."""
 
 PACKAGE_DIR = Path(attnseq.__file__).parent
 CODE_FILE = PACKAGE_DIR / "serving" / "pyfunc_model.py"
 
 SIGNATURE = ModelSignature(
     inputs=Schema([ColSpec("string", SOURCE_COLUMN)]),
-    outputs=Schema([ColSpec("string", OUTPUT_COLUMN)]),
+    outputs=Schema([
+        ColSpec("string", OUTPUT_COLUMN),
+        *(ColSpec(Array(kind), name, required=False)
+          for name, kind in zip(N_BEST_COLUMNS, ("string", "double", "double"))),
+    ]),
     params=ParamSchema([
         ParamSpec("beam_size", "long", DEFAULT_PARAMS["beam_size"]),
         ParamSpec("length_penalty", "double", DEFAULT_PARAMS["length_penalty"]),
+        ParamSpec("n_best", "long", DEFAULT_PARAMS["n_best"]),
     ]),
 )
 

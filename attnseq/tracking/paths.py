@@ -65,7 +65,10 @@ def best_heatmap_file(label: str) -> str:
 
 
 EVAL_TABLES = "eval"
-"""An evaluation run's per-bucket tables (``buckets.json``, ``buckets.csv``)."""
+"""An evaluation run's per-bucket tables (``buckets.json``, ``buckets.csv``), and with ``eval.n_best`` > 1
+its n-best table (``N_BEST_TABLE``)."""
+N_BEST_TABLE = "n_best.csv"
+"""Each example's n best hypotheses, a row each (``attnseq.evaluation.evaluator.N_BEST_COLUMNS``)."""
 
 
 def long_heatmap(index: int, source_length: int) -> str:
