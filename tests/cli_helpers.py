@@ -1,17 +1,26 @@
 """Helpers shared by the tests that drive the real CLIs (``train.py``, ``evaluate.py``, ``translate.py``) in
-subprocesses, with every output — MLflow store, Hydra directories — under the test's ``tmp_path``."""
+subprocesses, with every output — MLflow store, Hydra directories — under the test's ``tmp_path``.
+
+``run_cli`` launches them from a warm interpreter (``tests/zygote.py``: the heavy imports done once per
+test process, a fork per launch) unless the launch asks for a fresh one (``fresh=True``), changes a
+variable read at start, or ``ATTNSEQ_TESTS_FRESH=1`` is set for the whole session."""
 
 from __future__ import annotations
 
 import atexit
 import functools
+import json
+import locale
 import os
 import resource
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -19,12 +28,15 @@ from typing import TypeVar
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+from zygote import HEADER, differs_at_startup
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_PY = REPO / "train.py"
 BUILD_CORPUS_PY = REPO / "build_corpus.py"
 EVALUATE_PY = REPO / "evaluate.py"
 TRANSLATE_PY = REPO / "translate.py"
+ZYGOTE_PY = REPO / "tests" / "zygote.py"
+WARM_SCRIPTS = (TRAIN_PY, EVALUATE_PY, TRANSLATE_PY)
 EXPERIMENT = "attnseq"
 
 TRAIN_LENGTHS = (1, 6)
@@ -122,18 +134,140 @@ def free_port() -> int:
 
 def run_cli(
     root: Path, *args: str, timeout: float = CLI_TIMEOUT_S, script: Path = TRAIN_PY, env: dict | None = None,
-    stdin: str | None = None,
+    stdin: str | None = None, fresh: bool = False,
 ) -> subprocess.CompletedProcess:
-    """``script`` with ``args`` in ``root``; ``stdin``: the text it reads there (None: the test's own stdin)."""
+    """``script`` with ``args`` in ``root``, as ``subprocess.run(..., capture_output=True, text=True)``
+    would; ``stdin``: the text it reads there (None: the test's own stdin); ``fresh``: in a new
+    interpreter, not a warm one (see the module's docstring)."""
+    env = clean_env() if env is None else env
+    warm = None if fresh or script not in WARM_SCRIPTS else _warm_interpreter()
+    warm = warm if warm is not None and not differs_at_startup(warm.env, env) else None
+    if log := os.environ.get("ATTNSEQ_TESTS_LAUNCH_LOG"):  # which launches were warm: one line each
+        with open(log, "a") as lines:
+            lines.write(f"{'warm' if warm else 'fresh'} {script.name} {os.environ.get('PYTEST_CURRENT_TEST')}\n")
+    if warm is not None:
+        return warm.run(script, args, root, env, stdin, timeout)
     return subprocess.run(
-        [sys.executable, str(script), *args],
-        cwd=root,
-        env=clean_env() if env is None else env,
-        input=stdin,
-        capture_output=True,
-        text=True,
+        [sys.executable, str(script), *args], cwd=root, env=env, input=stdin, capture_output=True, text=True,
         timeout=timeout,
     )
+
+
+class WarmInterpreter:
+    """This test process's ``tests/zygote.py`` server and the launches it runs."""
+
+    def __init__(self) -> None:
+        self.env = clean_env()
+        self.folder = tempfile.mkdtemp(prefix="attnseq-zygote-")
+        self.socket_path = os.path.join(self.folder, "socket")
+        with open(os.path.join(self.folder, "server.log"), "wb") as log:
+            self.server = subprocess.Popen(
+                [sys.executable, str(ZYGOTE_PY), self.socket_path], cwd=REPO, env=self.env,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, start_new_session=True,
+            )
+        atexit.register(self.close)
+        self.ready = self.server.stdout.readline() == b"ready\n"
+
+    def close(self) -> None:
+        self.server.stdin.close()  # the server's signal to end
+        try:
+            self.server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.server.kill()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def run(self, script: Path, args: tuple[str, ...], cwd: Path, env: dict, stdin: str | None,
+            timeout: float) -> subprocess.CompletedProcess:
+        command = [sys.executable, str(script), *args]
+        deadline = time.monotonic() + timeout
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        in_r, in_w = os.pipe() if stdin is not None else (0, None)
+        request = json.dumps({"script": str(script), "args": list(args), "cwd": str(cwd), "env": env}).encode()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.connect(self.socket_path)
+            socket.send_fds(conn, [HEADER.pack(len(request))], [in_r, out_w, err_w])
+            conn.sendall(request)
+            for fd in (out_w, err_w) + ((in_r,) if in_w is not None else ()):
+                os.close(fd)
+            captured: dict[int, bytes] = {}
+            threads = [threading.Thread(target=_read_all, args=(fd, captured)) for fd in (out_r, err_r)]
+            if in_w is not None:
+                threads.append(threading.Thread(target=_write_all, args=(in_w, stdin.encode())))
+            for thread in threads:
+                thread.start()
+            lines = _Lines(conn)
+            pid = int(lines.next(deadline))
+            try:
+                returncode, cpu_s = lines.next(deadline).split()
+            except TimeoutError:
+                os.kill(pid, signal.SIGKILL)
+                lines.next(None)
+                for thread in threads:
+                    thread.join()
+                raise subprocess.TimeoutExpired(command, timeout, _text(captured[out_r]),
+                                                _text(captured[err_r])) from None
+        for thread in threads:
+            thread.join()
+        done = subprocess.CompletedProcess(command, int(returncode), _text(captured[out_r]), _text(captured[err_r]))
+        done.cpu_s = float(cpu_s)  # the launch's own CPU (user + system), its children's not included
+        return done
+
+
+class _Lines:
+    """The server's answer, a line at a time, each by a deadline (None: no limit)."""
+
+    def __init__(self, conn: socket.socket) -> None:
+        self.conn = conn
+        self.buffer = b""
+
+    def next(self, deadline: float | None) -> str:
+        while b"\n" not in self.buffer:
+            self.conn.settimeout(None if deadline is None else max(deadline - time.monotonic(), 0.001))
+            chunk = self.conn.recv(64)  # TimeoutError past the deadline
+            if not chunk:
+                raise RuntimeError(f"the warm interpreter's supervisor ended mid-launch (see {self.conn})")
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line.decode()
+
+
+def _read_all(fd: int, into: dict[int, bytes]) -> None:
+    chunks = []
+    with open(fd, "rb", closefd=True) as stream:
+        while chunk := stream.read1(65536):
+            chunks.append(chunk)
+    into[fd] = b"".join(chunks)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    with open(fd, "wb", closefd=True) as stream:
+        try:
+            stream.write(data)
+        except BrokenPipeError:
+            pass
+
+
+def _text(data: bytes) -> str:
+    """As ``subprocess`` decodes in text mode: the locale's encoding, universal newlines."""
+    return data.decode(locale.getpreferredencoding(False)).replace("\r\n", "\n").replace("\r", "\n")
+
+
+_warm_lock = threading.Lock()
+
+
+@functools.cache
+def _started_warm_interpreter() -> WarmInterpreter:
+    return WarmInterpreter()
+
+
+def _warm_interpreter() -> WarmInterpreter | None:
+    """The test process's warm interpreter, started on first use; None when switched off or it failed."""
+    if os.environ.get("ATTNSEQ_TESTS_FRESH") == "1":
+        return None
+    with _warm_lock:
+        warm = _started_warm_interpreter()
+    return warm if warm.ready else None
 
 
 def child_cpu_s(call: Callable[[], T]) -> tuple[T, float]:
