@@ -69,7 +69,8 @@ class Task(Choice):
     has_gold_alignment: ClassVar[bool] = True
     """Its examples carry the source position each target token copies (alignment metrics)."""
     is_text: ClassVar[bool] = False
-    """Its outputs are sentences: sacreBLEU and chrF are reported."""
+    """Its outputs are read as text (a symbol task's: its tokens joined by spaces): sacreBLEU and chrF are
+    reported."""
     generated: ClassVar[bool] = True
     """Its examples are generated from a seed (``example``); False: read from a corpus (``dataset.path``)."""
 
@@ -115,6 +116,7 @@ class CopyTask(SymbolTask):
 
 class ReverseTask(SymbolTask):
     task: Literal["reverse"] = "reverse"
+    is_text: ClassVar[bool] = True  # scored with sacreBLEU as JoeyNMT's reverse tutorial is (experiment=joey_reverse)
 
     def target_order(self, symbols: list[int]) -> list[int]:
         return list(range(len(symbols) - 1, -1, -1))
