@@ -208,7 +208,12 @@ class DatasetKeys(BaseModel):
     train_size: PositiveInt = Field(description="training examples (tsv: a proportion and a cap)", examples=[12800])
     val_size: PositiveInt = Field(description="validation examples", examples=[1000])
     test_size: PositiveInt = Field(description="test examples", examples=[1000])
-    batch_size: PositiveInt = Field(description="examples per batch", examples=[64])
+    batch_size: PositiveInt = Field(description="examples per batch; with batch_type=token, the most padded positions "
+                                    "per batch", examples=[64])
+    batch_type: Literal["sentence", "token"] = Field("sentence", description="what batch_size counts (JoeyNMT's "
+                                                     "batch_type): sentence = examples; token = each batch's padded "
+                                                     "size, examples × the longest one's max(source, target + 1) "
+                                                     "(fairseq's --max-tokens)")
     length_bucketing: bool = Field(True, description="batch training examples of similar length")
     num_workers: int = Field(0, ge=0, le=64, description="DataLoader worker processes (each a process with torch "
                              "and a copy of the data)")
