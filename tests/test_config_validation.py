@@ -73,6 +73,9 @@ BAD = [
     (["dataset.train_size=abc"], ["dataset.train_size=abc"], ["dataset.train_size=12800"]),
     (["dataset.eval_lengths=[10,5]"], ["dataset.eval_lengths=[10,5]", "1 ≤ lo ≤ hi"],
      ["dataset.eval_lengths=[5,10]"]),
+    (["dataset.batch_type=tokens"], ["dataset.batch_type=tokens", "sentence", "token"], ["dataset.batch_type="]),
+    (["dataset.batch_type=token", "dataset.length_bucketing=false"], ["dataset.batch_type=token", "length_bucketing"],
+     ["dataset.length_bucketing=true", "dataset.batch_type=sentence"]),
     # more of the same kinds
     (["+trainer.logger=false"], ["trainer.logger is set by attnseq"], ["~trainer.logger"]),
     (["trainer.enable_progress_bar=maybe"], ["trainer.enable_progress_bar=maybe", "true or false, or null"],

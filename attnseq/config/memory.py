@@ -49,8 +49,11 @@ def memory_needs(cfg: Any, train_hi: int | None = None, eval_hi: int | None = No
     backward pass in training; for every greedy decoding step in validation). A config it rejects cannot fit."""
     ds, (train_lo, train_top), (eval_lo, eval_top) = cfg.dataset, cfg.dataset.train_lengths, cfg.dataset.eval_lengths
     train_hi, eval_hi = train_hi or train_top, eval_hi or eval_top
-    batch, heads = ds.batch_size, cfg.model.heads if cfg.scorer.name != NO_ATTENTION else 0
+    heads = cfg.model.heads if cfg.scorer.name != NO_ATTENTION else 0
     decoded = int(eval_hi * cfg.decode.max_length_ratio) + cfg.decode.max_length_extra
+    tokens = ds.batch_size if getattr(ds, "batch_type", "sentence") == "token" else None  # padded positions
+    batch = ds.batch_size if tokens is None else max(1, tokens // (train_hi + 1))
+    eval_batch = ds.batch_size if tokens is None else max(1, tokens // (eval_hi + 1))
     per_token = BYTES_PER_DATA_TOKEN if TASKS.lookup(ds.task).generated else 0
     evaluated, model = ds.val_size + ds.test_size, model_need(cfg).batch
     return [
@@ -59,8 +62,9 @@ def memory_needs(cfg: Any, train_hi: int | None = None, eval_hi: int | None = No
                    f"{ds.train_size} training examples, the model and a batch of {batch} sources of {train_hi} "
                    f"tokens"),
         MemoryNeed("dataset.eval_lengths", int(evaluated * (eval_lo + eval_hi) / 2 * per_token),
-                   model + 4 * batch * heads * max(decoded, eval_hi + 1) * eval_hi,
-                   f"{evaluated} validation and test examples, the model and a batch of {batch} sources of {eval_hi} "
+                   model + 4 * eval_batch * heads * max(decoded, eval_hi + 1) * eval_hi,
+                   f"{evaluated} validation and test examples, the model and a batch of {eval_batch} sources of "
+                   f"{eval_hi} "
                    f"tokens decoded up to {decoded} steps"),
     ]
 

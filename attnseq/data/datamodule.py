@@ -31,7 +31,7 @@ from attnseq.data.batch import collate
 from attnseq.data.errors import DataError
 from attnseq.data.example import EncodedExample, Example, encode_examples
 from attnseq.data.lengths import filter_by_source_length, is_int
-from attnseq.data.sampler import LengthBucketBatchSampler
+from attnseq.data.sampler import LengthBucketBatchSampler, TokenBudgetBatchSampler, example_size
 from attnseq.data.splits import split_examples
 from attnseq.data.tasks import TASKS, DatasetKeys, Task, dataset_model, generate
 from attnseq.data.tokenizers import (
@@ -45,6 +45,7 @@ from attnseq.data.tokenizers import (
 )
 from attnseq.data.tsv import TextPair, read_pairs, read_split_folder, split_files
 from attnseq.data.vocab import Vocabulary
+from attnseq.errors import ConfigError
 from attnseq.problems import validated
 
 DATA_TASKS = TASKS
@@ -61,7 +62,9 @@ class Seq2SeqDataModule(L.LightningDataModule):
         eval_lengths: inclusive [lo, hi] range of validation and test (may exceed training).
         bucket_width: width of the length buckets the metrics report; stored, not used here.
         train_size, val_size, test_size: examples per split (for tsv: proportions and caps).
-        batch_size: examples per batch.
+        batch_size: examples per batch; with ``batch_type="token"`` the most padded positions per batch.
+        batch_type: ``sentence`` (examples) or ``token``: train, val and test batches of similar size whose
+            padded size stays within ``batch_size`` (``TokenBudgetBatchSampler``). Needs ``length_bucketing``.
         seed: fixes the data (see the module docstring) and the training batch order.
         num_symbols: alphabet size of copy/reverse/sort; ignored by translate and tsv.
         path: the TSV file, or a folder of train.tsv, val.tsv and test.tsv (tsv only).
@@ -87,6 +90,14 @@ class Seq2SeqDataModule(L.LightningDataModule):
         self.seed = seed
         self.text_tokenizers = text_tokenizers
         self.path = getattr(checked, "path", None)
+        self.batch_tokens = self.batch_size if self.batch_type == "token" else None
+        """Token batching's budget (``batch_size`` counted in padded positions), or None."""
+        if self.batch_tokens is not None and not self.length_bucketing:
+            raise ConfigError(
+                "dataset.batch_type=token packs examples of similar length, and dataset.length_bucketing=false "
+                "asks for batches of any lengths.",
+                "drop one of them: dataset.length_bucketing=true, or dataset.batch_type=sentence.",
+            )
         if not task_class.generated:
             if not Path(self.path).exists():
                 raise DataError(
@@ -115,8 +126,25 @@ class Seq2SeqDataModule(L.LightningDataModule):
             examples, src_vocab, tgt_vocab = self._build_synthetic()
             self._src_tokenizer = self._tgt_tokenizer = tokenizer_for({"task": self.task})
         encoded = {split: encode_examples(exs, src_vocab, tgt_vocab) for split, exs in examples.items()}
+        self._check_token_budget(encoded)
         self._src_vocab, self._tgt_vocab = src_vocab, tgt_vocab
         self._examples, self._encoded = examples, encoded
+
+    def _check_token_budget(self, encoded: dict[str, list[EncodedExample]]) -> None:
+        """Token batching's budget holds the largest example of every split (a batch holds one at least)."""
+        if self.batch_tokens is None:
+            return
+        largest = {split: max((example_size(len(x.src), len(x.tgt)) for x in items), default=0)
+                   for split, items in encoded.items()}
+        split = max(largest, key=largest.get)
+        if largest[split] > self.batch_tokens:
+            raise ConfigError(
+                f"dataset.batch_size={self.batch_tokens} with dataset.batch_type=token is smaller than the largest "
+                f"{split} example: {largest[split]} padded positions (max(source, target + 1)), and a batch holds "
+                "one example at least.",
+                f"raise it to at least {largest[split]}, e.g. dataset.batch_size={max(largest[split], 1024)}, "
+                "or shorten the lengths.",
+            )
 
     def _build_synthetic(self) -> tuple[dict[str, list[Example]], Vocabulary, Vocabulary]:
         spec = self.spec
@@ -231,8 +259,16 @@ class Seq2SeqDataModule(L.LightningDataModule):
 
     # ---- dataloaders ------------------------------------------------------------------------
 
-    def _loader(self, items: list[EncodedExample], batch_size: int, shuffle: bool, bucketing: bool) -> DataLoader:
+    def _loader(self, items: list[EncodedExample], batch_size: int, shuffle: bool, bucketing: bool,
+                tokens: int | None = None) -> DataLoader:
+        """Batches of ``batch_size`` examples, or of at most ``tokens`` padded positions when given."""
         replicas, rank = self._replicas()
+        if tokens is not None:
+            sampler = TokenBudgetBatchSampler(
+                [example_size(len(x.src), len(x.tgt)) for x in items], tokens,
+                shuffle=shuffle, seed=self.seed, num_replicas=replicas, rank=rank,
+            )
+            return DataLoader(items, batch_sampler=sampler, collate_fn=collate, num_workers=self.num_workers)
         if bucketing:
             sampler = LengthBucketBatchSampler(
                 [len(x.src) for x in items], batch_size,
@@ -259,16 +295,19 @@ class Seq2SeqDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         self._require_setup("train_dataloader")
-        return self._loader(self._encoded["train"], self.batch_size, shuffle=True, bucketing=self.length_bucketing)
+        return self._loader(self._encoded["train"], self.batch_size, shuffle=True, bucketing=self.length_bucketing,
+                            tokens=self.batch_tokens)
 
     def val_dataloader(self) -> DataLoader:
         """Always in one fixed order, sorted by source length (``length_bucketing`` is for training)."""
         self._require_setup("val_dataloader")
-        return self._loader(self._encoded["val"], self.batch_size, shuffle=False, bucketing=True)
+        return self._loader(self._encoded["val"], self.batch_size, shuffle=False, bucketing=True,
+                            tokens=self.batch_tokens)
 
     def test_dataloader(self) -> DataLoader:
         self._require_setup("test_dataloader")
-        return self._loader(self._encoded["test"], self.batch_size, shuffle=False, bucketing=True)
+        return self._loader(self._encoded["test"], self.batch_size, shuffle=False, bucketing=True,
+                            tokens=self.batch_tokens)
 
     def make_dataloader(self, examples: Sequence[Example], batch_size: int, shuffle: bool = False) -> DataLoader:
         """A dataloader over extra examples (e.g. another length range), length-grouped."""

@@ -7,6 +7,9 @@ by length (ties by index) and cut in order, the same every time.
 
 On the copy task with lengths [1, 40] and batch 64 this keeps padding to a few percent of positions,
 where plain random batches are about half padding (see ``padding_fraction``).
+
+``TokenBudgetBatchSampler`` batches by number of tokens instead (``dataset.batch_type=token``; fairseq's
+``--max-tokens``, JoeyNMT's ``batch_type: token``): each batch's padded size stays within a budget.
 """
 
 from __future__ import annotations
@@ -122,6 +125,87 @@ class LengthBucketBatchSampler(Sampler[list[int]]):
         # Chunks hold whole batches, so only the very last batch can be short.
         if self.drop_last and batches and len(batches[-1]) < self.batch_size:
             batches.pop()
+        if self.shuffle:
+            random.Random(f"{self.seed}:{self.sampler.epoch}:batches").shuffle(batches)
+            batches = batches[: len(batches) // self.num_replicas * self.num_replicas][self.rank :: self.num_replicas]
+        yield from batches
+
+
+def example_size(source_length: int, target_length: int) -> int:
+    """The positions one example takes in its batch's widest padded tensor: ``src`` is ``T_src`` wide,
+    ``tgt_in``/``tgt_out`` the target + 1 (BOS/EOS), so ``max(source_length, target_length + 1)``
+    (fairseq counts ``max(source, target)``, each with its EOS; JoeyNMT ``max(source + 1, target + 1)``)."""
+    return max(source_length, target_length + 1)
+
+
+class TokenBudgetBatchSampler(Sampler[list[int]]):
+    """Batches of similar size whose padded size, ``len(batch) × max(sizes in it)``, is at most ``max_tokens``.
+
+    This is fairseq's ``--max-tokens`` (``batch_by_size``: a batch never passes the budget). JoeyNMT's
+    ``batch_type: token`` counts the same product but closes a batch once it *reaches* the budget, so
+    its batches may pass it by one example.
+
+    Every epoch (``shuffle=True``): permute all indices by ``random.Random(f"{seed}:{epoch}")``, sort them
+    by size (stable: equal sizes keep the permutation's order), pack them in that order greedily (a batch
+    is closed when one more example would pass the budget), then shuffle the order of the batches. The
+    packing sees only the sorted sizes, so every epoch has the same number of batches, of the same sizes,
+    and ``len()`` is known before the first epoch; which examples of equal size share a batch changes with
+    the epoch. Without ``shuffle``: sorted by size (ties by index), packed, in order, the same every time.
+
+    Args:
+        sizes: each example's ``example_size``.
+        max_tokens: the budget; at least the largest size (else ``ValueError``: the caller says which key).
+        shuffle, seed: as ``LengthBucketBatchSampler``'s.
+        num_replicas, rank: data-parallel training, as ``LengthBucketBatchSampler``'s: training takes every
+            ``num_replicas``-th batch of the one global order from ``rank`` on (dropping the few that would
+            leave unequal step counts); evaluation packs every ``num_replicas``-th example from ``rank`` on.
+    """
+
+    def __init__(self, sizes: Sequence[int], max_tokens: int, shuffle: bool, seed: int,
+                 num_replicas: int = 1, rank: int = 0) -> None:
+        if not is_int(max_tokens) or max_tokens < 1:
+            raise ValueError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
+        if not is_int(seed):
+            raise ValueError(f"seed must be an int, got {seed!r}")
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank={rank} must lie in [0, num_replicas={num_replicas})")
+        self.sizes = [int(n) for n in sizes]
+        if self.sizes and max(self.sizes) > max_tokens:
+            raise ValueError(f"max_tokens={max_tokens} is smaller than the largest example ({max(self.sizes)} "
+                             "positions): a batch holds one example at least")
+        self.max_tokens = max_tokens
+        self.shuffle = shuffle
+        self.seed = seed
+        self.num_replicas = num_replicas
+        self.rank = rank
+        self.sampler = EpochPermutationSampler(len(self.sizes), shuffle, seed)
+        self._count = len(self._packed(self._share(range(len(self.sizes)))))
+
+    def set_epoch(self, epoch: int) -> None:
+        self.sampler.set_epoch(epoch)
+
+    def _share(self, order: Sequence[int]) -> list[int]:
+        """Evaluation: this process's examples; training: all of them (the batches are shared out)."""
+        return list(order) if self.shuffle else list(order[self.rank :: self.num_replicas])
+
+    def _packed(self, order: list[int]) -> list[list[int]]:
+        batches: list[list[int]] = []
+        batch: list[int] = []
+        for i in sorted(order, key=lambda i: self.sizes[i]):  # stable; ascending, so i is the batch's largest
+            if batch and (len(batch) + 1) * self.sizes[i] > self.max_tokens:
+                batches.append(batch)
+                batch = []
+            batch.append(i)
+        return batches + ([batch] if batch else [])
+
+    def __len__(self) -> int:
+        if self.shuffle and self.num_replicas > 1:
+            return self._count // self.num_replicas
+        return self._count
+
+    def __iter__(self) -> Iterator[list[int]]:
+        # a generator, as LengthBucketBatchSampler's: the epoch's order is drawn at the first batch
+        batches = self._packed(self._share(list(self.sampler)))
         if self.shuffle:
             random.Random(f"{self.seed}:{self.sampler.epoch}:batches").shuffle(batches)
             batches = batches[: len(batches) // self.num_replicas * self.num_replicas][self.rank :: self.num_replicas]

@@ -69,7 +69,8 @@ class Task(Choice):
     has_gold_alignment: ClassVar[bool] = True
     """Its examples carry the source position each target token copies (alignment metrics)."""
     is_text: ClassVar[bool] = False
-    """Its outputs are sentences: sacreBLEU, chrF and TER are reported."""
+    """Its outputs are read as text (a symbol task's: its tokens joined by spaces): sacreBLEU, chrF and TER
+    are reported."""
     generated: ClassVar[bool] = True
     """Its examples are generated from a seed (``example``); False: read from a corpus (``dataset.path``)."""
     shares_vocabulary: ClassVar[bool] = False
@@ -119,6 +120,7 @@ class CopyTask(SymbolTask):
 
 class ReverseTask(SymbolTask):
     task: Literal["reverse"] = "reverse"
+    is_text: ClassVar[bool] = True  # scored with sacreBLEU as JoeyNMT's reverse tutorial is (experiment=joey_reverse)
 
     def target_order(self, symbols: list[int]) -> list[int]:
         return list(range(len(symbols) - 1, -1, -1))
@@ -210,7 +212,12 @@ class DatasetKeys(BaseModel):
     train_size: PositiveInt = Field(description="training examples (tsv: a proportion and a cap)", examples=[12800])
     val_size: PositiveInt = Field(description="validation examples", examples=[1000])
     test_size: PositiveInt = Field(description="test examples", examples=[1000])
-    batch_size: PositiveInt = Field(description="examples per batch", examples=[64])
+    batch_size: PositiveInt = Field(description="examples per batch; with batch_type=token, the most padded positions "
+                                    "per batch", examples=[64])
+    batch_type: Literal["sentence", "token"] = Field("sentence", description="what batch_size counts (JoeyNMT's "
+                                                     "batch_type): sentence = examples; token = each batch's padded "
+                                                     "size, examples × the longest one's max(source, target + 1) "
+                                                     "(fairseq's --max-tokens)")
     length_bucketing: bool = Field(True, description="batch training examples of similar length")
     num_workers: int = Field(0, ge=0, le=64, description="DataLoader worker processes (each a process with torch "
                              "and a copy of the data)")

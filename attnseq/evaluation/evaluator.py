@@ -69,7 +69,8 @@ def evaluation_examples(trained: TrainedRun, settings: EvalSettings) -> list[Exa
     ``plugins``, imported on request first: a task defined outside attnseq registers itself)."""
     require_plugins(trained.config.get("plugins") or ())
     dataset = dict(trained.config["dataset"])
-    dataset.update(eval_lengths=list(settings.lengths), test_size=settings.size)
+    # evaluation batches by eval.batch_size: the run's token budget need not hold the longer lengths
+    dataset.update(eval_lengths=list(settings.lengths), test_size=settings.size, batch_type="sentence")
     data = Seq2SeqDataModule(**dataset, seed=int(trained.config["seed"]) + settings.seed,
                              text_tokenizers=(trained.src_tokenizer, trained.tgt_tokenizer))
     data.setup()
