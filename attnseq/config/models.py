@@ -208,7 +208,7 @@ class Eval(Group):
     length_penalty: float = Field(ge=0, le=10, description="beam search's GNMT α: hypotheses ranked by log p / "
                                   "((5 + length) / 6)^α; 0 ranks by log-probability", examples=[0.6])
     n_best: int = Field(ge=1, le=64, description="≤ eval.beam_size: the n best hypotheses of each example, with "
-                        "their scores, as the table eval/n_best.csv (the metrics read the best)", examples=[1])
+                        "their scores, as the evaluation run's n-best table (the metrics read the best)", examples=[1])
     counterfactual: bool = Field(description="Jain & Wallace check: permuted and uniform attention", examples=[True])
     seed: Seed = Field(description="the evaluation data's seed", examples=[1])
     sentences: EvalSentences = Field(description="source texts to draw the attention of", examples=[["Unknown object"]])

@@ -70,7 +70,7 @@ def settings_for(cfg: EvalConfig, trained: TrainedRun) -> EvalSettings:
 
 
 def write_n_best_file(rows: list[dict], folder: Path) -> Path:
-    """The n-best table (``N_BEST_COLUMNS``, a row per example and rank) as ``n_best.csv``."""
+    """The n-best table (``N_BEST_COLUMNS``, a row per example and rank) as ``paths.N_BEST_TABLE``."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / paths.N_BEST_TABLE
     with path.open("w", newline="", encoding="utf-8") as handle:

@@ -20,7 +20,7 @@ paths are ``attnseq.tracking.paths``).
   Artifacts tab without the slider), the best and last checkpoints, a portable
   model file (config + weights, loadable with ``torch.load(weights_only=True)``), and the same
   model as an MLflow model (``attnseq.serving``: ``runs:/<run id>/model``); with ``average.k``, the
-  averaged checkpoints' model beside it the same way (``weights/averaged_model.pt``,
+  averaged checkpoints' model beside it the same way (``paths.AVERAGED_MODEL_FILE``,
   ``runs:/<run id>/averaged_model``: ``attnseq.training.averaging``).
 
 The plain-file figures (the accuracy-vs-length figure, the last epoch's and the best checkpoint's

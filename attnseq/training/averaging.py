@@ -15,8 +15,8 @@ is validated on the validation split as validation scores the model (same batche
 suite, the trainer's precision; in data-parallel training every process its shard), its metrics
 are logged as ``avg/val/...`` at the step of the run's last validation metrics (side by side in the
 charts), and ``RunArtifacts`` logs it as the run's
-second MLflow model, ``averaged_model`` (``paths.AVERAGED_MODEL``), with the model file
-``weights/averaged_model.pt``. The tag ``attnseq.averaged`` says which checkpoints it averages.
+second MLflow model (``paths.AVERAGED_MODEL``), with its own model file (``paths.AVERAGED_MODEL_FILE``).
+The tag ``tags.AVERAGED`` says which checkpoints it averages.
 """
 
 from __future__ import annotations
