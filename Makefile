@@ -9,7 +9,7 @@ PIP_INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check
 STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: train lint system-deps test test-fast test-slow test-gpu ui bottleneck bottleneck-transformer bottleneck-local reverse-alignment messages-corpus messages-results bench docker-check clean
+.PHONY: train lint system-deps test test-fast test-slow test-gpu ui bottleneck bottleneck-transformer bottleneck-local reverse-alignment joey-reverse messages-corpus messages-results bench docker-check clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,12 @@ bottleneck-local: $(STAMP)  ## the bottleneck's local-attention rows: Luong's lo
 reverse-alignment: $(STAMP)  ## additive attention on reverse (GRU, biGRU × both conventions): where it looks vs what it uses
 	$(PY) train.py -m experiment=reverse_alignment
 	$(PY) evaluate.py parent_run_id=latest experiment_name=reverse_alignment
+
+joey-reverse: $(STAMP)  ## JoeyNMT's reverse tutorial (biLSTM + LSTM, Luong general) and a Transformer on the same data; test BLEU greedy and beam 5
+	$(PY) train.py experiment=joey_reverse threads=2
+	$(PY) train.py experiment=joey_reverse threads=2 encoder=transformer decoder=transformer scorer=multihead model.heads=4 model.embedding_dim=64
+	$(PY) evaluate.py experiment_name=joey_reverse eval.lengths=[1,30] eval.size=1000 eval.seed=0
+	$(PY) evaluate.py experiment_name=joey_reverse eval.lengths=[1,30] eval.size=1000 eval.seed=0 eval.beam_size=5 eval.n_best=5
 
 messages-corpus: $(STAMP)  ## English → French pairs from the installed gettext catalogs → data/messages_en-fr/ (ARGS="--lang de" for another language)
 	$(PY) build_corpus.py $(ARGS)
