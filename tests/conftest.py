@@ -60,9 +60,10 @@ class TrainedRun:
 
 
 def train_once(root: Path, *overrides: str, env: dict | None = None) -> TrainedRun:
-    from cli_helpers import outputs_under, run_cli
+    from cli_helpers import outputs_under, run_cli, warm_up
 
     args = [*overrides, *outputs_under(root, seeded=True)]  # may first make the schema template: seconds
+    warm_up()  # `launched` is then the launch's own start (a warm one's process starts at the fork)
     launched = time.time()
     proc = run_cli(root, *args, env=env)
     return TrainedRun(root, proc, launched)

@@ -127,18 +127,34 @@ def _train_in_folder(config: TrainConfig, record: dict[str, Any], resumption: Re
     except TrackingUnavailable as lost:  # the store stopped answering: nothing more can be recorded
         if run is None:
             raise
-        # this process is ending, so the run's fresh heartbeat is no sign of life: resume must be forced
-        resume = f"python train.py resume={run.tracked.run_id} resume_force=true"
-        raise lost.with_local_checkpoint(Path(config.paths.output_dir) / paths.LAST_CHECKPOINT, resume) from None
+        raise resumable(lost, config, run) from None
     except OSError as error:
         if error.errno not in UNWRITABLE:
-            stop(run, error, signals)
+            stopped(run, error, signals, config)
             raise
         raise not_written(error, config, run, signals) from None
     except BaseException as error:
-        stop(run, error, signals)
+        stopped(run, error, signals, config)
         raise
     return result
+
+
+def resumable(lost: TrackingUnavailable, config: TrainConfig, run: TrainingRun) -> TrackingUnavailable:
+    """``lost`` naming the local checkpoint and the command that continues the run from it."""
+    # this process is ending, so the run's fresh heartbeat is no sign of life: resume must be forced
+    resume = f"python train.py resume={run.tracked.run_id} resume_force=true"
+    return lost.with_local_checkpoint(Path(config.paths.output_dir) / paths.LAST_CHECKPOINT, resume)
+
+
+def stopped(run: TrainingRun | None, error: BaseException, signals: Signals, config: TrainConfig) -> None:
+    """``stop``; a store that stopped answering while the run is marked is told as above (the local
+    checkpoint and the resume command), not as a failure to mark it."""
+    try:
+        stop(run, error, signals)
+    except TrackingUnavailable as lost:
+        if run is None:
+            raise
+        raise resumable(lost, config, run) from error
 
 
 UNWRITABLE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR}
