@@ -11,6 +11,7 @@ from pathlib import Path
 
 import lightning as L
 import pytest
+import torch
 from cli_helpers import EVALUATE_PY, explain, outputs_under, run_cli, user_env  # noqa: E402  (tests/ on sys.path)
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, MissingConfigException
@@ -183,6 +184,23 @@ def test_the_default_config_and_every_learning_rate_schedule_step_are_accepted(t
                                           *outputs(tmp_path)]))
     validate(compose_config("train", ["+trainer.max_time=00:00:10:00", "+db_password=x", "+tracking.api_token=x",
                                       *outputs(tmp_path)]))
+
+
+@pytest.mark.parametrize("overrides, optimizer, weight_decay", [
+    ([], "Adam", 0.0),                                                      # unset: Adam's own 0
+    (["optimizer._target_=torch.optim.AdamW"], "AdamW", 0.01),              # unset: AdamW's own 0.01
+    (["optimizer._target_=torch.optim.AdamW", "optimizer.weight_decay=0.0"], "AdamW", 0.0),
+    (["optimizer.weight_decay=0.25"], "Adam", 0.25),
+])
+def test_the_optimizer_gets_the_weight_decay_set_or_else_its_own_default(overrides, optimizer, weight_decay, tmp_path):
+    small = ["dataset.train_size=32", "dataset.val_size=16", "model.hidden_size=8", "model.embedding_dim=8"]
+    config = validate_train(compose_config("train", [*overrides, *small, *outputs(tmp_path)]))
+    datamodule = build_datamodule(config)
+    datamodule.setup()
+    built = build_module(config, datamodule).optimizer_factory([torch.nn.Parameter(torch.zeros(1))])
+    assert type(built).__name__ == optimizer
+    assert built.param_groups[0]["weight_decay"] == weight_decay
+    assert built.param_groups[0]["lr"] == config.optimizer.lr
 
 
 def test_every_problem_is_reported_at_once_each_with_its_key_and_fix(tmp_path):

@@ -61,10 +61,11 @@ def check_handed_on(cfg: TrainBase) -> None:
 
 
 def arguments(group: Any) -> dict[str, Any]:
-    """The keyword arguments a handed-on group gives its callable (the keys set, ``_target_`` left out)."""
+    """The keyword arguments a handed-on group gives its callable (the keys set to a value, ``_target_``
+    left out): a key set to null is left to the callable's own default (``optimizer.weight_decay``)."""
     own = getattr(group, "READ_BY_ATTNSEQ", ())  # e.g. scheduler.interval: when attnseq steps it
     return {k: v for k, v in group.model_dump(exclude_unset=True, by_alias=True).items()
-            if not k.startswith("_") and k not in own}
+            if not k.startswith("_") and k not in own and v is not None}
 
 
 def bound(group: str, values: dict[str, Any], function: Callable, owner: str, skip: Any = ()) -> list[ConfigError]:
