@@ -24,6 +24,8 @@ The weights a step returns (the heatmaps', the alignment metrics'): the cross-at
 layer, layer-major along the head axis ``(B, N·H, T_enc)`` (head h of layer l at l·H + h), or of the
 one layer ``decoder.shown_layer`` picks. The encoder's final state is not read: the decoder knows the
 source through its cross-attention alone. The attention weights are not dropped out (torch's are).
+Each layer's masked self-attention weights are read on demand (``self_attention_weights``, what
+``Seq2Seq.self_attention`` returns): ``decode`` hands back the ones it computes anyway, and a step drops them.
 """
 
 from __future__ import annotations

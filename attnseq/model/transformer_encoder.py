@@ -8,7 +8,7 @@ embedded source, and a bridge from its states to the recurrent decoder's initial
   ``nn.TransformerEncoderLayer(norm_first=True)`` plus ``nn.TransformerEncoder(norm=...)``):
   x + Dropout(SelfAttention(LN(x))), then x + Dropout(W_2 Dropout(ReLU(W_1 LN(x)))). The
   self-attention is this package's ``multihead`` scorer with queries, keys and values all from x,
-  padded positions masked as keys;
+  padded positions masked as keys; its weights per layer on demand: ``self_attention_weights``;
 - keys: the final states ``(B, T_enc, d)``, zero at padding, as the recurrent encoder's are;
 - the decoder's initial state: tanh(W_b · mean of the real states), one ``(L, B, d)`` per decoder
   layer (an LSTM decoder gets its ``(h, c)`` pair from one W_b twice as tall).
