@@ -65,3 +65,15 @@ def padded_batch(
     tgt_in = torch.randint(3, tgt_vocab, (len(lengths), tgt_len), generator=gen)  # (B, T_dec)
     tgt_in[:, 0] = 1  # BOS
     return src, lengths_t, tgt_in
+
+
+def hand_self_attention(attention, norm, states: Tensor, allowed: Tensor) -> Tensor:
+    """softmax(Q Kᵀ / √d_h) per head, written from a pre-norm layer's own weights: Q = LN(x) W_Qᵀ + b_Q,
+    K = LN(x) W_Kᵀ, with the keys ``allowed`` ``(B | 1, T_q, T_k)`` may not see at -inf → ``(B, H, T_q, T_k)``."""
+    normed = torch.nn.functional.layer_norm(states, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+    batch, steps, _ = normed.shape
+    heads, head_dim = attention.heads, attention.head_dim
+    queries = (normed @ attention.W_Q.weight.T + attention.W_Q.bias).view(batch, steps, heads, head_dim)
+    keys = (normed @ attention.W_K.weight.T).view(batch, steps, heads, head_dim)
+    scores = torch.einsum("bqhd,bkhd->bhqk", queries, keys) / head_dim**0.5  # (B, H, T_q, T_k)
+    return torch.softmax(scores.masked_fill(~allowed[:, None], float("-inf")), dim=-1)

@@ -13,7 +13,14 @@ from cli_helpers import HEATMAP_LABELS, artifact_paths
 from matplotlib.text import Text
 
 from attnseq.tracking import paths, tags
-from attnseq.tracking.plots import ARGMAX_LABEL, GOLD_LABEL, HEATMAP_DPI, HEATMAP_MIN_WIDTH_IN, attention_heatmap
+from attnseq.tracking.plots import (
+    ARGMAX_LABEL,
+    GOLD_LABEL,
+    HEATMAP_DPI,
+    HEATMAP_MIN_WIDTH_IN,
+    attention_heatmap,
+    self_attention_heatmaps,
+)
 from attnseq.tracking.store import ui_route
 from attnseq.training.artifacts import heatmap_title
 
@@ -50,6 +57,19 @@ def test_title_verdict_and_legend_lie_inside_the_heatmap(length, heads):
     texts = [text.get_text().replace("\n", " ") for text in figure.findobj(Text)]
     assert title in texts and ARGMAX_LABEL in texts and GOLD_LABEL in texts  # title (with its verdict), legend
     assert clipped_texts(figure) == []
+
+
+@pytest.mark.parametrize("length", [1, 12])
+def test_every_label_lies_inside_the_self_attention_figures(length):
+    """A row per layer (2 layers, 3 heads: the mean and each head), for the encoder and the decoder."""
+    rng = np.random.default_rng(length)
+    src, out = [f"s{i % 10}" for i in range(length)], [f"o{i % 10}" for i in range(length)]
+    maps = {stack: [rng.dirichlet(np.ones(length), size=(3, length)) for _ in range(2)]  # (H, T, T) per layer
+            for stack in ("encoder", "decoder")}
+    title = heatmap_title("long", length, "epoch 12 (step 12999)", correct=False)
+    for stack, figure in self_attention_heatmaps(maps, src, out, title, "<s>").items():
+        assert sum(1 for ax in figure.axes if ax.images) == 2 * 4, stack
+        assert clipped_texts(figure) == [], stack
 
 
 def test_a_trained_run_holds_its_last_and_best_heatmaps_as_plain_files(tiny_run, tmp_path):

@@ -16,19 +16,19 @@ import pytest
 import torch
 from cli_helpers import EVALUATE_PY, all_runs, artifact_paths, explain, outputs_under, run_cli, tiny, tracking_uri
 from mlflow.tracking import MlflowClient
-from model_checks import assert_same_outputs_and_gradients, forward_and_gradients, padded_batch
+from model_checks import assert_same_outputs_and_gradients, forward_and_gradients, hand_self_attention, padded_batch
 from serving_checks import assert_n_best_as_the_library, expected_outputs
 from torch import nn
 
 from attnseq.attention import MultiheadAttention, lengths_to_valid_mask
 from attnseq.errors import ConfigError
 from attnseq.evaluation.counterfactual import CounterfactualAttention, counterfactual_decoder
-from attnseq.model import ModelConfig, beam_search, beam_search_n_best, build_seq2seq, greedy_decode
+from attnseq.model import ModelConfig, beam_search, beam_search_n_best, build_seq2seq, decoder_inputs, greedy_decode
 from attnseq.model.state import DecoderState, Memory
 from attnseq.model.transformer_decoder import TransformerDecoder, TransformerDecoderLayer
-from attnseq.tracking import paths
+from attnseq.tracking import paths, tags
 from attnseq.tracking.logged_model import logging_scope
-from attnseq.tracking.plots import attention_heatmap
+from attnseq.tracking.plots import attention_heatmap, self_attention_heatmaps
 
 V_SRC, V_TGT = 11, 13
 
@@ -101,10 +101,14 @@ def test_the_layer_equals_torchs_pre_norm_transformer_decoder_layer(heads):
     states = torch.randn(3, 4, d, dtype=torch.float64, requires_grad=True)
 
     memory = Memory(keys, src_valid, None)
-    mine, weights, _ = ours(states, None, memory, ours.cross_attention.project_keys(keys), start=0)
+    mine, weights, _, self_weights = ours(states, None, memory, ours.cross_attention.project_keys(keys), start=0)
     theirs = reference(states, keys, tgt_mask=causal_mask(4), tgt_key_padding_mask=~tgt_valid,
                        memory_key_padding_mask=~src_valid)
     torch.testing.assert_close(mine[tgt_valid], theirs[tgt_valid])
+    normed = reference.norm1(states)  # the masked self-attention's weights, per head, as torch's own
+    _, their_self = reference.self_attn(normed, normed, normed, attn_mask=causal_mask(4), need_weights=True,
+                                        average_attn_weights=False)  # (B, H, T_dec, T_dec)
+    torch.testing.assert_close(self_weights, their_self)
     assert weights.shape == (3, heads, 4, 5)
     assert torch.all(weights[~src_valid[:, None, None, :].expand_as(weights)] == 0)
 
@@ -228,7 +232,7 @@ class PrefixRecomputing(TransformerDecoder):
 
     def step(self, prev_tokens, state, memory):
         prefix = prev_tokens[:, None] if state.cache is None else torch.cat([state.cache, prev_tokens[:, None]], 1)
-        logits, weights, _ = self.decode(prefix, DecoderState(state.rnn), memory)  # (B, t + 1, V)
+        logits, weights, _, _ = self.decode(prefix, DecoderState(state.rnn), memory)  # (B, t + 1, V)
         return logits[:, -1], weights[:, :, -1], DecoderState(state.rnn, None, state.step + 1, prefix)
 
 
@@ -288,6 +292,55 @@ def test_the_weights_are_every_layers_heads_or_the_shown_layers():
     assert len(panels) == 1 + 6 and panels[1:] == labels  # the mean, then each layer's heads by name
 
 
+@pytest.mark.parametrize("encoder", ["transformer", "gru"])
+def test_the_decoders_self_attention_maps_are_causal_and_each_layers_softmax_by_hand(encoder):
+    """``Seq2Seq.self_attention``: per decoder layer ``(B, H, T_dec, T_dec)``, softmax(Q Kᵀ / √d_h) from the
+    layer's own weights under the causal mask, exactly 0 above the diagonal, rows summing to 1; the
+    encoder's too for encoder=transformer (none for a GRU's); a decoded target's maps equal stepping's."""
+    src, lengths, tgt_in = padded_batch(V_SRC, V_TGT)
+    model = make_model(encoder=encoder, layers=2).eval()
+    with torch.no_grad():
+        maps = model.self_attention(src, lengths, tgt_in)
+        assert model.config.self_attending == (encoder == "transformer", True)
+        assert len(maps.encoder) == (2 if encoder == "transformer" else 0) and len(maps.decoder) == 2
+        memory, state = model.encode(src, lengths)
+        decoder = model.decoder
+        steps = tgt_in.shape[1]
+        causal = torch.ones(steps, steps, dtype=torch.bool).tril()[None]  # (1, T, T): keys at or before the query
+        states = decoder.embed(tgt_in)  # (B, T, d)
+        per_layer = memory.projected_keys.chunk(2, dim=1)
+        for index, (layer, weights) in enumerate(zip(decoder.layers, maps.decoder)):
+            assert weights.shape == (4, 3, steps, steps)
+            torch.testing.assert_close(weights, hand_self_attention(layer.self_attention, layer.self_attention_norm,
+                                                                    states, causal))
+            assert torch.all(weights.triu(1) == 0)
+            torch.testing.assert_close(weights.sum(-1), torch.ones(4, 3, steps, dtype=torch.float64))
+            states = layer(states, None, memory, per_layer[index], 0)[0]  # (B, T, d): the next layer's input
+
+        decoded = greedy_decode(model, src, lengths, max_length=6)
+        decoded_maps = model.self_attention(src, lengths, decoder_inputs(decoded.tokens))
+        memory, state = model.encode(src, lengths)
+        inputs = decoder_inputs(decoded.tokens)
+        for t in range(inputs.shape[1]):  # step by step with the cache: row t of each layer's map
+            _, _, cache, stepped = decoder.decode(inputs[:, t : t + 1], state, memory)
+            state = DecoderState(state.rnn, None, state.step + 1, cache)
+            for layer_map, step_weights in zip(decoded_maps.decoder, stepped):
+                torch.testing.assert_close(layer_map[:, :, t, : t + 1], step_weights[:, :, 0])
+    n_out = int(decoded.lengths[0])
+    row = decoded_maps.of_row(0, int(lengths[0]), n_out)
+    assert [m.shape for m in row["decoder"]] == [(3, n_out, n_out)] * 2
+    out_tokens = [f"o{t}" for t in range(n_out)]
+    figures = self_attention_heatmaps(row, [f"s{i}" for i in range(int(lengths[0]))], out_tokens, "t", "<s>")
+    assert set(figures) == ({"encoder", "decoder"} if encoder == "transformer" else {"decoder"})
+    panels = [ax for ax in figures["decoder"].axes if ax.images]  # a row per layer: the mean, each head
+    assert [ax.get_title() for ax in panels][:4] == ["layer 1, mean over heads", "layer 1 head 0", "layer 1 head 1",
+                                                      "layer 1 head 2"]
+    assert len(panels) == 2 * 4 and panels[4].get_title() == "layer 2, mean over heads"
+    torch.testing.assert_close(torch.tensor(panels[5].images[0].get_array()), torch.tensor(row["decoder"][1][0]))
+    assert [t.get_text() for t in panels[0].get_xticklabels()] == ["<s>", *out_tokens[:-1]]
+    assert [t.get_text() for t in panels[0].get_yticklabels()] == out_tokens
+
+
 def test_any_scorer_can_be_the_cross_attention_and_the_counterfactual_swaps_every_layer():
     src, lengths, tgt_in = padded_batch(V_SRC, V_TGT)
     model = make_model("bigru", scorer="additive").eval()
@@ -322,17 +375,26 @@ def test_the_saved_config_keeps_the_decoders_settings():
 
 
 # ---------------------------------------------------------------------- through the real CLI
+def assert_png(client: MlflowClient, run_id: str, artifact: str, folder) -> None:
+    """The run's ``artifact`` is a PNG image of a plausible size (a heatmap panel is 3 inches or more)."""
+    from PIL import Image
+
+    local = client.download_artifacts(run_id, artifact, str(folder / run_id))
+    with Image.open(local) as image:
+        assert image.format == "PNG" and image.width >= 450 and image.height >= 300, (artifact, image.size)
+
 SMALL = ("decoder=transformer", "model.heads=2", "decoder.heads=2", "decoder.ff_dim=32", "decoder.layers=2")
 
 
 @pytest.mark.slow
 def test_train_and_evaluate_through_the_cli_with_a_transformer_and_a_gru_encoder(tmp_path):
     """Two runs (encoder=transformer, encoder=gru) into one MLflow store with their heatmaps (the mean
-    and each of the 2 layers × 2 heads), then one evaluate.py decoding both with a beam, α and the n best
-    (its table), then each run's MLflow model: greedy, beam with α, the n best, as the library decodes."""
+    and each of the 2 layers × 2 heads) and self-attention figures (one sample's, to save time), then one
+    evaluate.py decoding both with a beam, α and the n best (its table; the self-attention beside its
+    heatmaps), then each run's MLflow model: greedy, beam with α, the n best, as the library decodes."""
     store = outputs_under(tmp_path, seeded=True)
     for encoder in (("encoder=transformer", "encoder.heads=2", "encoder.ff_dim=32"), ("encoder=gru",)):
-        proc = run_cli(tmp_path, *encoder, *SMALL, *tiny(max_epochs=2), *store)
+        proc = run_cli(tmp_path, *encoder, *SMALL, *tiny(max_epochs=2), "tracking.heatmap_samples=1", *store)
         assert proc.returncode == 0, explain(proc)
     client = MlflowClient(tracking_uri(tmp_path))
     trained = {r.data.params["encoder.name"]: r for r in all_runs(client) if r.data.tags.get("attnseq.kind") == "train"}
@@ -345,6 +407,15 @@ def test_train_and_evaluate_through_the_cli_with_a_transformer_and_a_gru_encoder
         assert 0.0 <= run.data.metrics["val/acc"] <= 1.0
         held = artifact_paths(client, run.info.run_id)
         assert {paths.heatmap_file("short"), paths.best_heatmap_file("short")} <= held
+        # the self-attention beside them: the decoder's, and a Transformer encoder's (none for a GRU)
+        stacks = {"decoder", *(["encoder"] if params["encoder.name"] == "transformer" else [])}
+        figures = {paths.self_attention_file(stack, "short", best) for stack in stacks for best in (False, True)}
+        folder = paths.folder(paths.self_attention_file("decoder", "short"))
+        assert {p for p in held if p.startswith(f"{folder}/")} == figures
+        for stack in stacks:
+            assert_png(client, run.info.run_id, paths.self_attention_file(stack, "short"), tmp_path)
+        images = {p for p in held if "self_attention" in p and p.endswith(".png") and p not in figures}
+        assert len({p for p in images if "decoder_short" in p}) >= 2, sorted(images)  # step 0, each epoch's
 
     proc = run_cli(tmp_path, f"run_ids=[{','.join(r.info.run_id for r in trained.values())}]", "eval.lengths=[1,8]",
                    "eval.size=40", "eval.beam_size=3", "eval.length_penalty=0.6", "eval.n_best=2",
@@ -358,6 +429,15 @@ def test_train_and_evaluate_through_the_cli_with_a_transformer_and_a_gru_encoder
         assert 0.0 <= metrics["eval/acc"] <= 1.0 and 0.0 <= metrics["eval/exact_match"] <= 1.0
         assert {"eval/cf_permute_flip_rate", "eval/cf_uniform_tv", "eval/attn_entropy"} <= set(metrics)
         assert run.data.params["eval.length_penalty"] == "0.6" and run.data.params["eval.n_best"] == "2"
+        evaluated = next(r for r in trained.values() if r.info.run_id == run.data.tags[tags.EVALUATED_RUN])
+        stacks = {"decoder", *(["encoder"] if evaluated.data.params["encoder.name"] == "transformer" else [])}
+        held = artifact_paths(client, run.info.run_id)
+        long = sorted(p for p in held if p.startswith(paths.long_heatmap(0, 1).split("_")[0]))  # heatmaps/long_
+        own = paths.folder(paths.eval_self_attention("decoder", long[0]))
+        assert {p for p in held if p.startswith(f"{own}/")} == {
+            paths.eval_self_attention(stack, heatmap) for stack in stacks for heatmap in long}
+        for stack in stacks:
+            assert_png(client, run.info.run_id, paths.eval_self_attention(stack, long[-1]), tmp_path)
         table = client.download_artifacts(run.info.run_id, f"{paths.EVAL_TABLES}/{paths.N_BEST_TABLE}",
                                           str(tmp_path / run.info.run_id))
         with open(table, newline="", encoding="utf-8") as handle:

@@ -8,12 +8,12 @@ import math
 
 import pytest
 import torch
-from model_checks import assert_same_outputs_and_gradients, forward_and_gradients
+from model_checks import assert_same_outputs_and_gradients, forward_and_gradients, hand_self_attention
 from torch import nn
 
 from attnseq.attention import NO_ATTENTION, SCORERS, lengths_to_valid_mask
 from attnseq.errors import ConfigError
-from attnseq.model import ModelConfig, build_seq2seq, greedy_decode
+from attnseq.model import ModelConfig, build_seq2seq, decoder_inputs, greedy_decode
 from attnseq.model.transformer_encoder import SelfAttentionLayer, TransformerEncoder, sinusoidal_positions
 from attnseq.tracking.plots import attention_heatmap
 
@@ -88,6 +88,10 @@ def test_the_layer_equals_torchs_pre_norm_transformer_encoder_layer(heads):
     states = torch.randn(3, 5, d, dtype=torch.float64)
     valid = lengths_to_valid_mask(torch.tensor([5, 2, 4]), 5)
     torch.testing.assert_close(ours(states, valid), reference(states, src_key_padding_mask=~valid))
+    normed = reference.norm1(states)  # the self-attention's weights, per head, as torch's own
+    _, theirs = reference.self_attn(normed, normed, normed, key_padding_mask=~valid, need_weights=True,
+                                    average_attn_weights=False)  # (B, H, T, T)
+    torch.testing.assert_close(ours.attend(states, valid)[1], theirs)
 
 
 def test_keys_are_zero_at_padding_and_the_decoder_starts_from_the_mean_of_the_real_states():
@@ -214,3 +218,42 @@ def test_a_four_head_multihead_models_heatmap_has_the_mean_and_each_head():
     torch.testing.assert_close(torch.tensor(panels[0].images[0].get_array()), torch.tensor(weights.mean(0)))
     for h in range(4):
         torch.testing.assert_close(torch.tensor(panels[h + 1].images[0].get_array()), torch.tensor(weights[h]))
+
+
+# ---------------------------------------------------------------------- self-attention maps
+def test_the_self_attention_maps_are_each_layers_softmax_of_its_own_weights_by_hand():
+    """``Seq2Seq.self_attention``: per layer ``(B, H, T_enc, T_enc)``, softmax(Q Kᵀ / √d_h) from the
+    layer's own weights with the padded keys masked (exactly 0), rows summing to 1; an RNN decoder has none."""
+    model = make_model("additive", "bahdanau").eval()
+    src, lengths, tgt_in = make_batch()
+    with torch.no_grad():
+        maps = model.self_attention(src, lengths, tgt_in)
+        assert model.config.self_attending == (True, False) and maps.decoder == ()
+        encoder = model.encoder
+        valid = lengths_to_valid_mask(lengths, src.shape[1])  # (B, T)
+        states = encoder.embed(src)  # (B, T, d)
+        assert len(maps.encoder) == len(encoder.layers) == 2
+        for layer, weights in zip(encoder.layers, maps.encoder):
+            assert weights.shape == (4, 3, 6, 6)
+            expected = hand_self_attention(layer.self_attention, layer.attention_norm, states,
+                                           valid[:, None, :].expand(-1, 6, -1))  # (B, H, T, T)
+            torch.testing.assert_close(weights, expected)
+            padded_keys = ~valid[:, None, None, :].expand_as(weights)
+            assert torch.all(weights[padded_keys] == 0)
+            torch.testing.assert_close(weights.sum(-1), torch.ones(4, 3, 6, dtype=torch.float64))
+            states = layer(states, valid)  # (B, T, d): the next layer's input
+        row = maps.of_row(1, int(lengths[1]), 4)
+        assert list(row) == ["encoder"] and [m.shape for m in row["encoder"]] == [(3, 3, 3)] * 2
+        decoded = greedy_decode(model, src, lengths, max_length=5)
+        again = model.self_attention(src, lengths, decoder_inputs(decoded.tokens))  # the decoded target's
+    for first, second in zip(maps.encoder, again.encoder):
+        torch.testing.assert_close(first, second)  # the encoder's maps read the source alone
+
+
+def test_a_recurrent_model_has_no_self_attention():
+    config = ModelConfig(V_SRC, V_TGT, embedding_dim=8, hidden_size=12, scorer="additive", decoder="bahdanau")
+    model = build_seq2seq(config)
+    src, lengths, tgt_in = make_batch()
+    assert config.self_attending == (False, False)
+    maps = model.self_attention(src, lengths, tgt_in)
+    assert maps.encoder == () and maps.decoder == () and maps.of_row(0, 6, 5) == {}

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -23,14 +24,15 @@ from attnseq.evaluation.counterfactual import MODES, CounterfactualTotals, count
 from attnseq.evaluation.trained_runs import TrainedRun
 from attnseq.metrics import BatchOutputs, MetricSuite, SuiteSpec
 from attnseq.metrics.translation import signature_params
-from attnseq.model import Decoded, decode_length_limit, greedy_decode
+from attnseq.model import Decoded, decode_length_limit, decoder_inputs, greedy_decode
 from attnseq.model.beam import NBestDecoded, beam_search, beam_search_n_best
 from attnseq.model.decoding import Encoded
 from attnseq.registry import require_plugins
 
 log = logging.getLogger(__name__)
 __all__ = ["N_BEST_COLUMNS", "TEXT_TASKS", "EvalResult", "EvalSettings", "decode", "decode_n_best", "decoded_row",
-           "evaluate_run", "evaluation_examples", "length_limit", "metric_suite", "n_best_rows", "sentence_samples"]
+           "evaluate_run", "evaluation_examples", "length_limit", "metric_suite", "n_best_rows", "self_attention_of",
+           "sentence_samples"]
 
 N_BEST_COLUMNS = ("example", "rank", "source", "reference", "output", "score", "log_prob", "length")
 """The n-best table's columns: the example's index (in evaluation order), the hypothesis's rank from 1,
@@ -226,6 +228,18 @@ def sentence_samples(
     batch = collate(encode_examples([example for _, example in read], trained.src_vocab, trained.tgt_vocab))
     decoded = decode(trained, batch, beam_size, length_penalty=length_penalty)
     return [(text, example, decoded_row(decoded, i)) for i, (text, example) in enumerate(read)]
+
+
+@torch.no_grad()
+def self_attention_of(trained: TrainedRun, example: Example, decoded: Decoded) -> dict[str, list[np.ndarray]]:
+    """The self-attention maps (``Seq2Seq.self_attention``) of one example as the run decoded it
+    (``decoded``: a row, ``decoded_row``), by stack, per layer ``(H, T, T)``; empty for RNN stacks."""
+    model = trained.model
+    batch = collate(encode_examples([example], trained.src_vocab, trained.tgt_vocab))
+    batch = batch.to(next(model.parameters()).device)
+    outputs = decoded.tokens[None].to(batch.src.device)  # (1, T_out)
+    maps = model.self_attention(batch.src, batch.src_lengths, decoder_inputs(outputs))
+    return maps.of_row(0, len(example.src), int(decoded.lengths))
 
 
 def decoded_row(decoded: Decoded, i: int) -> Decoded:

@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from attnseq.config import EvalConfig
 from attnseq.data.tokenizers import output_text
+from attnseq.data.vocab import BOS_TOKEN
 from attnseq.evaluation.compare import (
     HALF_WIDTH,
     INTERVAL_NOTE,
@@ -31,7 +32,7 @@ from attnseq.evaluation.compare import (
     table_rows,
     write_comparison,
 )
-from attnseq.evaluation.evaluator import N_BEST_COLUMNS, EvalResult, EvalSettings, evaluate_run
+from attnseq.evaluation.evaluator import N_BEST_COLUMNS, EvalResult, EvalSettings, evaluate_run, self_attention_of
 from attnseq.evaluation.trained_runs import TrainedRun, latest_sweep, load_trained_run, select_runs
 from attnseq.evaluation.validation import check_config
 from attnseq.lifecycle.signals import Signals, exit_code, release_interrupted_frames
@@ -44,6 +45,7 @@ from attnseq.tracking.plots import (
     figure_to_array,
     same_sample_heatmaps,
     save_figure,
+    self_attention_heatmaps,
 )
 from attnseq.tracking.provenance import runtime_params
 from attnseq.tracking.redaction import redact_text
@@ -164,6 +166,7 @@ def log_evaluation(client: TrackingClient, trained: TrainedRun, settings: EvalSe
             image = figure_to_array(attention_heatmap(weights, example.src, out_tokens, title, gold=example.alignment,
                                                       head_labels=trained.model.decoder.head_labels(len(weights))))
             run.log_image(image, paths.long_heatmap(i, len(example.src)))
+            log_self_attention(run, trained, example, decoded, title, paths.long_heatmap(i, len(example.src)))
         for i, (text, example, decoded) in enumerate(result.sentence_samples):
             out_tokens = trained.tgt_vocab.decode(decoded.tokens.tolist())
             weights = decoded.attention[:, :, : len(example.src)].float().numpy()  # (H, T_out, T_src)
@@ -172,7 +175,17 @@ def log_evaluation(client: TrackingClient, trained: TrainedRun, settings: EvalSe
             figure = attention_heatmap(weights, example.src, out_tokens, title,
                                        head_labels=trained.model.decoder.head_labels(len(weights)))
             run.log_image(figure_to_array(figure), paths.sentence_heatmap(i))
+            log_self_attention(run, trained, example, decoded, title, paths.sentence_heatmap(i))
     return run.run_id
+
+
+def log_self_attention(run: TrackedRun, trained: TrainedRun, example, decoded, title: str, heatmap: str) -> None:
+    """The self-attention figures of the sample whose heatmap is ``heatmap`` (a Transformer encoder's or
+    decoder's; none for RNNs), beside it: ``paths.eval_self_attention``."""
+    maps = self_attention_of(trained, example, decoded)
+    out_tokens = trained.tgt_vocab.decode(decoded.tokens.tolist())
+    for stack, figure in self_attention_heatmaps(maps, example.src, out_tokens, title, BOS_TOKEN).items():
+        run.log_image(figure_to_array(figure), paths.eval_self_attention(stack, heatmap))
 
 
 def log_figure(run: TrackedRun, figure, folder: Path, artifact: str) -> None:

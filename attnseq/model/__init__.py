@@ -15,7 +15,8 @@ _HOMES = {
     "BahdanauDecoder": "decoders", "Decoder": "decoders", "LuongDecoder": "decoders", "PlainDecoder": "decoders",
     "Decoded": "decoding", "decode_length_limit": "decoding", "greedy_decode": "decoding",
     "RNNEncoder": "rnn_encoder", "load_model_file": "saved",
-    "load_saved_model": "saved", "Seq2Seq": "seq2seq", "build_seq2seq": "seq2seq", "DecoderState": "state",
+    "load_saved_model": "saved", "Seq2Seq": "seq2seq", "SelfAttention": "seq2seq", "build_seq2seq": "seq2seq",
+    "decoder_inputs": "seq2seq", "DecoderState": "state",
     "Memory": "state", "SequenceDecoder": "decoders", "TransformerDecoder": "transformer_decoder",
 }
 __all__ = sorted(_HOMES)

@@ -153,6 +153,13 @@ class ModelConfig:
         return self.parts()[3].feeds_input
 
     @property
+    def self_attending(self) -> tuple[bool, bool]:
+        """Whether the encoder and the decoder attend over their own sequence (their settings'
+        ``self_attends``): what ``Seq2Seq.self_attention`` returns maps of."""
+        _, encoder, _, decoder, _ = self.parts()
+        return encoder.self_attends, decoder.self_attends
+
+    @property
     def query_dim(self) -> int:
         """d_q: the decoder state that queries the encoder (top layer)."""
         return self.hidden_size

@@ -39,6 +39,10 @@ class DecoderSettings(Choice):
     needs_attention: ClassVar[bool] = False
     """True for a decoder that reads the source through its attention alone (``scorer=none`` cannot work)."""
 
+    self_attends: ClassVar[bool] = False
+    """True for a decoder whose module has ``self_attention_weights(tgt_in, state, memory)``: each layer's
+    masked ``(B, H, T_dec, T_dec)`` (``Seq2Seq.self_attention``; drawn beside the cross-attention heatmaps)."""
+
     @property
     def options(self) -> dict[str, Any]:
         """The convention's own settings past ``convention`` and ``input_feeding`` (saved with the model)."""
@@ -112,6 +116,7 @@ class TransformerConvention(DecoderSettings):
 
     convention: Literal["transformer"] = "transformer"
     needs_attention: ClassVar[bool] = True
+    self_attends: ClassVar[bool] = True
     layers: PositiveInt = Field(2, le=64, description="decoder layers (model.layers is only an RNN encoder's depth)")
     heads: PositiveInt = Field(4, description="self-attention heads (model.heads are the cross-attention heads); "
                                "must divide model.hidden_size")

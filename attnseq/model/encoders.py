@@ -38,6 +38,10 @@ class EncoderSettings(Choice):
     cell: Literal["gru", "lstm"] = Field("gru", description="the RNN cell (the decoder's too)")
     bidirectional: bool = Field(False, description="read the source both ways (keys 2 × model.hidden_size wide)")
 
+    self_attends: ClassVar[bool] = False
+    """True for an encoder whose module has ``self_attention_weights(src, src_lengths)``: each layer's
+    ``(B, H, T_enc, T_enc)`` (``Seq2Seq.self_attention``; drawn beside the cross-attention heatmaps)."""
+
     @property
     def options(self) -> dict[str, Any]:
         """The kind's own settings: the fields past the shared ones."""
@@ -76,6 +80,7 @@ class TransformerEncoderSettings(EncoderSettings):
     cell (the encoder has none); ``model.layers`` the decoder's depth."""
 
     kind: Literal["transformer"] = "transformer"
+    self_attends: ClassVar[bool] = True
     layers: PositiveInt = Field(2, description="self-attention layers")
     heads: PositiveInt = Field(4, description="self-attention heads (model.heads are the decoder's "
                                "cross-attention heads); must divide model.hidden_size")

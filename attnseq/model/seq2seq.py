@@ -2,14 +2,42 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
+import torch
 from torch import Tensor, nn
 
 from attnseq.attention import build_attention, lengths_to_valid_mask
+from attnseq.data.vocab import BOS
 from attnseq.errors import ConfigError
 from attnseq.kernels import DEFAULT_FAST_PATHS, FastPaths
 from attnseq.model.config import ModelConfig
 from attnseq.model.decoders import PlainDecoder, SequenceDecoder, TiedOutput
 from attnseq.model.state import DecoderState, Memory
+
+
+@dataclass(frozen=True)
+class SelfAttention:
+    """A batch's self-attention weights, one tensor per layer (first layer first), every head: the
+    encoder's ``(B, H, T_enc, T_enc)`` (zero at padded keys) and the decoder's masked ``(B, H, T_dec, T_dec)``
+    (zero above the diagonal); empty for a stack without self-attention (an RNN's)."""
+
+    encoder: tuple[Tensor, ...] = ()
+    decoder: tuple[Tensor, ...] = ()
+
+    def of_row(self, row: int, src_length: int, tgt_length: int) -> dict[str, list[np.ndarray]]:
+        """Row ``row``'s maps cut to its real positions, as float arrays by stack (``encoder``, ``decoder``;
+        a stack without self-attention left out): per layer ``(H, n_src, n_src)`` or ``(H, n_tgt, n_tgt)``."""
+        stacks = {"encoder": (self.encoder, src_length), "decoder": (self.decoder, tgt_length)}
+        return {stack: [m[row, :, :n, :n].float().cpu().numpy() for m in maps]  # (H, n, n) each
+                for stack, (maps, n) in stacks.items() if maps}
+
+
+def decoder_inputs(outputs: Tensor) -> Tensor:
+    """The decoder's inputs that produce the outputs ``(B, T)`` under teacher forcing: BOS, then each
+    output but the last ``(B, T)``."""
+    return torch.cat([torch.full_like(outputs[:, :1], BOS), outputs[:, :-1]], dim=1)  # (B, T)
 
 
 class Seq2Seq(nn.Module):
@@ -41,6 +69,20 @@ class Seq2Seq(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         memory, state = self.encode(src, src_lengths)
         return self.decoder(tgt_in, state, memory, teacher_forcing=teacher_forcing)
+
+    def self_attention(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> SelfAttention:
+        """The self-attention weights of the batch, the decoder's under teacher forcing with ``tgt_in``
+        ``(B, T_dec)`` (a decoded output's: ``decoder_inputs(tokens)``; causal, so a row's padding after its
+        end changes nothing before it). Computed on demand by a pass of its own: ``forward`` and decoding
+        neither compute nor keep anything for it. A stack whose settings do not declare ``self_attends``
+        (``model.config.self_attending``) has none."""
+        encoder_attends, decoder_attends = self.config.self_attending
+        encoder = self.encoder.self_attention_weights(src, src_lengths) if encoder_attends else []
+        decoder = []
+        if decoder_attends:
+            memory, state = self.encode(src, src_lengths)
+            decoder = self.decoder.self_attention_weights(tgt_in, state, memory)
+        return SelfAttention(tuple(encoder), tuple(decoder))
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -24,6 +24,8 @@ The weights a step returns (the heatmaps', the alignment metrics'): the cross-at
 layer, layer-major along the head axis ``(B, N·H, T_enc)`` (head h of layer l at l·H + h), or of the
 one layer ``decoder.shown_layer`` picks. The encoder's final state is not read: the decoder knows the
 source through its cross-attention alone. The attention weights are not dropped out (torch's are).
+Each layer's masked self-attention weights are read on demand (``self_attention_weights``, what
+``Seq2Seq.self_attention`` returns): ``decode`` hands back the ones it computes anyway, and a step drops them.
 """
 
 from __future__ import annotations
@@ -58,10 +60,11 @@ class TransformerDecoderLayer(nn.Module):
 
     def forward(
         self, states: Tensor, past: Tensor | None, memory: Memory, projected_keys: Tensor, start: int
-    ) -> tuple[Tensor, Tensor, Tensor]:
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """``past``: the self-attention's keys and values of the positions before ``start``
         ``(B, H, start, 2·d_h)``, or None at 0. Returns the new states, the cross-attention weights
-        ``(B, H, T, T_enc)`` and the keys and values of every position so far ``(B, H, start + T, 2·d_h)``."""
+        ``(B, H, T, T_enc)``, the keys and values of every position so far ``(B, H, start + T, 2·d_h)``
+        and the masked self-attention's weights ``(B, H, T, start + T)`` (zero after each query's position)."""
         attention = self.self_attention
         normed = self.self_attention_norm(states)  # (B, T, d)
         own = attention.project_keys(normed)  # (B, H, T, 2·d_h)
@@ -80,7 +83,7 @@ class TransformerDecoderLayer(nn.Module):
         )  # (B, T, d_k), (B, H, T, T_enc)
         states = states + self.dropout(self.context_map(context))  # (B, T, d)
         states = states + self.dropout(self.feed_forward(self.feed_forward_norm(states)))  # (B, T, d)
-        return states, cross_weights, seen
+        return states, cross_weights, seen, weights
 
 
 class TransformerDecoder(EmbedsWithPositions, SequenceDecoder):
@@ -132,26 +135,35 @@ class TransformerDecoder(EmbedsWithPositions, SequenceDecoder):
         for layer in self.layers:
             layer.cross_attention = wrap(layer.cross_attention)
 
-    def decode(self, tokens: Tensor, state: DecoderState, memory: Memory) -> tuple[Tensor, Tensor, Tensor]:
+    def decode(
+        self, tokens: Tensor, state: DecoderState, memory: Memory
+    ) -> tuple[Tensor, Tensor, Tensor, list[Tensor]]:
         """Tokens ``(B, T)`` following the cached prefix → logits ``(B, T, V)``, weights
-        ``(B, H', T, T_enc)`` and the cache of every position so far ``(B, N, H, t + T, 2·d_h)``."""
+        ``(B, H', T, T_enc)``, the cache of every position so far ``(B, N, H, t + T, 2·d_h)`` and each
+        layer's self-attention weights ``(B, H, T, t + T)`` (computed anyway; only kept when asked for)."""
         states = self.embed(tokens, state.step)  # (B, T, d)
         per_layer = memory.projected_keys.chunk(len(self.layers), dim=1)  # N × (B, H, T_enc, d_p)
-        weights, caches = [], []
+        weights, caches, own = [], [], []
         for index, layer in enumerate(self.layers):
             past = None if state.cache is None else state.cache[:, index]  # (B, H, t, 2·d_h)
-            states, layer_weights, seen = layer(states, past, memory, per_layer[index], state.step)
+            states, layer_weights, seen, self_weights = layer(states, past, memory, per_layer[index], state.step)
             weights.append(layer_weights)
             caches.append(seen)
+            own.append(self_weights)
         logits = self.output(self.final_norm(states))  # (B, T, V)
         shown = torch.cat(weights, dim=1) if self.shown_layer is None else weights[self.shown_layer - 1]
-        return logits, shown, torch.stack(caches, dim=1)  # (B, T, V), (B, H', T, T_enc), (B, N, H, t + T, 2·d_h)
+        return logits, shown, torch.stack(caches, dim=1), own  # (B, T, V), (B, H', T, T_enc), (B, N, H, t + T, 2·d_h)
 
     def step(self, prev_tokens: Tensor, state: DecoderState, memory: Memory) -> StepOutput:
-        logits, weights, cache = self.decode(prev_tokens[:, None], state, memory)  # (B, 1, V), (B, H', 1, T_enc)
+        logits, weights, cache, _ = self.decode(prev_tokens[:, None], state, memory)  # (B, 1, V), (B, H', 1, T_enc)
         new_state = DecoderState(state.rnn, None, state.step + 1, cache)
         return logits[:, 0], weights[:, :, 0], new_state  # (B, V), (B, H', T_enc)
 
     def teacher_forced(self, tgt_in: Tensor, state: DecoderState, memory: Memory) -> tuple[Tensor, Tensor]:
-        logits, weights, _ = self.decode(tgt_in, state, memory)  # (B, T_dec, V), (B, H', T_dec, T_enc)
+        logits, weights, _, _ = self.decode(tgt_in, state, memory)  # (B, T_dec, V), (B, H', T_dec, T_enc)
         return logits, weights
+
+    def self_attention_weights(self, tgt_in: Tensor, state: DecoderState, memory: Memory) -> list[Tensor]:
+        """Each layer's masked self-attention weights ``(B, H, T_dec, T_dec)`` over the inputs ``tgt_in``
+        ``(B, T_dec)``, on demand: row t is how step t averages the inputs 0 … t, exactly 0 above the diagonal."""
+        return self.decode(tgt_in, state, memory)[3]

@@ -8,7 +8,7 @@ embedded source, and a bridge from its states to the recurrent decoder's initial
   ``nn.TransformerEncoderLayer(norm_first=True)`` plus ``nn.TransformerEncoder(norm=...)``):
   x + Dropout(SelfAttention(LN(x))), then x + Dropout(W_2 Dropout(ReLU(W_1 LN(x)))). The
   self-attention is this package's ``multihead`` scorer with queries, keys and values all from x,
-  padded positions masked as keys;
+  padded positions masked as keys; its weights per layer on demand: ``self_attention_weights``;
 - keys: the final states ``(B, T_enc, d)``, zero at padding, as the recurrent encoder's are;
 - the decoder's initial state: tanh(W_b · mean of the real states), one ``(L, B, d)`` per decoder
   layer (an LSTM decoder gets its ``(h, c)`` pair from one W_b twice as tall).
@@ -75,10 +75,14 @@ class SelfAttentionLayer(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, states: Tensor, valid_mask: Tensor) -> Tensor:
+        return self.attend(states, valid_mask)[0]
+
+    def attend(self, states: Tensor, valid_mask: Tensor) -> tuple[Tensor, Tensor]:
+        """The new states and the self-attention weights ``(B, H, T, T)`` (zero at padded keys)."""
         normed = self.attention_norm(states)  # (B, T, d)
-        attended, _ = self.self_attention(normed, normed, valid_mask)  # (B, T, d)
+        attended, weights = self.self_attention(normed, normed, valid_mask)  # (B, T, d), (B, H, T, T)
         states = states + self.dropout(attended)  # (B, T, d)
-        return states + self.dropout(self.feed_forward(self.feed_forward_norm(states)))  # (B, T, d)
+        return states + self.dropout(self.feed_forward(self.feed_forward_norm(states))), weights  # (B, T, d)
 
 
 class TransformerEncoder(EmbedsWithPositions, nn.Module):
@@ -121,3 +125,13 @@ class TransformerEncoder(EmbedsWithPositions, nn.Module):
         if self.decoder_cell == "lstm":
             return states, (initial[0].contiguous(), initial[1].contiguous())  # (L, B, d) each
         return states, initial[0].contiguous()  # (L, B, d)
+
+    def self_attention_weights(self, src: Tensor, src_lengths: Tensor) -> list[Tensor]:
+        """Each layer's self-attention weights ``(B, H, T_enc, T_enc)``, on demand (``forward`` keeps none):
+        row i is how position i averages the positions of its source, zero at padded ones."""
+        valid = lengths_to_valid_mask(src_lengths, src.shape[1])  # (B, T)
+        states, maps = self.embed(src), []  # (B, T, d)
+        for layer in self.layers:
+            states, weights = layer.attend(states, valid)  # (B, T, d), (B, H, T, T)
+            maps.append(weights)
+        return maps

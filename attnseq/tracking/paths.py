@@ -64,6 +64,18 @@ def best_heatmap_file(label: str) -> str:
     return f"attention/best_{label}.png"
 
 
+def self_attention_image(stack: str, label: str) -> str:
+    """The key of a training run's time-stepped self-attention figure of sample ``label``, for ``stack``
+    (``encoder``, ``decoder``: a Transformer's; a row per layer), stepped as ``attention_image``."""
+    return f"attention/self_attention/{stack}_{label}"
+
+
+def self_attention_file(stack: str, label: str, best: bool = False) -> str:
+    """A training run's self-attention figure of its last epoch's model (``best``: of its best
+    checkpoint), as a plain file beside ``heatmap_file``'s."""
+    return f"attention/self_attention/{stack}_{'best_' if best else ''}{label}.png"
+
+
 EVAL_TABLES = "eval"
 """An evaluation run's per-bucket tables (``buckets.json``, ``buckets.csv``), and with ``eval.n_best`` > 1
 its n-best table (``N_BEST_TABLE``)."""
@@ -81,6 +93,13 @@ COMPARISON = "comparison"
 def sentence_heatmap(index: int) -> str:
     """An evaluation run's heatmap of the ``index``-th text of ``eval.sentences``."""
     return f"heatmaps/sentence_{index}.png"
+
+
+def eval_self_attention(stack: str, heatmap: str) -> str:
+    """An evaluation run's self-attention figure for ``stack`` (``encoder``, ``decoder``) of the sample
+    whose cross-attention heatmap is ``heatmap`` (``long_heatmap``, ``sentence_heatmap``): beside it, in
+    ``heatmaps/self_attention/``."""
+    return f"{folder(heatmap)}/self_attention/{stack}_{file_name(heatmap)}"
 
 
 def comparison_sentence_heatmaps(index: int) -> str:

@@ -75,24 +75,60 @@ def same_sample_heatmaps(
     return _heatmap_row(rows, title)
 
 
+def self_attention_heatmaps(
+    maps: Mapping[str, Sequence[np.ndarray]],
+    src_tokens: Sequence[str],
+    out_tokens: Sequence[str],
+    title: str,
+    start_token: str,
+) -> dict[str, Figure]:
+    """One sample's self-attention, a figure per stack (``maps``: ``encoder``, ``decoder``, each a list
+    of per-layer weights ``(H, T, T)``, as ``Seq2Seq.self_attention(...).of_row`` gives them): a row per
+    layer, the head mean then each head when there are several, every row's argmax marked. The
+    encoder's queries and keys are the source tokens; the decoder's queries are the output tokens (the
+    rows of the cross-attention heatmap) and its keys the inputs each step reads: ``start_token``, then
+    every output but the last."""
+    axes = {"encoder": (src_tokens, src_tokens, "source (query)", "source (key)"),
+            "decoder": ([start_token, *out_tokens[:-1]], out_tokens, "output (query)", "decoder input (key)")}
+    figures = {}
+    for stack, layers in maps.items():
+        keys, queries, ylabel, xlabel = axes[stack]
+        rows = []
+        for layer, weights in enumerate(layers, start=1):
+            heads = weights.shape[0]
+            panels = [(f"layer {layer}, mean over heads" if heads > 1 else f"layer {layer}", weights.mean(0))]
+            panels += [(f"layer {layer} head {h}", weights[h]) for h in range(heads)] if heads > 1 else []
+            rows.append([(label, matrix, keys, queries, None) for label, matrix in panels])
+        figures[stack] = _heatmap_grid(rows, f"{stack} self-attention: {title}", xlabel, ylabel)
+    return figures
+
+
 def _heatmap_row(panels: Sequence[tuple], title: str) -> Figure:
     """Heatmap panels ``(label, matrix (T_out, T_src), src tokens, out tokens, gold or None)`` in a
     row, each sized by its own tokens, one shared colour bar. The figure is at least
     ``HEATMAP_MIN_WIDTH_IN`` wide and its title wraps to its width, so that a short sequence's title,
     verdict and legend are never cut off; the layout engine keeps every label inside the figure."""
+    return _heatmap_grid([panels], title)
+
+
+def _heatmap_grid(rows: Sequence[Sequence[tuple]], title: str, xlabel: str = "source",
+                  ylabel: str = "output") -> Figure:
+    """Rows of heatmap panels as ``_heatmap_row`` draws one, columns sized by the first row's."""
+    panels = rows[0]
     widths = [max(3.0, HEATMAP_CELL_IN * len(src) + 1.8) for _, _, src, _, _ in panels]
     width = max(HEATMAP_MIN_WIDTH_IN, sum(widths))
     title_lines = textwrap.wrap(title, max(1, int(width * 72 / TITLE_CHAR_PT)))
-    height = max(2.5, HEATMAP_CELL_IN * max(len(out) for _, _, _, out, _ in panels) + 1.9)
+    longest = max(len(out) for row in rows for _, _, _, out, _ in row)
+    height = len(rows) * max(2.5, HEATMAP_CELL_IN * longest + 1.9)
     height += TITLE_LINE_IN * (len(title_lines) - 1)  # (each further title line)
-    fig, axes = plt.subplots(1, len(panels), figsize=(width, height), squeeze=False, dpi=HEATMAP_DPI,
+    fig, axes = plt.subplots(len(rows), len(panels), figsize=(width, height), squeeze=False, dpi=HEATMAP_DPI,
                              gridspec_kw={"width_ratios": widths}, layout="constrained")
-    longest = max(len(out) for _, _, _, out, _ in panels)
-    for ax, (label, matrix, src_tokens, out_tokens, gold) in zip(axes[0], panels):
-        image = _heatmap_panel(ax, label, matrix, src_tokens, out_tokens, gold)
-        ax.set_ylim(longest - 0.5, -0.5)  # every panel's rows the same height, the first at the top
-    axes[0][0].set_ylabel("output")
-    fig.colorbar(image, ax=axes[0][-1], fraction=0.046, pad=0.02, label="weight")
+    for row_axes, row in zip(axes, rows):
+        for ax, (label, matrix, src_tokens, out_tokens, gold) in zip(row_axes, row):
+            image = _heatmap_panel(ax, label, matrix, src_tokens, out_tokens, gold, xlabel)
+            ax.set_ylim(longest - 0.5, -0.5)  # every panel's rows the same height, the first at the top
+        row_axes[0].set_ylabel(ylabel)
+    fig.colorbar(image, ax=axes[:, -1], fraction=0.046, pad=0.02, label="weight")
     fig.suptitle("\n".join(title_lines), fontsize=HEATMAP_LABEL_PT + 1)
     handles, labels = axes[0][0].get_legend_handles_labels()
     if handles:
@@ -102,11 +138,11 @@ def _heatmap_row(panels: Sequence[tuple], title: str) -> Figure:
 
 
 def _heatmap_panel(ax: Axes, label: str, matrix: np.ndarray, src_tokens: Sequence[str],
-                   out_tokens: Sequence[str], gold: Sequence[int] | None):
+                   out_tokens: Sequence[str], gold: Sequence[int] | None, xlabel: str = "source"):
     image = ax.imshow(matrix, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
     ax.set_xticks(range(len(src_tokens)), src_tokens, rotation=90, fontsize=HEATMAP_LABEL_PT)
     ax.set_yticks(range(len(out_tokens)), out_tokens, fontsize=HEATMAP_LABEL_PT)
-    ax.set_xlabel("source")
+    ax.set_xlabel(xlabel)
     ax.set_title("\n".join(textwrap.wrap(label, PANEL_TITLE_CHARS)), fontsize=HEATMAP_LABEL_PT + 1)
     if gold is not None:
         points = [(src, out) for out, src in enumerate(gold[: len(out_tokens)]) if src >= 0]

@@ -6,7 +6,8 @@ paths are ``attnseq.tracking.paths``).
   scores the validation logs (params ``sacrebleu.signature``, ``chrf.signature``, ``ter.signature``);
 - before training (step 0; drawn after the first step, from a copy of the untrained model) and
   every validation epoch: attention heatmaps of a fixed set of
-  validation samples (short, medium, longer than training), and every validation epoch the
+  validation samples (short, medium, longer than training; a Transformer encoder's and decoder's
+  self-attention of the same samples beside them, ``attention/self_attention/``), and every validation epoch the
   accuracy-vs-length figure, as time-stepped images whose step
   is the step Lightning logs the validation metrics at (``metric_step``), so the UI's image slider and
   metric charts share one axis (Lightning's ``epoch`` metric maps steps to epochs), and the
@@ -50,15 +51,21 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from attnseq.data import Example, collate
 from attnseq.data.datamodule import Seq2SeqDataModule
 from attnseq.data.tokenizers import TEXT_TASKS, SubwordTokenizer
-from attnseq.data.vocab import EOS
+from attnseq.data.vocab import BOS_TOKEN, EOS
 from attnseq.lifecycle.signals import Signals
 from attnseq.metrics.translation import signature_params
-from attnseq.model import Seq2Seq, greedy_decode
+from attnseq.model import Seq2Seq, decoder_inputs, greedy_decode
 from attnseq.serving.predictor import RequestLimits
 from attnseq.tracking import paths, tags
 from attnseq.tracking.length_curves import log_length_curves
 from attnseq.tracking.logged_model import log_translator
-from attnseq.tracking.plots import accuracy_vs_length, attention_heatmap, figure_to_array, write_png
+from attnseq.tracking.plots import (
+    accuracy_vs_length,
+    attention_heatmap,
+    figure_to_array,
+    self_attention_heatmaps,
+    write_png,
+)
 from attnseq.tracking.redaction import redact_document
 from attnseq.tracking.run import TrackedRun
 from attnseq.tracking.store import ui_route
@@ -221,13 +228,18 @@ class RunArtifacts(Callback):
         """The samples' heatmaps, decoded by ``model`` (the module's own by default), as time-stepped
         images at ``step`` (``metric_step`` by default)."""
         step = metric_step(trainer) if step is None else step
-        for label, image in self.heatmap_images(trainer, pl_module, when, model).items():
+        heatmaps, self_attention = self.heatmap_images(trainer, pl_module, when, model)
+        for label, image in heatmaps.items():
             self.run.log_image_step(image, paths.attention_image(label), step)
+        for (stack, label), image in self_attention.items():
+            self.run.log_image_step(image, paths.self_attention_image(stack, label), step)
 
     @torch.no_grad()
-    def heatmap_images(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule, when: str,
-                       model: Seq2Seq | None = None) -> dict[str, np.ndarray]:
-        """Each sample's heatmap as decoded by ``model`` (the module's own by default), by label."""
+    def heatmap_images(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule, when: str, model: Seq2Seq | None = None,
+                       ) -> tuple[dict[str, np.ndarray], dict[tuple[str, str], np.ndarray]]:
+        """Each sample's heatmap as decoded by ``model`` (the module's own by default), by label, and its
+        self-attention figures (a Transformer encoder's or decoder's; ``Seq2Seq.self_attention``) by
+        ``(stack, label)``."""
         data = trainer.datamodule
         model = pl_module.model if model is None else model
         batch = collate(data.encode_examples(list(self.samples.values()))).to(pl_module.device)
@@ -235,8 +247,9 @@ class RunArtifacts(Callback):
         model.eval()
         limit = decode_length_limit(batch.src_lengths, pl_module.decode_ratio, pl_module.decode_extra)
         decoded = greedy_decode(model, batch.src, batch.src_lengths, max_length=limit)
+        self_attention = model.self_attention(batch.src, batch.src_lengths, decoder_inputs(decoded.tokens))
         model.train(was_training)
-        images = {}
+        images, self_images = {}, {}
         for i, (label, example) in enumerate(self.samples.items()):
             n_src, n_out = len(example.src), int(decoded.lengths[i])
             out_ids = decoded.tokens[i, :n_out].tolist()
@@ -247,21 +260,32 @@ class RunArtifacts(Callback):
             figure = attention_heatmap(weights, example.src, out_tokens, title, gold=example.alignment,
                                        head_labels=model.decoder.head_labels(weights.shape[0]))
             images[label] = figure_to_array(figure)
-        return images
+            maps = self_attention.of_row(i, n_src, n_out)
+            for stack, figure in self_attention_heatmaps(maps, example.src, out_tokens, title, BOS_TOKEN).items():
+                self_images[stack, label] = figure_to_array(figure)
+        return images, self_images
 
     def log_final_heatmaps(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
-        """The last epoch's heatmaps and the best checkpoint's, as plain files in ``attention/``."""
-        when = f"after {epochs(trainer.current_epoch)}"
-        for label, image in self.heatmap_images(trainer, pl_module, when).items():
-            self.log_picture(image, paths.heatmap_file(label))
+        """The last epoch's heatmaps and the best checkpoint's, as plain files in ``attention/`` (the
+        self-attention figures in ``attention/self_attention/``)."""
+        self.log_heatmap_files(trainer, pl_module, f"after {epochs(trainer.current_epoch)}")
         checkpoint = self.read_best()
         if checkpoint is None:
             return
         model = copy.deepcopy(pl_module.model)
         model.load_state_dict(model_weights(checkpoint["state_dict"]))
         when = f"best checkpoint, after {epochs(checkpoint['epoch'] + 1)}"
-        for label, image in self.heatmap_images(trainer, pl_module, when, model=model).items():
-            self.log_picture(image, paths.best_heatmap_file(label))
+        self.log_heatmap_files(trainer, pl_module, when, model=model)
+
+    def log_heatmap_files(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule, when: str,
+                          model: Seq2Seq | None = None) -> None:
+        """The heatmaps of ``model`` (the best checkpoint's) or of the module's own, as plain files."""
+        best = model is not None
+        heatmaps, self_attention = self.heatmap_images(trainer, pl_module, when, model=model)
+        for label, image in heatmaps.items():
+            self.log_picture(image, paths.best_heatmap_file(label) if best else paths.heatmap_file(label))
+        for (stack, label), image in self_attention.items():
+            self.log_picture(image, paths.self_attention_file(stack, label, best=best))
 
     def log_picture(self, image: np.ndarray, artifact: str) -> None:
         """A figure as a plain file: written at ``artifact`` under the run's folder, beside its
