@@ -187,12 +187,12 @@ def test_the_default_config_and_every_learning_rate_schedule_step_are_accepted(t
 
 
 @pytest.mark.parametrize("overrides, optimizer, weight_decay", [
-    ([], "Adam", 0.0),                                                      # unset: Adam's own 0
-    (["optimizer._target_=torch.optim.AdamW"], "AdamW", 0.01),              # unset: AdamW's own 0.01
-    (["optimizer._target_=torch.optim.AdamW", "optimizer.weight_decay=0.0"], "AdamW", 0.0),
+    ([], "Adam", 0.0),                                                      # conf/train.yaml's 0
+    (["optimizer._target_=torch.optim.AdamW"], "AdamW", 0.0),
+    (["optimizer._target_=torch.optim.AdamW", "optimizer.weight_decay=null"], "AdamW", 0.01),  # AdamW's own
     (["optimizer.weight_decay=0.25"], "Adam", 0.25),
 ])
-def test_the_optimizer_gets_the_weight_decay_set_or_else_its_own_default(overrides, optimizer, weight_decay, tmp_path):
+def test_the_optimizer_gets_the_weight_decay_set_or_at_null_its_own(overrides, optimizer, weight_decay, tmp_path):
     small = ["dataset.train_size=32", "dataset.val_size=16", "model.hidden_size=8", "model.embedding_dim=8"]
     config = validate_train(compose_config("train", [*overrides, *small, *outputs(tmp_path)]))
     datamodule = build_datamodule(config)

@@ -37,8 +37,8 @@ class Optimizer(Group):
         alias="_partial_", examples=[True])
     lr: PositiveFloat | None = Field(None, le=10, description="the learning rate (≤ 10: a larger step diverges)",
                                      examples=[0.003])
-    weight_decay: float | None = Field(None, ge=0, le=1, description="weight decay (unset: the optimizer's own, "
-                                       "AdamW's 0.01, Adam's 0)", examples=[0.0])
+    weight_decay: float | None = Field(None, ge=0, le=1, description="weight decay; null: the optimizer's own "
+                                       "default (AdamW's 0.01, Adam's 0)", examples=[0.0])
 
 
 class Scheduler(Group):
