@@ -320,6 +320,7 @@ def make_settings(args: argparse.Namespace) -> Settings:
             windows=2,
             train_size=64 * 8,
             decode_batches=1,
+            decode_repeats=1,
             cases=quick_cases(),
             threads=threads,
             device=device,
