@@ -342,6 +342,7 @@ def make_settings(args: argparse.Namespace) -> Settings:
         device=device,
         compile=args.compile,
         sections=tuple(args.sections),
+        ablations=args.cases != "transformer",  # what was tried: for the full matrix and the key cases
     )
 
 

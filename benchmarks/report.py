@@ -363,6 +363,12 @@ def transformer_tables(results: Results) -> list[str]:
         (f"{REFERENCE}, minimal loop", rows[REFERENCE], "minimal", 1.0),
     ]:
         lines.append(cells(name, fmt(row.median(loop)), fmt_ratio(ratio), fmt_ratio(row.ratio(loop)), fmt_mib(row)))
+    lines += [
+        "",
+        f"`× {REFERENCE}`: the median over the timed windows of each window's ratio, both loops timed over the same "
+        "steps (on a machine whose load moves, it differs from the ratio of the medians beside it); `×base`: the "
+        "ratio to the textbook baseline in this run.",
+    ]
     decoded = found["decoding"]
     runs = {name: entry for name, entry in decoded.items() if isinstance(entry, dict)}
     reference = next(entry for name, entry in runs.items() if name.startswith(REFERENCE))
