@@ -26,6 +26,11 @@ What it measures, on the copy task (source lengths 5–40, batch 64, emb 64 / hi
 - **padding**: the fraction of source and target positions that are padding over one epoch,
   with and without length bucketing; throughput on random batches for the key cases.
 - **decoding**: batched greedy decoding vs one sequence at a time, and batched beam search.
+- **the Transformer beside nn.Transformer** (every run, ``transformer_reference.py``): attnseq's
+  encoder=transformer decoder=transformer and a plain ``nn.Transformer`` model with the same sizes
+  and initial weights, trained in lock step on the same batches (with the real path and the
+  baseline), then decoded: attnseq's greedy and beam 5 with the key/value cache, the reference's
+  greedy recomputing the prefix at every step, and the decoding section's RNN decoder beside.
 - **what was tried** (full run, ``cases.VARIANTS``): a fast path turned off or on (``FastPaths``:
   the step-by-step decoder loop, ``torch.gru``'s and ``nn.LSTM``'s autograd backward, the all-steps
   additive kernel), config overrides (Adam ``fused=True``, the progress bar off, a DataLoader
@@ -58,16 +63,20 @@ from cases import (
     KEY_DOT,
     KEY_GENERAL,
     REPO,
+    TRANSFORMER,
     Case,
     Settings,
     Variant,
     all_cases,
     benchmark_config,
     quick_cases,
+    transformer_config,
 )
 from loops import BASELINE, Loop, TextbookBahdanau, activation_bytes, decoding, real_path, step_together, window_rates
-from report import Results, fmt, machine_line, previous_ratios, render
+from report import Results, fmt, fmt_ratio, machine_line, previous_ratios, render
 from torch import nn
+from transformer_reference import REFERENCE, copy_from, parameters_by_design, textbook_transformer
+from transformer_reference import decoding as transformer_decoding
 from waits import SECTIONS, run_sections
 
 from attnseq.config import validate_train
@@ -113,6 +122,7 @@ class Bench:
         self.results.padding_worst_batch = max(padding_fraction(b) for b in epochs["bucketed"])
         self.longest = max(epochs["bucketed"], key=lambda b: b.tgt_in.numel())
         self.vocab = (len(self.datamodule.src_vocab), len(self.datamodule.tgt_vocab))
+        self.decode_model: nn.Module | None = None  # the decoding section's trained model
 
     # ---- what the loops train
 
@@ -223,6 +233,47 @@ class Bench:
             trained.model, examples, self.datamodule, self.cfgs[case], self.settings.device, self.log
         )
         self.results.decode_case = case.name
+        self.decode_model = trained.model
+
+    def measure_transformer(self) -> None:
+        """attnseq's encoder–decoder Transformer (``cases.TRANSFORMER``) beside ``nn.Transformer`` with
+        its initial weights, trained in lock step on the same batches (the real path and the baseline
+        too), then decoded: attnseq greedy and beam with the key/value cache, the reference greedy the
+        textbook way, with the trained weights copied into it; the RNN decoder of the decoding section beside."""
+        s = self.settings
+        cfg = transformer_config(s, self.workdir)
+        config = model_config(validate_train(cfg), *self.vocab)
+
+        def attnseq_model() -> nn.Module:
+            torch.manual_seed(0)
+            return build_seq2seq(config)
+
+        ours, reference = attnseq_model(), textbook_transformer(attnseq_model(), *self.vocab, config.dropout)
+        loops = {"minimal": self.loop(ours, cfg), REFERENCE: self.loop(reference, cfg),
+                 BASELINE: self.loop(self.textbook(), cfg)}
+        label = f"{TRANSFORMER.name}, model.heads={cfg.model.heads}"
+        self.measure(label, cfg, loops)
+        if loops["minimal"].tokens != loops[REFERENCE].tokens:
+            raise RuntimeError("attnseq's Transformer and nn.Transformer were not trained on the same batches")
+        for row, model in ((label, ours), (REFERENCE, reference)):
+            self.results.rows[row].activations = activation_bytes(model, self.longest, s.device)
+        copy_from(reference, ours)  # decode with the trained weights, the same function both ways
+        examples = self.datamodule.train_examples[: 64 * s.decode_batches]
+        batches = [b.to(s.device) for b in self.datamodule.make_dataloader(examples, 64)]
+        decoded = transformer_decoding(ours, reference, self.decode_model, self.results.decode_case, batches, cfg,
+                                       s.device, s.decode_repeats)
+        self.results.transformer = {
+            "label": label,
+            "config": {key: cfg.decoder[key] for key in ("layers", "heads", "ff_dim")} | {"dropout": config.dropout},
+            "steps": len(loops["minimal"].tokens),
+            "tokens": sum(loops["minimal"].tokens),
+            "same_tokens": loops["minimal"].tokens == loops[REFERENCE].tokens,
+            "losses": [[float(loops[name].losses[i]) for name in ("minimal", REFERENCE)] for i in (0, -1)],
+            "parameters": parameters_by_design(ours, reference),
+            "decoding": decoded,
+        }
+        ratio = self.results.transformer_ratio("minimal")
+        self.log(f"transformer vs {REFERENCE}: training {fmt_ratio(ratio)}, decoding {decoded}")
 
 
 def run(settings: Settings, log: Callable[[str], None] = print, workdir: Path | None = None) -> Results:
@@ -250,6 +301,7 @@ def run(settings: Settings, log: Callable[[str], None] = print, workdir: Path | 
             for case in key_cases:
                 bench.measure_compiled(case)
         bench.measure_decoding(KEY_ADDITIVE if KEY_ADDITIVE in bench.cfgs else settings.cases[0])
+        bench.measure_transformer()
     results = bench.results
     results.waits = run_sections(list(settings.sections), settings.threads, log)
     results.machine = machine_line(settings.device)
@@ -268,6 +320,7 @@ def make_settings(args: argparse.Namespace) -> Settings:
             windows=2,
             train_size=64 * 8,
             decode_batches=1,
+            decode_repeats=1,
             cases=quick_cases(),
             threads=threads,
             device=device,
@@ -277,17 +330,19 @@ def make_settings(args: argparse.Namespace) -> Settings:
         )
     key = quick_cases()
     key += [KEY_GENERAL] if KEY_GENERAL not in key else []
+    chosen = {"all": all_cases, "key": lambda: key, "transformer": lambda: [KEY_ADDITIVE]}[args.cases]()
     return Settings(
         warmup=args.warmup,
         window=args.window,
         windows=args.windows,
         train_size=64 * (args.warmup + args.window * args.windows + 2),
         decode_batches=4,
-        cases=all_cases() if args.cases == "all" else key,
+        cases=chosen,
         threads=threads,
         device=device,
         compile=args.compile,
         sections=tuple(args.sections),
+        ablations=args.cases != "transformer",  # what was tried: for the full matrix and the key cases
     )
 
 
@@ -310,9 +365,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a few small cases, a few steps (what the tests run)")
     parser.add_argument(
         "--cases",
-        choices=("all", "key"),
+        choices=("all", "key", "transformer"),
         default="all",
-        help="the full matrix, or the quick cases and gru/general/luong-nofeed",
+        help="the full matrix, the quick cases and gru/general/luong-nofeed, or only gru/additive/bahdanau "
+        "(with --sections none: the Transformer beside nn.Transformer, which every run measures, in minutes)",
     )
     parser.add_argument("--warmup", type=int, default=5, help="steps before the first timed window")
     parser.add_argument("--window", type=int, default=25, help="steps per timed window, and the logging interval")

@@ -53,6 +53,8 @@ class Case:
 KEY_ADDITIVE = Case("gru", "additive", "bahdanau")
 KEY_DOT = Case("gru", "dot", "luong-nofeed")
 KEY_GENERAL = Case("gru", "general", "luong-nofeed")
+TRANSFORMER = Case("transformer", "multihead", "transformer")
+"""The encoder–decoder Transformer that ``transformer_reference`` sets beside ``nn.Transformer``."""
 
 
 @dataclass(frozen=True)
@@ -170,6 +172,7 @@ class Settings:
     compile: bool = False
     ablations: bool = True
     sections: tuple[str, ...] = ()  # waits.SECTIONS run after the training tables
+    decode_repeats: int = 3  # rounds of the Transformer's decoding comparison, alternating; medians
 
     @property
     def steps(self) -> int:
@@ -177,6 +180,13 @@ class Settings:
 
     def variants(self) -> list[Variant]:
         return [variant for variant in VARIANTS if variant.case in self.cases] if self.ablations else []
+
+
+def transformer_config(settings: Settings, workdir: Path):
+    """``TRANSFORMER``'s benchmark config with as many cross-attention heads (``model.heads``) as the
+    decoder's self-attention has: ``nn.Transformer`` has one ``nhead`` for all its attentions."""
+    heads = benchmark_config(TRANSFORMER, settings, workdir).decoder.heads
+    return benchmark_config(TRANSFORMER, settings, workdir, extra=[f"model.heads={heads}"])
 
 
 def benchmark_config(case: Case, settings: Settings, workdir: Path, bucketing: bool = True, extra: Iterable[str] = ()):

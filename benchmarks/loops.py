@@ -9,7 +9,6 @@ import time
 
 import lightning as L
 import torch
-from hydra.utils import instantiate
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import MLFlowLogger
 from omegaconf import OmegaConf
@@ -17,9 +16,11 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from attnseq.config import validate_train
 from attnseq.data.batch import Batch
 from attnseq.data.vocab import BOS, EOS, PAD
 from attnseq.model import beam_search, greedy_decode
+from attnseq.training.build import partial
 from attnseq.training.lit_module import Seq2SeqLitModule, decode_length_limit
 
 BASELINE = "textbook"
@@ -107,17 +108,20 @@ class Loop:
 
     def __init__(self, model: nn.Module, loader, cfg, device: str) -> None:
         self.model = model.to(device).train()
-        self.optimizer = instantiate(cfg.optimizer)(model.parameters())
+        self.optimizer = partial("optimizer._target_", validate_train(cfg).optimizer)(model.parameters())  # as train()
         self.clip = cfg.trainer.gradient_clip_val
         self.batches = iter(loader)
         self.device = device
         self.durations: list[float] = []
         self.last_shape: tuple[int, ...] = ()
+        self.tokens: list[int] = []  # each step's target tokens (EOS included): what two loops share
+        self.losses: list[Tensor] = []  # each step's loss, detached
 
     def step(self) -> None:
         sync(self.device)
         began = time.perf_counter()
-        batch = next(self.batches).to(self.device)
+        fetched = next(self.batches)
+        batch = fetched.to(self.device)
         with torch.autocast(self.device, dtype=torch.bfloat16, enabled=self.device == "cuda"):
             logits, _ = self.model(batch.src, batch.src_lengths, batch.tgt_in)
             loss = loss_fn(logits, batch.tgt_out)
@@ -129,6 +133,8 @@ class Loop:
         sync(self.device)
         self.durations.append(time.perf_counter() - began)
         self.last_shape = tuple(batch.tgt_in.shape)
+        self.tokens.append(int(fetched.tgt_lengths.sum()))
+        self.losses.append(loss.detach())
 
 
 def step_together(loops: list[Loop], steps: int) -> None:

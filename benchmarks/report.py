@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from cases import KEY_ADDITIVE, KEY_DOT, KEY_GENERAL, REPO, Case, Settings
 from loops import BASELINE
+from transformer_reference import REFERENCE
 from waits import Waited
 
 SLOW_FAMILIES_GOAL = 1.8
@@ -51,12 +52,22 @@ class Results:
     decode_case: str = ""
     compiled: dict[str, dict[str, float]] = field(default_factory=dict)  # case → compile_s, compiled, plain, base
     waits: dict[str, Waited] = field(default_factory=dict)  # waits.SECTIONS name → its Markdown and targets
+    transformer: dict = field(default_factory=dict)  # bench.measure_transformer: the Transformer beside nn.Transformer
     machine: str = ""
     max_rss_mib: float = 0.0
     minutes: float = 0.0
 
     def row(self, label: str) -> Row:
         return self.rows.setdefault(label, Row(label))
+
+    def transformer_ratio(self, loop: str) -> float | None:
+        """attnseq's Transformer (its ``loop``: real or minimal) over ``nn.Transformer``'s tokens/s: the
+        median over the timed windows of each window's ratio (both measured in the same steps)."""
+        if not self.transformer:
+            return None
+        ours, theirs = self.rows[self.transformer["label"]].rates.get(loop), self.rows[REFERENCE].rates.get("minimal")
+        ratios = [a / b for a, b in zip(ours or [], theirs or [], strict=False) if b]
+        return statistics.median(ratios) if ratios else None
 
 
 def fmt(value: float | None) -> str:
@@ -168,6 +179,7 @@ def render(results: Results, command: str, previous: Previous | None = None) -> 
         *padding_table(results),
         *tried_table(results),
         *decoding_table(results),
+        *transformer_tables(results),
     ]
     for section in results.waits.values():
         lines += ["", section.markdown.rstrip("\n")]
@@ -314,6 +326,66 @@ def decoding_table(results: Results) -> list[str]:
         lines.append(
             cells(name, f"{entry['seq_s']:,.1f}", f"{entry['tok_s']:,.0f}", fmt_ratio(entry["seq_s"] / single["seq_s"]))
         )
+    return lines
+
+
+def transformer_tables(results: Results) -> list[str]:
+    """The Transformer beside ``nn.Transformer``: training in lock step, then decoding."""
+    found = results.transformer
+    if not found:
+        return []
+    label, rows, params = found["label"], results.rows, found["parameters"]
+    size = ", ".join(f"{key} {value}" for key, value in found["config"].items())
+    (first, first_ref), (last, last_ref) = found["losses"]
+    lines = [
+        "",
+        f"## The Transformer beside nn.Transformer ({label}; {size}; emb {results.settings.sizes[0]} / "
+        f"d {results.settings.sizes[1]})",
+        "",
+        f"`{REFERENCE}`: `transformer_reference.TextbookTransformer`, a plain `nn.Transformer(norm_first=True)` "
+        "between √E-scaled embeddings plus a precomputed sinusoidal table and a linear output layer, with the same "
+        "sizes, loss, optimizer and clipping, started from attnseq's initial weights (copied) and trained in lock "
+        f"step with attnseq's real path, its minimal loop and the textbook baseline on the same {found['steps']} "
+        f"batches ({found['tokens']:,} target tokens, the same in both loops: "
+        f"{'yes' if found['same_tokens'] else 'NO'}); first-step loss {first:.5f} vs {first_ref:.5f}, last "
+        f"{last:.5f} vs {last_ref:.5f}. Parameters: attnseq {params['attnseq']:,}, {REFERENCE} "
+        f"{params[REFERENCE]:,} — by design attnseq's encoder has a bridge to an RNN decoder's first state "
+        f"({params['bridge']:,}, unused by decoder=transformer) and torch's attentions a key bias "
+        f"({params['key_biases']:,}, no effect on the output).",
+        "",
+        f"| training loop | target tokens/s | × {REFERENCE} | ×base | activations MiB |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    ours = rows[label]
+    for name, row, loop, ratio in [
+        ("attnseq, real path (Lightning + MLflow)", ours, "real", results.transformer_ratio("real")),
+        ("attnseq, minimal loop", ours, "minimal", results.transformer_ratio("minimal")),
+        (f"{REFERENCE}, minimal loop", rows[REFERENCE], "minimal", 1.0),
+    ]:
+        lines.append(cells(name, fmt(row.median(loop)), fmt_ratio(ratio), fmt_ratio(row.ratio(loop)), fmt_mib(row)))
+    lines += [
+        "",
+        f"`× {REFERENCE}`: the median over the timed windows of each window's ratio, both loops timed over the same "
+        "steps (on a machine whose load moves, it differs from the ratio of the medians beside it); `×base`: the "
+        "ratio to the textbook baseline in this run.",
+    ]
+    decoded = found["decoding"]
+    runs = {name: entry for name, entry in decoded.items() if isinstance(entry, dict)}
+    reference = next(entry for name, entry in runs.items() if name.startswith(REFERENCE))
+    lines += [
+        "",
+        f"Decoding {decoded['sequences']} training sources after that training, in batches of 64, the length "
+        f"limits of evaluation; each decoder in turn, medians of {results.settings.decode_repeats} rounds. The "
+        f"reference decodes with attnseq's trained weights copied in: its greedy output equals attnseq's for "
+        f"{decoded['same greedy output']} of {decoded['sequences']} sequences. The RNN decoder: the decoding "
+        f"section's {results.decode_case}, after its own few training steps.",
+        "",
+        f"| decoding | sequences/s | tokens/s | vs {REFERENCE} greedy (sequences/s) |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, entry in runs.items():
+        lines.append(cells(name, f"{entry['seq_s']:,.1f}", f"{entry['tok_s']:,.0f}",
+                           fmt_ratio(entry["seq_s"] / reference["seq_s"])))
     return lines
 
 

@@ -194,7 +194,6 @@ def textbook_worker(seed: int, threads: int, target: float, budget_s: float, ove
     started = time.time()
     import torch
     from cases import KEY_ADDITIVE, compose_case
-    from hydra.utils import instantiate
     from loops import TextbookBahdanau, loss_fn
 
     from attnseq.config import validate_train
@@ -213,7 +212,7 @@ def textbook_worker(seed: int, threads: int, target: float, budget_s: float, ove
         cfg.model.hidden_size,
         project_keys_once=True,
     )
-    optimizer = instantiate(cfg.optimizer)(model.parameters())
+    optimizer = partial("optimizer._target_", typed.optimizer)(model.parameters())  # a null key: the class's default
     # as train.py builds it: scheduler.interval is attnseq's, not an argument of the class (stepped per epoch here)
     scheduler = partial("scheduler._target_", typed.scheduler)(optimizer) if typed.scheduler is not None else None
     clip = cfg.trainer.get("gradient_clip_val")

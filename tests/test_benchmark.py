@@ -21,7 +21,8 @@ from attnseq.training.build import validate
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
-MODULES = ("bench", "cases", "waits", "loops", "report")  # the benchmark's scripts import each other by these names
+# the benchmark's scripts import each other by these names
+MODULES = ("bench", "cases", "waits", "loops", "report", "transformer_reference")
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +105,40 @@ def test_padding_and_decoding_are_measured(quick):
     assert 0 <= results.padding["bucketed"] < results.padding["random"] < 1
     for entry in results.decoding.values():
         assert finite_positive(entry["seq_s"]) and finite_positive(entry["tok_s"])
+
+
+def test_the_transformer_is_measured_beside_nn_transformer_on_the_same_batches(quick):
+    """attnseq's encoder=transformer decoder=transformer and the plain nn.Transformer model: trained in
+    lock step on the same batches from the same weights (so the same losses), the parameters equal but
+    for what differs by design, decoded to the same greedy output, every rate measured and reported."""
+    settings, results, report = quick
+    reference_module = sys.modules["transformer_reference"]
+    reference = reference_module.REFERENCE
+    found = results.transformer
+    assert found["same_tokens"] and found["steps"] == settings.steps and found["tokens"] > 0
+    for ours, theirs in found["losses"]:  # the first step's and the last's: one function, trained alike
+        assert math.isfinite(ours) and ours == pytest.approx(theirs, rel=1e-4)
+    params, d = found["parameters"], settings.sizes[1]
+    layers = found["config"]["layers"]
+    assert params["bridge"] == d * d + d  # Linear(d, model.layers · d), model.layers = 1
+    assert params["key_biases"] == (layers + 2 * layers) * d  # encoder self-, decoder self- and cross-attention
+    assert params[reference] == params["attnseq"] - params["bridge"] + params["key_biases"]
+    for row, loop in ((found["label"], "real"), (found["label"], "minimal"), (reference, "minimal")):
+        measured = results.rows[row]
+        assert len(measured.rates[loop]) == settings.windows and finite_positive(measured.median(loop))
+        assert finite_positive(measured.ratio(loop))  # against this run's textbook baseline
+    assert finite_positive(results.transformer_ratio("minimal")) and finite_positive(results.transformer_ratio("real"))
+    decoded = found["decoding"]
+    assert decoded["same greedy output"] == decoded["sequences"] > 0
+    runs = {name: entry for name, entry in decoded.items() if isinstance(entry, dict)}
+    assert len(runs) == 5 and any("beam 5" in name and results.decode_case in name for name in runs)
+    greedy = [entry["tokens"] for name, entry in runs.items() if "greedy" in name and results.decode_case not in name]
+    assert len(greedy) == 2 and greedy[0] == greedy[1]
+    section = report.split("## The Transformer beside nn.Transformer")[1].split("## Targets")[0]
+    for name in runs:
+        (line,) = [line for line in section.splitlines() if line.startswith(f"| {name} |")]
+        assert "—" not in line, line
+    assert sum(line.startswith("| attnseq, ") for line in section.splitlines()) == 2
 
 
 def test_the_report_has_every_row_and_every_target(quick):
