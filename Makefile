@@ -52,8 +52,9 @@ bottleneck: $(STAMP)  ## no attention vs every scorer in conf/scorer/, 3 seeds e
 	$(PY) train.py -m experiment=bottleneck
 	$(PY) evaluate.py parent_run_id=latest experiment_name=bottleneck eval.lengths=[1,80] eval.bucket_width=10
 
-bottleneck-transformer: $(STAMP)  ## the bottleneck's extra rows: a self-attention encoder (none, additive, general, multihead; 3 seeds)
+bottleneck-transformer: $(STAMP)  ## the bottleneck's extra rows: a self-attention encoder (none, additive, general, multihead; 3 seeds), then the Transformer encoder-decoder (3 seeds)
 	$(PY) train.py -m experiment=bottleneck_transformer
+	$(PY) train.py -m experiment=bottleneck_transformer decoder=transformer scorer=multihead
 	$(PY) evaluate.py parent_run_id=latest experiment_name=bottleneck eval.lengths=[1,80] eval.bucket_width=10
 
 bottleneck-local: $(STAMP)  ## the bottleneck's local-attention rows: Luong's local-p and local-m with the general score (D = 10; 3 seeds)
