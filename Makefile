@@ -54,6 +54,7 @@ bottleneck: $(STAMP)  ## no attention vs every scorer in conf/scorer/, 3 seeds e
 
 bottleneck-transformer: $(STAMP)  ## the bottleneck's extra rows: a self-attention encoder (none, additive, general, multihead; 3 seeds), then the Transformer encoder-decoder (3 seeds)
 	$(PY) train.py -m experiment=bottleneck_transformer
+	$(PY) evaluate.py parent_run_id=latest experiment_name=bottleneck eval.lengths=[1,80] eval.bucket_width=10
 	$(PY) train.py -m experiment=bottleneck_transformer decoder=transformer scorer=multihead
 	$(PY) evaluate.py parent_run_id=latest experiment_name=bottleneck eval.lengths=[1,80] eval.bucket_width=10
 
