@@ -19,7 +19,7 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 from attnseq.cli import as_config_error, known_keys
 from attnseq.config import validate as stage_one
 from attnseq.config import validate_evaluate, validate_train
-from attnseq.config.memory import MemoryBudget, check_memory, memory_needs
+from attnseq.config.memory import MemoryBudget, check_memory, length_need
 from attnseq.config.validate import logged_metrics
 from attnseq.data.errors import DataError
 from attnseq.errors import ConfigError
@@ -92,7 +92,7 @@ BAD = [
       "+scheduler.total_iters=2"], ["the learning rate in epoch 2 would be 0.0", "LinearLR"], ["scheduler=null"]),
     (["training.label_smoothing=1"], ["training.label_smoothing=1", "[0, 1)"], ["training.label_smoothing=0.1"]),
     (["lr_schedule=noam", "scheduler.warmup=0"], ["scheduler.warmup=0", "whole number in [1, "],
-     ["scheduler.warmup=400"]),
+     ["set scheduler.warmup to a whole number in [1, "]),  # the range is Noam's signature's (Annotated)
     (["lr_schedule=noam", "+scheduler.gamma=0.5"],
      ["scheduler.gamma is not an argument of attnseq.training.schedules.Noam"], ["~scheduler.gamma", "model_size"]),
     (["scheduler._target_=torch.optim.lr_scheduler.LinearLR", "~scheduler.gamma", "+scheduler.end_factor=0.0",
@@ -253,17 +253,19 @@ def undeclared(model) -> set[str]:
     """Keys a validated model holds that no field declares (accepted as added with ``+``)."""
     from pydantic import BaseModel
 
+    from attnseq.config.models import HANDED_ON
+
     found = set(model.model_extra or ())
     for name in type(model).model_fields:
         value = getattr(model, name)
-        if isinstance(value, BaseModel) and name != "trainer":
+        if isinstance(value, BaseModel) and not isinstance(value, HANDED_ON):
             found |= {f"{name}.{key}" for key in undeclared(value)}
     return found
 
 
 def test_every_key_of_train_yaml_and_every_group_option_is_a_declared_field(tmp_path):
-    """No yaml key is only accepted as an added one: each has its type, range and meaning (``trainer.*``
-    is checked against lightning.Trainer's signature instead)."""
+    """No yaml key is only accepted as an added one: each has its type, range and meaning (the groups
+    handed on, ``trainer.*`` and ``scheduler.*``, are checked against their callable's signature instead)."""
     for overrides in [[], *every_option_override()]:
         extra = [f"dataset.path={tmp_path}/x.tsv"] if "dataset=tsv" in overrides else []
         cfg = compose_config("train", overrides + extra + outputs(tmp_path))
@@ -306,10 +308,10 @@ def test_lengths_that_cannot_fit_are_rejected_and_the_suggested_ones_fit(tmp_pat
         check_memory(cfg, budget)
     suggested = int(caught.value.fix.split("dataset.train_lengths=[1,")[1].split("]")[0])
     assert 1 < suggested < 100000
-    assert budget.fits(memory_needs(cfg, train_hi=suggested)[0])
-    assert not budget.fits(memory_needs(cfg, train_hi=suggested + 1)[0])
+    assert budget.fits(length_need(cfg, "dataset.train_lengths", suggested))
+    assert not budget.fits(length_need(cfg, "dataset.train_lengths", suggested + 1))
     # a batch of attention weights alone: B × T_dec × T_enc × 4 bytes
-    assert memory_needs(cfg)[0].batch >= 64 * 100001 * 100000 * 4
+    assert length_need(cfg, "dataset.train_lengths").batch >= 64 * 100001 * 100000 * 4
     check_memory(compose_config("train", outputs(tmp_path)), budget)  # the default fits
 
 

@@ -43,30 +43,24 @@ def model_need(cfg: Any) -> MemoryNeed:
                       f"vocabularies of {src} and {tgt} tokens")
 
 
-def memory_needs(cfg: Any, train_hi: int | None = None, eval_hi: int | None = None) -> list[MemoryNeed]:
-    """Lower bounds, in bytes, for the training split and the evaluation splits: the generated examples,
-    and the model with one batch of attention weights (B, heads, T_dec, T_enc) float32 (kept for the
+LENGTHS = ("dataset.train_lengths", "dataset.eval_lengths")  # the training split's, the evaluation splits'
+
+
+def length_need(cfg: Any, key: str, hi: int | None = None) -> MemoryNeed:
+    """A lower bound, in bytes, for the split whose lengths ``key`` sets (its longest ``hi``): the generated
+    examples, and the model with one batch of attention weights (B, heads, T_dec, T_enc) float32 (kept for the
     backward pass in training; for every greedy decoding step in validation). A config it rejects cannot fit."""
-    ds, (train_lo, train_top), (eval_lo, eval_top) = cfg.dataset, cfg.dataset.train_lengths, cfg.dataset.eval_lengths
-    train_hi, eval_hi = train_hi or train_top, eval_hi or eval_top
+    ds, training = cfg.dataset, key == LENGTHS[0]
+    lo, top = getattr(ds, key.partition(".")[2])
+    hi, count = hi or top, ds.train_size if training else ds.val_size + ds.test_size
     heads = cfg.model.heads if cfg.scorer.name != NO_ATTENTION else 0
-    decoded = int(eval_hi * cfg.decode.max_length_ratio) + cfg.decode.max_length_extra
-    tokens = ds.batch_size if getattr(ds, "batch_type", "sentence") == "token" else None  # padded positions
-    batch = ds.batch_size if tokens is None else max(1, tokens // (train_hi + 1))
-    eval_batch = ds.batch_size if tokens is None else max(1, tokens // (eval_hi + 1))
+    decoded = int(hi * cfg.decode.max_length_ratio) + cfg.decode.max_length_extra
+    batch = max(1, ds.batch_size // (hi + 1)) if getattr(ds, "batch_type", "sentence") == "token" else ds.batch_size
     per_token = BYTES_PER_DATA_TOKEN if TASKS.lookup(ds.task).generated else 0
-    evaluated, model = ds.val_size + ds.test_size, model_need(cfg).batch
-    return [
-        MemoryNeed("dataset.train_lengths", int(ds.train_size * (train_lo + train_hi) / 2 * per_token),
-                   model + 4 * batch * heads * (train_hi + 1) * train_hi,
-                   f"{ds.train_size} training examples, the model and a batch of {batch} sources of {train_hi} "
-                   f"tokens"),
-        MemoryNeed("dataset.eval_lengths", int(evaluated * (eval_lo + eval_hi) / 2 * per_token),
-                   model + 4 * eval_batch * heads * max(decoded, eval_hi + 1) * eval_hi,
-                   f"{evaluated} validation and test examples, the model and a batch of {eval_batch} sources of "
-                   f"{eval_hi} "
-                   f"tokens decoded up to {decoded} steps"),
-    ]
+    return MemoryNeed(key, int(count * (lo + hi) / 2 * per_token),
+                      model_need(cfg).batch + 4 * batch * heads * (hi + 1 if training else max(decoded, hi + 1)) * hi,
+                      f"{count} {'training' if training else 'validation and test'} examples, the model and a batch "
+                      f"of {batch} sources of {hi} tokens" + ("" if training else f" decoded up to {decoded} steps"))
 
 
 class MemoryBudget(NamedTuple):
@@ -110,20 +104,19 @@ def check_memory(cfg: Any, budget: MemoryBudget | None = None) -> None:
         raise ConfigError(f"{model.key}={cfg.model.hidden_size} needs at least {_size(model.batch)} of memory "
                           f"({model.why}), more than {budget}.",
                           "lower model.hidden_size, model.embedding_dim or model.layers (or dataset.num_symbols).")
-    for index, need in enumerate(memory_needs(cfg)):
+    for key in LENGTHS:
+        need = length_need(cfg, key)
         if budget.fits(need):
             continue
-        lo, hi = getattr(cfg.dataset, need.key.split(".")[1])
-        side = "train_hi" if index == 0 else "eval_hi"
+        lo, hi = getattr(cfg.dataset, key.partition(".")[2])
         first_too_long = bisect.bisect(range(lo, hi + 1), False,
-                                       key=lambda n: not budget.fits(memory_needs(cfg, **{side: n})[index]))
-        sizes = "dataset.train_size" if index == 0 else "dataset.val_size / dataset.test_size"
+                                       key=lambda n: not budget.fits(length_need(cfg, key, n)))
+        sizes = "dataset.train_size" if key == LENGTHS[0] else "dataset.val_size / dataset.test_size"
         sizes += " / model.heads" if cfg.model.heads > 1 and cfg.scorer.name != NO_ATTENTION else ""
-        longest = override(need.key, [lo, lo + first_too_long - 1])
-        fix = (f"lower the longest length, e.g. {longest} (about the most that fits), or lower "
-               f"dataset.batch_size / {sizes}" if first_too_long else
+        fix = (f"lower the longest length, e.g. {override(key, [lo, lo + first_too_long - 1])} (about the most that "
+               f"fits), or lower dataset.batch_size / {sizes}" if first_too_long else
                f"lower dataset.batch_size and {sizes}")
-        raise ConfigError(f"{need.key}={shown([lo, hi])} needs at least {_size(need.data + need.batch)} of memory "
+        raise ConfigError(f"{key}={shown([lo, hi])} needs at least {_size(need.data + need.batch)} of memory "
                           f"({need.why}), more than {budget}.", fix + ".")
 
 

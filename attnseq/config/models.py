@@ -42,7 +42,8 @@ class Optimizer(Group):
 
 
 class Scheduler(Group):
-    """A learning-rate scheduler (``conf/scheduler/``); ``interval`` is attnseq's, the other keys its class's."""
+    """A learning-rate scheduler (``conf/lr_schedule/``); ``interval`` is attnseq's, the other keys its class's
+    (checked by binding to its signature: ``attnseq.training.schedules`` gives its own classes' ranges)."""
 
     READ_BY_ATTNSEQ: ClassVar[tuple[str, ...]] = ("interval",)  # not handed on to the class
     target: Text = Field(alias="_target_", description="the scheduler class; scheduler=null: a constant rate",
@@ -51,14 +52,6 @@ class Scheduler(Group):
         alias="_partial_", examples=[True])
     interval: Literal["epoch", "step"] = Field("epoch", description="epoch: stepped once per epoch; step: once per "
                                                "optimizer step (after trainer.accumulate_grad_batches batches)")
-    gamma: PositiveFloat | None = Field(None, description="exponential: the rate's factor per epoch (above 1 it grows)",
-                                        examples=[0.6])
-    warmup: PositiveInt | None = Field(None, le=10**9, description="noam, inverse_sqrt: optimizer steps of linear "
-                                       "rise to the peak rate", examples=[400])
-    model_size: PositiveInt | None = Field(None, le=10**6, description="noam: d in factor · d^-0.5 · min(k^-0.5, "
-                                           "k · warmup^-1.5), the model's width", examples=[128])
-    factor: PositiveFloat | None = Field(None, le=1000, description="noam: the factor (the peak rate is "
-                                         "factor · (model_size · warmup)^-0.5)", examples=[1.0])
 
 
 class Training(Group):

@@ -9,14 +9,19 @@ step (``scheduler.interval: step``); the k-th optimizer step (k = 1, 2, …) tra
   then 1/√k.
 
 Both are ``torch.optim.lr_scheduler.LRScheduler`` subclasses, so their state (the step count) is in
-the checkpoint and a resumed run continues the curve."""
+the checkpoint and a resumed run continues the curve. Their arguments' ranges are in their signatures:
+``scheduler.*`` is checked by binding to them (``attnseq.training.validation.bound``)."""
 
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
+from pydantic import Field
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
+
+Warmup = Annotated[int, Field(ge=1, le=10**9)]  # optimizer steps of linear rise to the peak rate
 
 
 def noam_rate(step: int, warmup: int, model_size: int, factor: float) -> float:
@@ -32,8 +37,8 @@ def inverse_sqrt_rate(step: int, warmup: int, peak: float) -> float:
 class Noam(LRScheduler):
     """``noam_rate`` at each optimizer step; every parameter group gets the same rate."""
 
-    def __init__(self, optimizer: Optimizer, warmup: int = 4000, model_size: int = 512, factor: float = 1.0,
-                 last_epoch: int = -1) -> None:
+    def __init__(self, optimizer: Optimizer, warmup: Warmup = 4000, model_size: Annotated[int, Field(ge=1, le=10**6)]
+                 = 512, factor: Annotated[float, Field(gt=0, le=1000)] = 1.0, last_epoch: int = -1) -> None:
         self.warmup, self.model_size, self.factor = warmup, model_size, factor
         super().__init__(optimizer, last_epoch)
 
@@ -45,7 +50,7 @@ class Noam(LRScheduler):
 class InverseSqrt(LRScheduler):
     """``inverse_sqrt_rate`` at each optimizer step, each parameter group peaking at its own ``lr``."""
 
-    def __init__(self, optimizer: Optimizer, warmup: int = 4000, last_epoch: int = -1) -> None:
+    def __init__(self, optimizer: Optimizer, warmup: Warmup = 4000, last_epoch: int = -1) -> None:
         self.warmup = warmup
         super().__init__(optimizer, last_epoch)
 

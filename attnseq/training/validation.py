@@ -19,7 +19,7 @@ from pydantic import ConfigDict, Field, ValidationError, create_model
 from attnseq.config.memory import check_memory, memory_budget, on_accelerator
 from attnseq.config.models import TrainBase
 from attnseq.errors import ConfigError
-from attnseq.problems import raise_all, shown, told
+from attnseq.problems import override, raise_all, shown, told
 from attnseq.registry import closest, did_you_mean
 
 SET_BY_ATTNSEQ = {"logger": "the MLflow logger", "callbacks": "the checkpoint, artifact and guard callbacks",
@@ -74,7 +74,7 @@ def bound(group: str, values: dict[str, Any], function: Callable, owner: str, sk
     parameters = {n: p for n, p in inspect.signature(function).parameters.items() if n not in {"self", *skip}
                   and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
     try:
-        hints = typing.get_type_hints(function)
+        hints = typing.get_type_hints(function, include_extras=True)  # with the ranges of Annotated[...]
     except Exception:  # noqa: BLE001 - an annotation that cannot be evaluated: the names are still checked
         hints = {}
     problems = [ConfigError(f"{group}.{name} is not an argument of {owner}."
@@ -129,10 +129,12 @@ def check_schedule(optimizer: torch.optim.Optimizer, make_scheduler: Callable | 
     for index in range(1000 if per_step else max(1, min(epochs, 1000))):
         bad = [lr for lr in (float(g["lr"]) for g in optimizer.param_groups) if not (math.isfinite(lr) and lr > 0)]
         if bad:
+            keywords = getattr(make_scheduler, "keywords", {})  # the scheduler.* values, e.g. scheduler.gamma=-1
+            given = "".join(f", {override(f'scheduler.{k}', v)}" for k, v in keywords.items())
             raise ConfigError(
                 f"the learning rate {unit} {index + per_step} would be {bad[0]} (optimizer.lr="
-                f"{shown(optimizer.defaults['lr'])}, scheduler {type(scheduler).__name__ if scheduler else 'none'}): "
-                "it must stay finite and > 0.",
+                f"{shown(optimizer.defaults['lr'])}, scheduler {type(scheduler).__name__ if scheduler else 'none'}"
+                f"{given}): it must stay finite and > 0.",
                 "set optimizer.lr to a finite number > 0, e.g. optimizer.lr=0.003, and a scheduler that keeps it "
                 "positive and finite (e.g. scheduler.gamma=0.6) or scheduler=null.")
         if scheduler is None or isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
