@@ -120,8 +120,12 @@ class Runtime:
     def configure_tracking(self, configs: Iterable[Any], overrides: Iterable[str] = ()) -> None:
         """Redaction, MLflow's retry and printing settings, quiet libraries: from the composed
         config(s) (every job of a sweep) and the command line; cheap, nothing heavy imported."""
-        from omegaconf import OmegaConf
+        from typing import Annotated
 
+        from omegaconf import OmegaConf
+        from pydantic import TypeAdapter, ValidationError
+
+        from attnseq.config.models import Group, Mlflow
         from attnseq.tracking.redaction import RedactingRecords, remembering, secrets_in, worth_remembering
         from attnseq.tracking.retry import retry_settings
 
@@ -145,11 +149,15 @@ class Runtime:
         for config in configs[:1]:
             if secrets_in(str(OmegaConf.select(config, "mlflow.tracking_uri", default="") or "")):
                 self.set_environment({SUPPRESS_URL_ENV: "true"})
-            # the value as the typed config checks it; one it rejects (a sweep's job is checked as it starts)
-            # leaves MLflow's retries at the default until then
+            # the value as the typed config's field checks it; one it rejects (a sweep's job is checked as it
+            # starts) leaves MLflow's retries at the default until then
             budget = OmegaConf.select(config, "mlflow.retry_budget_s", default=None)
-            valid = isinstance(budget, (int, float)) and not isinstance(budget, bool) and 0 < budget < float("inf")
-            self.set_environment(retry_settings(float(budget) if valid else None))
+            field = Annotated[float, Mlflow.model_fields["retry_budget_s"]]
+            try:
+                budget = TypeAdapter(field, config=Group.model_config).validate_python(budget)
+            except ValidationError:
+                budget = None
+            self.set_environment(retry_settings(budget))
         self.quiet_libraries()
 
     def configure(self, config: Any) -> None:

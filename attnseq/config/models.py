@@ -23,6 +23,8 @@ CountOrFraction = Annotated[NonNegativeInt | Annotated[float, Field(ge=0, le=1)]
                             What("a whole number of batches ≥ 0 or a fraction in [0, 1]")]
 # evaluation: a batch's attention (B × T_out × T_enc floats) grows with a length's square (128 × 1500 × 1000: 0.8 GB)
 EvalLengths = Annotated[list[Annotated[int, Field(le=1000)]], AfterValidator(_pair), What(f"{PAIR}, hi ≤ 1000")]
+EvalBeam = Annotated[int, Field(ge=1, le=64)]  # evaluate.py's beam_size and n_best: a step costs beam_size greedy ones
+ServedBeam = Annotated[int, Field(ge=1, le=MAX_BEAM_SIZE)]  # translate.py's, as the served model's max_beam_size
 EvalSentences = Annotated[list[Annotated[str, Field(min_length=1, max_length=1000)]], Field(max_length=100),
                           What("a list of at most 100 texts of 1 to 1000 characters")]
 
@@ -196,12 +198,12 @@ class Eval(Group):
     size: int = Field(ge=1, le=1_000_000, description="evaluation examples (source lengths uniform over "
                       "eval.lengths)", examples=[2000])
     batch_size: int = Field(ge=1, le=4096, description="examples per batch", examples=[128])
-    beam_size: int = Field(ge=1, le=64, description="1 = greedy decoding; each step costs beam_size × a greedy "
-                           "one", examples=[1])
+    beam_size: EvalBeam = Field(description="1 = greedy decoding; each step costs beam_size × a greedy one",
+                                examples=[1])
     length_penalty: float = Field(ge=0, le=10, description="beam search's GNMT α: hypotheses ranked by log p / "
                                   "((5 + length) / 6)^α; 0 ranks by log-probability", examples=[0.6])
-    n_best: int = Field(ge=1, le=64, description="≤ eval.beam_size: the n best hypotheses of each example, with "
-                        "their scores, as the evaluation run's n-best table (the metrics read the best)", examples=[1])
+    n_best: EvalBeam = Field(description="≤ eval.beam_size: the n best hypotheses of each example, with their "
+                             "scores, as the evaluation run's n-best table (the metrics read the best)", examples=[1])
     counterfactual: bool = Field(description="Jain & Wallace check: permuted and uniform attention", examples=[True])
     seed: Seed = Field(description="the evaluation data's seed", examples=[1])
     sentences: EvalSentences = Field(description="source texts to draw the attention of", examples=[["Unknown object"]])
@@ -236,12 +238,12 @@ class TranslateConfig(Group):
                          examples=["latest"])
     experiment_name: Text | None = Field(description="with run_id=latest: the newest in this experiment",
                                          examples=["attnseq"])
-    beam_size: int = Field(ge=1, le=MAX_BEAM_SIZE, description=f"1 = greedy decoding; at most {MAX_BEAM_SIZE}, as "
-                           "the served model (its max_beam_size)", examples=[4])
+    beam_size: ServedBeam = Field(description=f"1 = greedy decoding; at most {MAX_BEAM_SIZE}, as the served "
+                                  "model (its max_beam_size)", examples=[4])
     length_penalty: float = Field(ge=0, description="beam search's GNMT α; 0 ranks by log-probability",
                                   examples=[0.6])
-    n_best: int = Field(ge=1, le=MAX_BEAM_SIZE, description="≤ beam_size: print each source's n best outputs, "
-                        "a line each: source number, score, output", examples=[3])
+    n_best: ServedBeam = Field(description="≤ beam_size: print each source's n best outputs, a line each: "
+                               "source number, score, output", examples=[3])
     heatmaps: Text | None = Field(description="a folder: each source's attention heatmap as source_<n>.png; "
                                   "or a .png file for one source", examples=["heatmaps"])
     plugins: list[Text] = Field(description="modules to import (runs their code): those the run was trained with",
