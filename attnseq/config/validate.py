@@ -136,34 +136,26 @@ def metric_problems(cfg: TrainBase) -> list[ConfigError]:
     return problems
 
 
-def validations(trainer: Any) -> int | None:
-    """The fewest validations ``trainer`` (the typed group) runs if training is not stopped early;
-    None when the config does not tell (no epoch limit, or validation every so many batches)."""
-    interval = 1.0 if trainer.val_check_interval is None else trainer.val_check_interval
-    if trainer.max_epochs is None or not isinstance(interval, float):
-        return None
-    if trainer.limit_val_batches == 0:
-        return 0
-    return trainer.max_epochs // (trainer.check_val_every_n_epoch or 1) * int(1 / interval)
-
-
 def average_problems(cfg: TrainBase) -> list[ConfigError]:
-    """``average.k`` checkpoints can be averaged only if the run validates that many times."""
+    """``average.k`` checkpoints can be averaged only if the run validates that many times, where the
+    config tells how often (an epoch limit, and validation at a fraction of each epoch)."""
     k, trainer = cfg.average.k, cfg.trainer
-    count = validations(trainer)
-    if k is None or count is None or k <= count:
+    interval, every_n = trainer.val_check_interval or 1.0, trainer.check_val_every_n_epoch or 1
+    if k is None or trainer.max_epochs is None or not isinstance(interval, float):
+        return []
+    per_epoch = int(1 / interval)  # validating epochs' validations
+    count = 0 if trainer.limit_val_batches == 0 else trainer.max_epochs // every_n * per_epoch
+    if k <= count:
         return []
     if count == 0:
         return [ConfigError(f"average.k={k} averages validation checkpoints, and trainer.limit_val_batches=0 "
                             "turns validation off.", "set average.k=null, or trainer.limit_val_batches=1.0.")]
-    every = f" with trainer.check_val_every_n_epoch={trainer.check_val_every_n_epoch}" \
-        if (trainer.check_val_every_n_epoch or 1) > 1 else ""
-    per_epoch = int(1 / (trainer.val_check_interval or 1.0))  # validating epochs' validations
-    needed = -(-k // per_epoch) * (trainer.check_val_every_n_epoch or 1)
+    every = f" with trainer.check_val_every_n_epoch={every_n}" if every_n > 1 else ""
     return [ConfigError(
         f"average.k={k} is more than the {count} checkpoint{'s' if count != 1 else ''} this run validates "
         f"(trainer.max_epochs={trainer.max_epochs}{every}).",
-        f"set average.k to at most {count} (average.k={count}), or train longer (trainer.max_epochs={needed}).",
+        f"set average.k to at most {count} (average.k={count}), or train longer "
+        f"(trainer.max_epochs={-(-k // per_epoch) * every_n}).",
     )]
 
 
