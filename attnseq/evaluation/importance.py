@@ -66,7 +66,8 @@ def _embeddings_replaced(embedding: nn.Module, embedded: Tensor) -> Iterator[Non
 
 
 @contextmanager
-def _evaluating(model: nn.Module) -> Iterator[None]:
+def evaluating(model: nn.Module) -> Iterator[None]:
+    """Within the block, ``model`` is in eval mode; afterwards as it was."""
     training = model.training
     model.eval()
     try:
@@ -152,7 +153,7 @@ def step_importance(model: nn.Module, src: Tensor, src_lengths: Tensor, tgt_in: 
     with ``tgt_in`` ``(B, T_dec)`` (the gold prefix, or the model's own output through ``decoder_inputs``): the
     attention the model returns and ``settings.measures`` for its predicted token. The model is run in eval mode
     (and put back as it was)."""
-    with _evaluating(model):
+    with evaluating(model):
         with torch.no_grad():
             logits, weights = model(src, src_lengths, tgt_in)  # (B, T_dec, V), (B, H, T_dec, T_enc)
         if weights is None:

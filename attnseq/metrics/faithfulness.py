@@ -94,3 +94,44 @@ def summarize(agreements: Iterable[dict[str, StepAgreement]], alpha: float = 0.0
         summary[f"{measure}/significant"] = float(np.mean([r.p_value < alpha for r in results]))
         summary[f"{measure}/top1"] = float(np.mean([r.top1 for r in results]))
     return summary
+
+
+# -- Can a very different attention give the same output? (Jain & Wallace 2019, §4.2.2) ---------------------------
+class AdversarialSettings(BaseModel):
+    """J&W's adversarial attention search (``attnseq.evaluation.adversarial``; docs/evaluation.md)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+
+    samples: int = Field(64, ge=1, le=2**16, description="decoder steps searched, drawn at random from the batch's "
+                         "real steps (all of them when fewer)")
+    epsilon: float = Field(0.01, gt=0.0, le=1.0, description="the largest total variation between the output "
+                           "distributions an adversarial attention may cause (J&W: 0.01)")
+    iterations: int = Field(200, ge=1, le=100_000, description="Adam steps of the search at most")
+    seconds: float = Field(60.0, gt=0.0, le=86_400.0, description="the search's time budget in seconds: it stops "
+                           "after the iteration running when this is spent")
+    lr: float = Field(0.1, gt=0.0, le=10.0, description="Adam's learning rate on the adversarial scores")
+    penalty: float = Field(100.0, gt=0.0, le=1e6, description="λ of the relaxed objective JSD − λ·max(0, TV − ε)")
+    seed: int = Field(0, ge=0, description="the sampled steps and the search's random start")
+
+
+def jensen_shannon(p: np.ndarray, q: np.ndarray) -> float:
+    """JSD(p, q) = ½ KL(p ‖ m) + ½ KL(q ‖ m), m = (p + q)/2, natural log (0 … ln 2, as J&W report it)."""
+    p, q = np.asarray(p, dtype=float), np.asarray(q, dtype=float)
+    m = (p + q) / 2
+
+    def kl(a: np.ndarray) -> float:
+        inside = a > 0  # 0 · log 0 = 0; m > 0 wherever a > 0
+        return float(np.sum(a[inside] * np.log(a[inside] / m[inside])))
+
+    return 0.5 * kl(p) + 0.5 * kl(q)
+
+
+def jsd_by_length(lengths: Iterable[int], jsd: Iterable[float], bounds: list[tuple[int, int]]) -> list[dict]:
+    """The mean JSD reached per source-length bucket ``(lo, hi)``: rows ``lo``, ``hi``, ``steps``, ``jsd``
+    (None where no step fell)."""
+    pairs = list(zip(lengths, jsd))
+    rows = []
+    for lo, hi in bounds:
+        inside = [value for n, value in pairs if lo <= n <= hi]
+        rows.append({"lo": lo, "hi": hi, "steps": len(inside), "jsd": float(np.mean(inside)) if inside else None})
+    return rows
