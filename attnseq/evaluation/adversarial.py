@@ -27,7 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from attnseq.attention import Attention, masked_softmax
-from attnseq.evaluation.importance import evaluating
+from attnseq.evaluation.importance import evaluating, ranked_steps
 from attnseq.metrics.faithfulness import AdversarialSettings
 from attnseq.model.state import select_memory, select_state
 
@@ -122,9 +122,7 @@ def adversarial_attention(model: nn.Module, src: Tensor, src_lengths: Tensor, tg
             logits, weights = model.decoder(tgt_in, state, memory)  # (B, T_dec, V), (B, H, T_dec, T_enc)
         if weights is None:
             raise ValueError("adversarial_attention: the model has no attention (scorer=none) to replace")
-        steps = torch.arange(tgt_in.shape[1], device=src.device)  # (T_dec,)
-        wanted = (steps.unsqueeze(0) < tgt_lengths.unsqueeze(1)) & (src_lengths >= 2).unsqueeze(1)  # (B, T_dec)
-        rows, at = wanted.nonzero(as_tuple=True)  # (N,), (N,)
+        rows, at = ranked_steps(src_lengths, tgt_lengths, tgt_in.shape[1])  # (N,), (N,)
         generator = torch.Generator().manual_seed(settings.seed)
         if len(rows) > settings.samples:
             picked = torch.randperm(len(rows), generator=generator)[: settings.samples].sort().values  # (S,)
@@ -167,7 +165,7 @@ def _search(model, memory, state, tgt_in, logits, weights, rows, at, settings, g
         optimizer.step()
         if time.monotonic() >= deadline:
             break
-    lengths = memory.valid_mask.sum(-1).tolist()
+    lengths = memory.valid_mask.sum(-1).tolist()  # (N,): each source's n
     return [
         AdversarialStep(row, step, n, float(best_jsd[k]), float(best_tv[k]),
                         alpha[k, :, :n].double().cpu().numpy(), best[k, :, :n].detach().double().cpu().numpy())

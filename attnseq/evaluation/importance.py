@@ -147,6 +147,14 @@ def leave_one_out(model: nn.Module, src: Tensor, src_lengths: Tensor, tgt_in: Te
     return out
 
 
+def ranked_steps(src_lengths: Tensor, tgt_lengths: Tensor, steps: int) -> tuple[Tensor, Tensor]:
+    """The batch rows and steps ``(N,)``, ``(N,)`` of every real target step (t < ``tgt_lengths[b]``, t <
+    ``steps``) whose source has ≥ 2 tokens: one token has no order to rank, nor another distribution over it."""
+    positions = torch.arange(steps, device=tgt_lengths.device)  # (T_dec,)
+    wanted = (positions.unsqueeze(0) < tgt_lengths.unsqueeze(1)) & (src_lengths >= 2).unsqueeze(1)  # (B, T_dec)
+    return wanted.nonzero(as_tuple=True)  # (N,), (N,)
+
+
 def step_importance(model: nn.Module, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, tgt_lengths: Tensor,
                     settings: ImportanceSettings = DEFAULTS) -> list[StepImportance]:
     """Every real target step (t < ``tgt_lengths[b]``) of every row whose source has ≥ 2 tokens, teacher-forced
@@ -158,9 +166,7 @@ def step_importance(model: nn.Module, src: Tensor, src_lengths: Tensor, tgt_in: 
             logits, weights = model(src, src_lengths, tgt_in)  # (B, T_dec, V), (B, H, T_dec, T_enc)
         if weights is None:
             raise ValueError("step_importance: the model has no attention (scorer=none) to compare")
-        steps = torch.arange(tgt_in.shape[1], device=src.device)  # (T_dec,)
-        wanted = (steps.unsqueeze(0) < tgt_lengths.unsqueeze(1)) & (src_lengths >= 2).unsqueeze(1)  # (B, T_dec)
-        rows, at = wanted.nonzero(as_tuple=True)  # (N,), (N,)
+        rows, at = ranked_steps(src_lengths, tgt_lengths, tgt_in.shape[1])  # (N,), (N,)
         tokens = logits.argmax(-1)[rows, at]  # (N,): ŷ_t
         measures = {}
         for measure in settings.measures:
