@@ -50,6 +50,8 @@ def reference_scores(scorer: str, params: dict, heads: int, q: np.ndarray, keys:
                 out[h, i] = q[cols] @ k / math.sqrt(d_h)
             elif scorer == "general":
                 out[h, i] = q @ (params["W"][:, cols] @ k)
+            elif scorer == "uniform":
+                out[h, i] = 0.0
             elif scorer in ("additive", "concat"):
                 a = params["v_a"].shape[0] // heads
                 rows = slice(h * a, (h + 1) * a)
@@ -148,6 +150,9 @@ def test_multi_head_equals_single_heads_on_slices(scorer, heads):
         if SCORERS[scorer].same_size:
             single = build_attention(scorer, d_h, d_h).double()
             head_query = query[..., cols]
+        elif not SCORERS[scorer].content_based:  # uniform: nothing to copy
+            single = build_attention(scorer, d, d_h).double()
+            head_query = query
         elif scorer == "general":
             single = build_attention(scorer, d, d_h).double()
             single.W.data.copy_(multi.W.data[:, cols])
@@ -234,7 +239,38 @@ def test_gradients_reach_every_parameter(scorer):
     context.square().sum().backward()
     for name, p in attention.named_parameters():
         assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, name
-    assert query.grad.abs().sum() > 0 and keys.grad.abs().sum() > 0
+    assert keys.grad.abs().sum() > 0
+    if SCORERS[scorer].content_based:
+        assert query.grad.abs().sum() > 0
+    else:  # uniform: the weights never read the query
+        assert query.grad is None or torch.all(query.grad == 0)
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+def test_uniform_weights_are_one_over_the_length_and_the_context_the_mean_of_the_real_states(heads):
+    """Wiegreffe & Pinter's baseline, computed here without the softmax: 1/len on the real positions,
+    0 on padding, whatever the query; the context is the plain mean of the real encoder states."""
+    attention = build_attention("uniform", 6, 8, heads=heads).double()
+    assert not list(attention.parameters())
+    gen = torch.Generator().manual_seed(heads)
+    query = torch.randn(4, 3, 6, generator=gen, dtype=torch.float64)
+    keys = torch.randn(4, 7, 8, generator=gen, dtype=torch.float64)
+    lengths = [7, 4, 1, 2]
+    valid = torch.tensor([[i < n for i in range(7)] for n in lengths])
+    context, weights = attention(query, keys, valid)
+    assert weights.shape == (4, heads, 3, 7) and context.shape == (4, 3, 8)
+    for b, n in enumerate(lengths):
+        expected = [1.0 / n] * n + [0.0] * (7 - n)
+        for h in range(heads):
+            for t in range(3):
+                assert weights[b, h, t].tolist() == pytest.approx(expected, abs=1e-15)
+                assert weights[b, h, t, n:].tolist() == [0.0] * (7 - n)  # exactly zero on padding
+        mean = [sum(keys[b, i, j].item() for i in range(n)) / n for j in range(8)]
+        for t in range(3):
+            assert context[b, t].tolist() == pytest.approx(mean, abs=1e-12)
+    other_context, other_weights = attention(10 * torch.randn_like(query), keys, valid)  # the query is not read
+    torch.testing.assert_close(other_weights, weights)
+    torch.testing.assert_close(other_context, context)
 
 
 # ---------------------------------------------------------------------------------- errors

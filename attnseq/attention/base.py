@@ -70,6 +70,10 @@ class Attention(nn.Module):
     as defined here), which the fused Bahdanau loop computes itself; False for a scorer that learns
     its values (multihead): it overrides ``average`` and ``values_through``, and a Bahdanau decoder
     calls it step by step."""
+    content_based: ClassVar[bool] = True
+    """True when the weights depend on the query and the keys; False for a scorer whose weights the
+    valid mask alone fixes (uniform: 1/|x| at every real position), so no gradient reaches the query
+    through them and a different query gives the same weights."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

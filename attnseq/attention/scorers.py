@@ -7,6 +7,7 @@
 | scaled_dot | sᵀ h_i / √d_h               | — (d_q == d_k)                                        |
 | general    | sᵀ W h_i                    | W (d_q, d_k)                                          |
 | concat     | v_aᵀ tanh(W_a [s; h_i])     | W_a (d_attn, d_q + d_k/H), v_a (d_attn,)              |
+| uniform    | 0 (α_i = 1/|x|, c = mean h) | —                                                     |
 
 Each class registers itself by its ``name`` and declares what it needs (``fused_recurrence``); its
 settings and ``same_size`` are its model in ``attnseq.attention.settings``.
@@ -142,3 +143,24 @@ class ConcatAttention(AdditiveAttention):
 
     def key_weight(self) -> Tensor:
         return self.W_a[:, self.query_dim :]  # (d_attn, d_h)
+
+
+class UniformAttention(Attention):
+    """Wiegreffe & Pinter's (2019) baseline: every score is 0, so the weights are 1/|x| at each real source
+    position and 0 on padding, and the context is the mean of the real encoder states (per head: the mean of
+    the head's slice). No parameters; the query is never read (``content_based = False``)."""
+
+    name = "uniform"
+    content_based = False
+
+    def project_keys(self, keys: Tensor) -> Tensor:
+        batch, length, _ = keys.shape
+        return keys.new_zeros(batch, self.heads, length, 0)  # (B, H, T_enc, 0): nothing to compare
+
+    def split_query(self, query: Tensor) -> Tensor:
+        return query[..., :0].unsqueeze(1)  # (B, 1, T_dec, 0): the query is not read
+
+    def score_projected(self, projected_query: Tensor, projected_keys: Tensor) -> Tensor:
+        batch, heads, length, _ = projected_keys.shape
+        steps = projected_query.shape[2]
+        return projected_keys.new_zeros(batch, heads, steps, length)  # (B, H, T_dec, T_enc): e = 0

@@ -86,6 +86,10 @@ class GeneralSettings(ScorerSettings):
     name: Literal["general"] = "general"
 
 
+class UniformSettings(ScorerSettings):
+    name: Literal["uniform"] = "uniform"
+
+
 class AdditiveSettings(ScorerSettings):
     name: Literal["additive"] = "additive"
     attn_dim: PositiveInt | None = Field(None, le=2**16, description="the attention size d_attn (a multiple of "
