@@ -358,6 +358,8 @@ EVALUATE_BAD = [
     (["eval.beam_size=2", "eval.n_best=3"], "eval.n_best=3 is more than eval.beam_size=2", "eval.beam_size=3"),
     (["eval.n_best=0"], "eval.n_best=0", "eval.n_best=1"),
     (["eval.length_penalty=-0.5"], "eval.length_penalty=-0.5", "eval.length_penalty=0.6"),
+    (["eval.bootstrap_samples=10"], "eval.bootstrap_samples=10", "eval.bootstrap_samples=1000"),
+    (["eval.bootstrap_seed=0"], "eval.bootstrap_seed=0", "eval.bootstrap_seed=12345"),
     (["run_id=null", "experiment_name=x", "filter='params.scorer = dot'"], "not MLflow search syntax",
      "\"filter='params."),
     (["run_id=null", "filter='params.x = \"1\"'"], "experiment_name is not set", "experiment_name=<name>"),

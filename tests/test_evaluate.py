@@ -180,6 +180,15 @@ def test_comparison_has_one_row_per_run_and_a_figure(evaluated):
         assert 0.0 <= comparison.data.metrics[f"eval/acc/scorer_{scorer}"] <= 1.0
     # readable without the UI: the terminal shows the same table
     assert "| scorer=additive | 1 |" in evaluated["stdout"] and "| scorer=none | 1 |" in evaluated["stdout"]
+    # significance: every pair of scorers, paired on the same 120 sequences (one seed: no Welch)
+    assert {"comparison/significance.csv", "comparison/significance.md", "comparison/significance.png"} <= paths
+    local = client.download_artifacts(comparison.info.run_id, "comparison/significance.csv", str(evaluated["root"]))
+    tests = list(csv.DictReader(open(local)))
+    assert len(tests) == len(SCORERS) * (len(SCORERS) - 1) // 2 * 2  # each pair: accuracy and exact match
+    for row in tests:
+        assert row["paired_runs"] == "1" and row["sequences"] == "120" and row["p_welch"] == ""
+        assert 0 < float(row["p_bootstrap"]) <= 1
+        assert float(row["paired_a"]) == pytest.approx(float(row["mean_a"]), abs=1e-6)  # the outcomes are eval/'s
 
 
 def test_evaluation_rebuilds_the_model_from_the_run_alone(evaluated):

@@ -206,6 +206,12 @@ class Eval(Group):
                              "scores, as the evaluation run's n-best table (the metrics read the best)", examples=[1])
     counterfactual: bool = Field(description="Jain & Wallace check: permuted and uniform attention", examples=[True])
     seed: Seed = Field(description="the evaluation data's seed", examples=[1])
+    bootstrap_samples: int = Field(ge=100, le=100_000, description="a comparison's paired bootstrap: resamples of "
+                                   "the shared test sequences per pair of groups and metric (memory: resamples × "
+                                   "sequences × 8 bytes, ×24 for chrF)", examples=[1000])
+    bootstrap_seed: int = Field(ge=1, le=2**31 - 1, description="the paired bootstrap's seed for exact match and "
+                                "accuracy (the text scores use sacreBLEU's: SACREBLEU_SEED, default 12345)",
+                                examples=[12345])
     sentences: EvalSentences = Field(description="source texts to draw the attention of", examples=[["Unknown object"]])
 
 

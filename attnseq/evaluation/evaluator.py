@@ -23,6 +23,8 @@ from attnseq.data.tokenizers import SUBWORD_TOKENIZERS, TEXT_TASKS, output_text
 from attnseq.evaluation.counterfactual import MODES, CounterfactualTotals, counterfactual_decoder
 from attnseq.evaluation.trained_runs import TrainedRun
 from attnseq.metrics import BatchOutputs, MetricSuite, SuiteSpec
+from attnseq.metrics.length_buckets import sequence_hits
+from attnseq.metrics.significance import SequenceOutcomes
 from attnseq.metrics.translation import signature_params
 from attnseq.model import Decoded, decode_length_limit, decoder_inputs, greedy_decode
 from attnseq.model.beam import NBestDecoded, beam_search, beam_search_n_best
@@ -64,6 +66,7 @@ class EvalResult:
     predictions: list[list[int]] = field(default_factory=list)  # per example, in order: the output up to its length
     sentence_samples: list[tuple[str, Example, Decoded]] = field(default_factory=list)  # eval.sentences, decoded
     n_best: list[dict] = field(default_factory=list)  # n_best > 1: a row per example and rank (N_BEST_COLUMNS)
+    outcomes: SequenceOutcomes | None = None  # per test sequence, for the comparison's paired tests (in memory)
 
 
 def evaluation_examples(trained: TrainedRun, settings: EvalSettings) -> list[Example]:
@@ -162,6 +165,7 @@ def evaluate_run(trained: TrainedRun, settings: EvalSettings, examples: list[Exa
     ordered = [examples[i] for i in order]
     predictions: list[list[int]] = [[] for _ in examples]
     n_best: list[dict] = []
+    hits: list[tuple[list[int], list[int]]] = []  # per batch: correct and real target positions per sequence
     tensors = encode_examples(ordered, trained.src_vocab, trained.tgt_vocab)
     for start in range(0, len(tensors), settings.batch_size):
         batch = collate(tensors[start : start + settings.batch_size])
@@ -176,6 +180,8 @@ def evaluate_run(trained: TrainedRun, settings: EvalSettings, examples: list[Exa
                              length_penalty=settings.length_penalty)
         for i, row, n in zip(order[start:], decoded.tokens.tolist(), decoded.lengths.tolist()):
             predictions[i] = row[:n]
+        correct, real = sequence_hits(decoded.tokens, batch.tgt_out, batch.tgt_lengths)  # (B,) each
+        hits.append((correct.tolist(), real.tolist()))
         logits, attention = model.decoder(batch.tgt_in, state, memory)  # teacher forced
         replayed = {mode: replay(batch.tgt_in, state, memory)[0] for mode, replay in replays.items()}
         references = (
@@ -196,6 +202,21 @@ def evaluate_run(trained: TrainedRun, settings: EvalSettings, examples: list[Exa
         metrics, rows, totals, long_samples=_longest(trained, ordered, settings), signatures=scored,
         predictions=predictions, n_best=sorted(n_best, key=lambda row: (row["example"], row["rank"])),
         sentence_samples=sentence_samples(trained, settings.sentences, settings.beam_size, settings.length_penalty),
+        outcomes=sequence_outcomes(ordered, hits, suite),
+    )
+
+
+def sequence_outcomes(ordered: Sequence[Example], hits: Sequence[tuple[list[int], list[int]]],
+                      suite: MetricSuite) -> SequenceOutcomes:
+    """Each evaluated sequence (in evaluation order) with its correct and real target positions and,
+    for text tasks, its output and reference as the scores read them: what the comparison pairs."""
+    text = suite.members["translation"].sentences() if "translation" in suite.members else None
+    return SequenceOutcomes(
+        keys=tuple((tuple(example.src), tuple(example.tgt)) for example in ordered),
+        correct=np.array([c for correct, _ in hits for c in correct], dtype=np.int64),
+        tokens=np.array([t for _, tokens in hits for t in tokens], dtype=np.int64),
+        hypotheses=None if text is None else tuple(text[0]),
+        references=None if text is None else tuple(text[1]),
     )
 
 

@@ -33,6 +33,7 @@ from attnseq.evaluation.compare import (
     write_comparison,
 )
 from attnseq.evaluation.evaluator import N_BEST_COLUMNS, EvalResult, EvalSettings, evaluate_run, self_attention_of
+from attnseq.evaluation.significance import write_significance
 from attnseq.evaluation.trained_runs import TrainedRun, latest_sweep, load_trained_run, select_runs
 from attnseq.evaluation.validation import check_config
 from attnseq.lifecycle.signals import Signals, exit_code, release_interrupted_frames
@@ -200,13 +201,15 @@ GROUPS_PARAM = "comparison.groups"
 
 
 def log_comparison(client: TrackingClient, groups: list[SeedGroup], out_dir: Path, parent: str | None,
-                   signals: Signals | None = None) -> str:
+                   signals: Signals | None = None, bootstrap: tuple[int, int] = (1000, 12345)) -> str:
     """A comparison run holding every table and figure, each group's mean of every overall ``eval/``
     metric (``eval/acc/scorer_dot``) and, over several seeds, its interval half-width
     (``eval/acc_ci95/scorer_dot``), and the heatmaps of one long source sequence as every run attended
-    to it, side by side, where the runs evaluated a sequence in common."""
+    to it, side by side, where the runs evaluated a sequence in common; and the significance of each
+    pair of groups' differences (``bootstrap``: resamples and seed; ``attnseq.evaluation.significance``)."""
     runs = [member.trained for group in groups for member in group.members]
     written = write_comparison(groups, out_dir, title=f"{len(runs)} runs")
+    written |= write_significance(groups, out_dir, *bootstrap, title=f"{len(runs)} runs")
     create = partial(
         client.create_run, runs[0].run.info.experiment_id, f"comparison of {len(runs)} runs in {len(groups)} groups",
         {tags.KIND: tags.COMPARISON, tags.COMPARED_RUNS: ",".join(t.run_id for t in runs)}, parent_run_id=parent)
@@ -317,7 +320,8 @@ def evaluate_config(cfg: EvalConfig, signals: Signals | None = None) -> list[Eva
         results.append(result)
     if len(results) > 1 and cfg.compare:
         groups = group_runs(trained_runs, results)
-        comparison = log_comparison(client, groups, out_dir / "comparison", parent=parent, signals=signals)
+        comparison = log_comparison(client, groups, out_dir / "comparison", parent=parent, signals=signals,
+                                    bootstrap=(cfg.eval.bootstrap_samples, cfg.eval.bootstrap_seed))
         header, rows = table_rows(groups)
         url = ui_links(cfg.mlflow.tracking_uri, runs[0].info.experiment_id, comparison).url
         print(redact_text(f"\n{markdown_table(header, rows)}\n{INTERVAL_NOTE}\nComparison run {url}; "

@@ -99,19 +99,7 @@ class LengthBucketedAccuracy(Metric):
         """
         _check_shapes(pred, target, target_lengths, src_lengths)
         bucket, keep = (t.to(self.correct.device) for t in self.buckets.assign(src_lengths))  # (B,) each
-        batch, t_tgt = target.shape
-        t_pred = pred.shape[1]
-        if t_pred >= t_tgt:
-            pred = pred[:, :t_tgt]  # (B, T_tgt) tokens past the target's length never count
-        else:
-            # -1 is never a token id, so missing positions are wrong even where the target is PAD.
-            filler = pred.new_full((batch, t_tgt - t_pred), -1)
-            pred = torch.cat([pred, filler], dim=1)  # (B, T_tgt)
-        positions = torch.arange(t_tgt, device=target.device)
-        real = positions.unsqueeze(0) < target_lengths.unsqueeze(1)  # (B, T_tgt)
-        hits = (pred == target) & real  # (B, T_tgt)
-        correct = hits.sum(dim=1)  # (B,)
-        tokens = real.sum(dim=1)  # (B,)
+        correct, tokens = sequence_hits(pred, target, target_lengths)  # (B,) each
         exact = correct == tokens  # (B,)
 
         # keep: 0 for out-of-range rows, which add nothing to any bucket
@@ -171,6 +159,23 @@ class LengthBucketedAccuracy(Metric):
 
     def _check_range(self) -> None:
         self.buckets.check(int(self.out_of_range), int(self.max_src_seen))
+
+
+def sequence_hits(pred: Tensor, target: Tensor, target_lengths: Tensor) -> tuple[Tensor, Tensor]:
+    """Per sequence, the real target positions ``pred`` matches and the real positions: ``(B,)`` each
+    (``LengthBucketedAccuracy``'s rule; a sequence is an exact match where the two are equal)."""
+    batch, t_tgt = target.shape
+    t_pred = pred.shape[1]
+    if t_pred >= t_tgt:
+        pred = pred[:, :t_tgt]  # (B, T_tgt) tokens past the target's length never count
+    else:
+        # -1 is never a token id, so missing positions are wrong even where the target is PAD.
+        filler = pred.new_full((batch, t_tgt - t_pred), -1)
+        pred = torch.cat([pred, filler], dim=1)  # (B, T_tgt)
+    positions = torch.arange(t_tgt, device=target.device)
+    real = positions.unsqueeze(0) < target_lengths.unsqueeze(1)  # (B, T_tgt)
+    hits = (pred == target) & real  # (B, T_tgt)
+    return hits.sum(dim=1), real.sum(dim=1)  # (B,) each
 
 
 def _check_shapes(pred: Tensor, target: Tensor, target_lengths: Tensor, src_lengths: Tensor) -> None:
