@@ -58,7 +58,7 @@ def _flips(model: nn.Module, src: Tensor, src_lengths: Tensor, tgt_in: Tensor,
         memory, state = model.encode(src, src_lengths)
         logits, _ = model.decoder(tgt_in, state, memory)  # (B, T_dec, V)
         valid = torch.arange(tgt_in.shape[1], device=src.device).unsqueeze(0) < tgt_lengths.unsqueeze(1)  # (B, T_dec)
-        generator = torch.Generator().manual_seed(0)
+        generator = torch.Generator(device=src.device).manual_seed(0)  # permute draws on the model's device
         for mode in MODES:
             replayed, _ = counterfactual_decoder(model.decoder, mode, generator)(tgt_in, state, memory)  # (B, T_dec, V)
             flips = ((logits.argmax(-1) != replayed.argmax(-1)) & valid).sum(-1)  # (B,)
