@@ -54,8 +54,9 @@ LAYERS = {
     "config": {"kernels", "attention", "data", "metrics", "model"},  # every choice's settings; the metrics' names
     "serving": {"kernels", "attention", "data", "model", "tracking"},
     "lifecycle": {"tracking"},
-    "training": {"kernels", "attention", "data", "metrics", "model", "tracking", "config", "serving", "lifecycle"},
     "evaluation": {"kernels", "attention", "data", "metrics", "model", "tracking", "config", "serving", "lifecycle"},
+    "training": {"kernels", "attention", "data", "metrics", "model", "tracking", "config", "serving", "lifecycle",
+                 "evaluation"},  # validation's faithfulness probe (attnseq.evaluation.faithfulness)
 }
 """The layering the README's "Layout" describes, bottom first."""
 

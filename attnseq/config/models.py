@@ -14,6 +14,7 @@ from pydantic.functional_validators import AfterValidator
 
 from attnseq.attention.settings import LOCAL_ATTENTION, GlobalSettings
 from attnseq.data.tasks import TASKS, dataset_model
+from attnseq.metrics.faithfulness import FaithSettings, TrainFaithSettings
 from attnseq.model.config import CHOICES, MAX_BEAM_SIZE, ModelGroup
 from attnseq.problems import PAIR, Text, What, _pair
 
@@ -165,6 +166,7 @@ class TrainBase(Group):
     decode: Decode
     checkpoint: Checkpoint
     average: Average = Average()  # absent from a run saved before it: off
+    faith: TrainFaithSettings = TrainFaithSettings()  # absent from a run saved before it: off
     tracking: Tracking
     heartbeat: Heartbeat
     mlflow: TrainMlflow
@@ -228,6 +230,7 @@ class EvalConfig(Group):
         "model", description="which of each run's MLflow models: model (its best checkpoint) or averaged_model "
         "(its averaged checkpoints: train.py average.k=...)")
     eval: Eval
+    faith: FaithSettings = FaithSettings()
     compare: bool = Field(description="with several runs: comparison figure + table + a comparison run",
                           examples=[True])
     threads: Threads | None = Field(description="torch CPU threads; null = every core", examples=[1])

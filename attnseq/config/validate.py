@@ -23,7 +23,7 @@ from attnseq.problems import raise_all, shown, told
 from attnseq.registry import closest, did_you_mean, import_plugins
 
 AT_RUN_TIME = "<set by Hydra at run time>"  # a ${hydra:...} value in a config composed without a Hydra run
-METRIC_KEYS = ("dataset", "scorer", "training", "checkpoint", "optimized_metric")  # what metric_problems reads
+METRIC_KEYS = ("dataset", "scorer", "training", "checkpoint", "optimized_metric", "faith")  # what metric_problems reads
 
 
 def validate_train(cfg: DictConfig) -> TrainBase:
@@ -87,7 +87,8 @@ def suite_spec(cfg: TrainBase, stage: str) -> SuiteSpec:
     task = TASKS.lookup(cfg.dataset.task)
     return SuiteSpec(stage, max_length=cfg.dataset.eval_lengths[1], bucket_width=cfg.dataset.bucket_width,
                      train_lengths=tuple(cfg.dataset.train_lengths), attention=cfg.scorer.name != NO_ATTENTION,
-                     gold_alignment=task.has_gold_alignment, text=task.is_text)
+                     gold_alignment=task.has_gold_alignment, text=task.is_text,
+                     faith=cfg.faith.groups() if stage == "val" else ())
 
 
 def logged_metrics(cfg: TrainBase, stage: str = "val") -> list[str]:

@@ -21,8 +21,10 @@ from attnseq.data import Batch, Example, Seq2SeqDataModule, collate, encode_exam
 from attnseq.data.tasks import TASKS
 from attnseq.data.tokenizers import SUBWORD_TOKENIZERS, TEXT_TASKS, output_text
 from attnseq.evaluation.counterfactual import MODES, CounterfactualTotals, counterfactual_decoder
+from attnseq.evaluation.faithfulness import probe, spread
 from attnseq.evaluation.trained_runs import TrainedRun
 from attnseq.metrics import BatchOutputs, MetricSuite, SuiteSpec
+from attnseq.metrics.faithfulness import FaithSettings
 from attnseq.metrics.length_buckets import sequence_hits
 from attnseq.metrics.significance import SequenceOutcomes
 from attnseq.metrics.translation import signature_params
@@ -54,6 +56,7 @@ class EvalSettings:
     counterfactual: bool = True
     seed: int = 0
     sentences: tuple[str, ...] = ()  # source texts whose attention is drawn by name (eval.sentences)
+    faith: FaithSettings = FaithSettings()  # the faithfulness probe (faith.*; faith.samples=0: off)
 
 
 @dataclass
@@ -103,6 +106,7 @@ def metric_suite(trained: TrainedRun, settings: EvalSettings) -> MetricSuite:
         gold_alignment=TASKS.lookup(task).has_gold_alignment,
         text=text,
         counterfactual=settings.counterfactual,
+        faith=settings.faith.groups(),
         to_text=partial(output_text, vocab=trained.tgt_vocab, tokenizer=trained.tgt_tokenizer) if text else None,
     ))
 
@@ -167,6 +171,8 @@ def evaluate_run(trained: TrainedRun, settings: EvalSettings, examples: list[Exa
     n_best: list[dict] = []
     hits: list[tuple[list[int], list[int]]] = []  # per batch: correct and real target positions per sequence
     tensors = encode_examples(ordered, trained.src_vocab, trained.tgt_vocab)
+    probed = set(spread([len(e.src) for e in ordered], settings.faith.samples)) if "faithfulness" in suite.members \
+        else set()  # the faithfulness probe's sequences, spread over the lengths
     for start in range(0, len(tensors), settings.batch_size):
         batch = collate(tensors[start : start + settings.batch_size])
         memory, state = encoded = model.encode(batch.src, batch.src_lengths)
@@ -191,6 +197,11 @@ def evaluate_run(trained: TrainedRun, settings: EvalSettings, examples: list[Exa
         )
         suite.update(BatchOutputs.of(batch, decoded.tokens, attention=attention, logits=logits, replayed=replayed,
                                      references=references))
+        probed_rows = [i for i in range(len(batch)) if start + i in probed]
+        if probed_rows:
+            picked = torch.tensor(probed_rows)  # (N,)
+            suite.update_faithfulness(probe(model, batch.src[picked], batch.src_lengths[picked], batch.tgt_in[picked],
+                                            batch.tgt_lengths[picked], settings.faith), settings.faith.alpha)
         if progress is not None:
             progress(len(batch))
 

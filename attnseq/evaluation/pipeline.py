@@ -69,6 +69,7 @@ def settings_for(cfg: EvalConfig, trained: TrainedRun) -> EvalSettings:
         counterfactual=cfg.eval.counterfactual,
         seed=cfg.eval.seed,
         sentences=tuple(cfg.eval.sentences),
+        faith=cfg.faith,
     )
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from attnseq.errors import ConfigError
+from attnseq.metrics.faithfulness import faith_names
 from attnseq.registry import Registry
 
 FIT_STAGES = ("val", "test")
@@ -91,6 +92,7 @@ class SuiteSpec:
     gold_alignment: bool  # the task's examples carry a gold alignment
     text: bool  # the task's outputs are sentences (sacreBLEU, chrF)
     counterfactual: bool = False  # the caller replays the attention (evaluation's eval.counterfactual)
+    faith: tuple[str, ...] = ()  # the faithfulness groups the caller probes (``FaithSettings.groups``); (): off
     to_text: Callable[[Sequence[int]], str] | None = field(default=None, compare=False)
     """Text tasks: a target row of ids, as the sentence it stands for (up to EOS, detokenised)."""
 
@@ -119,6 +121,7 @@ class MetricDeclaration:
     needs_gold_alignment: ClassVar[bool] = False
     needs_text: ClassVar[bool] = False
     needs_counterfactual: ClassVar[bool] = False
+    needs_faith: ClassVar[bool] = False
     stages: ClassVar[tuple[str, ...]] = (*FIT_STAGES, "eval")
     lower_is_better: ClassVar[bool | tuple[str, ...]] = False
     """True: every name it reports is better lower; or the names that are (the rest: higher)."""
@@ -142,6 +145,7 @@ class MetricDeclaration:
             and (spec.gold_alignment or not cls.needs_gold_alignment)
             and (spec.text or not cls.needs_text)
             and (spec.counterfactual or not cls.needs_counterfactual)
+            and (bool(spec.faith) or not cls.needs_faith)
         )
 
     @classmethod
@@ -178,8 +182,10 @@ def names(spec: SuiteSpec) -> list[str]:
 def lower_is_better(metric: str) -> bool:
     """Whether ``metric`` (``val/aer``, ``train/loss``, ``val/attn_entropy_train_lengths``,
     ``eval/acc_len/01-05``) is better lower, as the registered metric reporting it declares."""
-    base = metric.partition("/")[2].split("/")[0].removesuffix("_train_lengths").removesuffix("_len")
-    return any(cls.is_lower_better(base) for cls in METRICS.values())
+    rest = metric.partition("/")[2]
+    base = rest.split("/")[0].removesuffix("_train_lengths").removesuffix("_len")
+    path = "/".join(part.removesuffix("_len") for part in rest.split("/") if not part[:1].isdigit())  # no bucket
+    return any(cls.is_lower_better(base) or cls.is_lower_better(path) for cls in METRICS.values())
 
 
 # -- the built-in metrics, in the order they report (computed in attnseq.metrics.families) ----------
@@ -271,6 +277,24 @@ class Counterfactual(MetricDeclaration):
     @classmethod
     def bucket_names(cls, spec: SuiteSpec) -> list[str]:
         return [f"cf_{mode}_flip_len" for mode in MODES]
+
+
+class Faithfulness(MetricDeclaration):
+    """``faith/...``: the attention against other measures of importance, the counterfactual flip rates and the
+    adversarial JSD on a sample of sequences (``faith.*``); in evaluation per bucket too (``..._len/01-05``)."""
+
+    name = "faithfulness"
+    needs_attention = True
+    needs_faith = True
+    lower_is_better = ("faith/adversarial_jsd",)  # a far attention with the same output: less faithful
+
+    @classmethod
+    def overall_names(cls, spec: SuiteSpec) -> list[str]:
+        return faith_names(spec.faith)
+
+    @classmethod
+    def bucket_names(cls, spec: SuiteSpec) -> list[str]:
+        return [] if spec.stage in FIT_STAGES else [f"{name}_len" for name in faith_names(spec.faith)]
 
 
 class Training(MetricDeclaration):

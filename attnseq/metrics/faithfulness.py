@@ -26,7 +26,8 @@ class ImportanceSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
-    measures: tuple[Measure, ...] = Field(MEASURES, min_length=1, description="the measures to compute, of "
+    measures: tuple[Measure, ...] = Field(MEASURES, min_length=1, strict=False, description="the measures to "
+                                          "compute (a list from a config file), of "
                                           f"{', '.join(MEASURES)}")
     ig_steps: int = Field(50, ge=1, le=1000, description="integrated gradients: the points of the path integral "
                           "from the baseline to the source embeddings (Gauss-Legendre, captum's default method)")
@@ -135,3 +136,73 @@ def jsd_by_length(lengths: Iterable[int], jsd: Iterable[float], bounds: list[tup
         inside = [value for n, value in pairs if lo <= n <= hi]
         rows.append({"lo": lo, "hi": hi, "steps": len(inside), "jsd": float(np.mean(inside)) if inside else None})
     return rows
+
+
+# -- Faithfulness over training and per length bucket (docs/evaluation.md, "Faithfulness over training") -----------
+class FaithSettings(ImportanceSettings):
+    """``faith.*`` of ``conf/evaluate.yaml``: the importance measures' settings, on how many sequences they run,
+    the counterfactual flip rates and the adversarial search (``faith.adversarial``; null: not searched)."""
+
+    samples: int = Field(0, ge=0, le=100_000, description="sequences the faithfulness measures run on (validation: "
+                         "the same ones each time, spread over the source lengths; evaluation: spread over the "
+                         "evaluated ones); 0 = off")
+    counterfactual: bool = Field(True, description="the flip rates of the uniform and the permuted attention on "
+                                 "those sequences")
+    adversarial: AdversarialSettings | None = Field(AdversarialSettings(), description="the adversarial search on "
+                                                    "their steps; null = off")
+
+    def groups(self) -> tuple[str, ...]:
+        """What is reported: the measures, then ``counterfactual`` and ``adversarial`` when on; () when off."""
+        if self.samples == 0:
+            return ()
+        return (*self.measures, *(("counterfactual",) if self.counterfactual else ()),
+                *(("adversarial",) if self.adversarial is not None else ()))
+
+
+class TrainFaithSettings(FaithSettings):
+    """``faith.*`` of ``conf/train.yaml``: as evaluation's, at every ``every_n_epochs``-th validation."""
+
+    every_n_epochs: int = Field(1, ge=1, le=10_000, description="measured at every n-th validation epoch")
+
+
+def faith_names(groups: Iterable[str]) -> list[str]:
+    """The names ``groups`` (``FaithSettings.groups``) report, without stage or bucket."""
+    found = []
+    for group in groups:
+        if group == "counterfactual":
+            found += [f"faith/cf_{mode}_flip_rate" for mode in ("permute", "uniform")]
+        elif group == "adversarial":
+            found.append("faith/adversarial_jsd")
+        else:
+            found += [f"faith/{group}/{key}" for key in ("tau", "significant", "top1")]
+    return found
+
+
+@dataclass
+class FaithRecords:
+    """What the faithfulness probe found on some sequences, step by step, each with its source length:
+    the importance measures' agreement, the counterfactual steps and flips per mode, the adversarial JSD."""
+
+    agreements: list[tuple[int, dict[str, StepAgreement]]]
+    flips: list[tuple[str, int, int, int]]  # (mode, source length, steps, flipped steps)
+    jsd: list[tuple[int, float]]
+
+    def extend(self, other: FaithRecords) -> None:
+        self.agreements += other.agreements
+        self.flips += other.flips
+        self.jsd += other.jsd
+
+    def summary(self, alpha: float, lo: int = 1, hi: int = 2**31) -> dict[str, float]:
+        """The steps of sources of ``lo`` … ``hi`` tokens: ``summarize`` of the agreements (``<measure>/tau``,
+        ``/significant``, ``/top1``), ``cf_<mode>_flip_rate`` and ``adversarial_jsd`` (their means); a name
+        with no step (or only NaN τ) is left out."""
+        values = summarize((found for n, found in self.agreements if lo <= n <= hi), alpha)
+        for mode in dict.fromkeys(mode for mode, *_ in self.flips):
+            steps = sum(s for m, n, s, _ in self.flips if m == mode and lo <= n <= hi)
+            if steps:
+                values[f"cf_{mode}_flip_rate"] = sum(f for m, n, _, f in self.flips if m == mode and lo <= n <= hi) \
+                    / steps
+        inside = [value for n, value in self.jsd if lo <= n <= hi]
+        if inside:
+            values["adversarial_jsd"] = float(np.mean(inside))
+        return values

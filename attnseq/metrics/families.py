@@ -13,6 +13,7 @@ from attnseq.metrics import declarations as declared
 from attnseq.metrics.alignment import AttentionDiagnostics
 from attnseq.metrics.counterfactual import CounterfactualTotals
 from attnseq.metrics.declarations import DIAGNOSTICS, FIT_STAGES, MODES, SCORES, SuiteSpec
+from attnseq.metrics.faithfulness import FaithRecords
 from attnseq.metrics.length_buckets import LengthBucketedAccuracy
 from attnseq.metrics.suite import BatchOutputs, SuiteMetric
 from attnseq.metrics.translation import corpus_scores, translation_scores
@@ -224,3 +225,33 @@ class Counterfactual(SuiteMetric, declared.Counterfactual):
 
     def reset(self) -> None:
         self.totals = self.empty()
+
+
+class Faithfulness(SuiteMetric, declared.Faithfulness):
+    """The faithfulness probe's records (``MetricSuite.update_faithfulness``: the caller runs the model on its
+    sample of sequences, ``attnseq.evaluation.faithfulness``), summarised as ``faith/...``; in evaluation per
+    source-length bucket too. A batch of the other metrics adds nothing."""
+
+    def __init__(self, spec: SuiteSpec) -> None:
+        super().__init__(spec)
+        self.records = FaithRecords([], [], [])
+        self.alpha = 0.05
+
+    def update(self, outputs: BatchOutputs) -> None:
+        pass
+
+    def add(self, records: FaithRecords, alpha: float = 0.05) -> None:
+        self.records.extend(records)
+        self.alpha = alpha
+
+    def compute(self) -> dict[str, float]:
+        values = {f"faith/{name}": value for name, value in self.records.summary(self.alpha).items()}
+        if self.spec.stage not in FIT_STAGES:
+            buckets = self.spec.buckets
+            for name, (lo, hi) in zip(buckets.names, buckets.bounds):
+                values.update({f"faith/{key}_len/{name}": value
+                               for key, value in self.records.summary(self.alpha, lo, hi).items()})
+        return values
+
+    def reset(self) -> None:
+        self.records = FaithRecords([], [], [])

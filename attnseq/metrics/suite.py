@@ -106,6 +106,12 @@ class MetricSuite(nn.Module):
         for member in self.members.values():
             member.update(outputs)
 
+    def update_faithfulness(self, records, alpha: float = 0.05) -> None:
+        """The faithfulness probe's ``FaithRecords`` of some sequences (the caller's sample, not a batch the
+        other metrics read); nothing when this suite does not report ``faith/...``."""
+        if "faithfulness" in self.members:
+            self.members["faithfulness"].add(records, alpha)
+
     def compute(self) -> dict[str, Tensor | float]:
         """Every member's values, named ``<stage>/<name>``."""
         stage = self.spec.stage

@@ -48,6 +48,7 @@ def build_module(
         scheduler_interval=cfg.scheduler.interval if cfg.scheduler is not None else "epoch",
         decode_ratio=cfg.decode.max_length_ratio,
         decode_extra=cfg.decode.max_length_extra,
+        faith=cfg.faith,
     )
 
 

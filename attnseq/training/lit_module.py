@@ -28,11 +28,13 @@ from torch import Tensor
 from torch.nn import functional as F
 from torchmetrics import MaxMetric, MeanMetric, Metric
 
+from attnseq.data import collate, encode_examples
 from attnseq.data.batch import Batch
 from attnseq.data.tasks import TASKS
 from attnseq.data.tokenizers import output_text
 from attnseq.data.vocab import PAD
 from attnseq.metrics import BatchOutputs, MetricSuite, SuiteSpec
+from attnseq.metrics.faithfulness import TrainFaithSettings
 from attnseq.model import Seq2Seq, decode_length_limit, greedy_decode
 
 OptimizerFactory = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
@@ -58,6 +60,7 @@ class Seq2SeqLitModule(L.LightningModule):
         decode_ratio: float = 1.5,
         decode_extra: int = 5,
         scheduler_monitor: str = "val/loss",
+        faith: TrainFaithSettings | None = None,
     ) -> None:
         super().__init__()
         self.model = model
@@ -72,6 +75,8 @@ class Seq2SeqLitModule(L.LightningModule):
         self.decode_extra = decode_extra
         self.max_eval_length = max_eval_length
         self.bucket_width = bucket_width
+        self.faith = faith if faith is not None and faith.samples > 0 and model.attention is not None else None
+        self.faith_batch: Batch | None = None  # the fixed validation sample, made at its first use
         self.val_metrics = self.metric_suite("val")
         self.test_metrics = self.metric_suite("test")
         # nan_strategy="disable": no NaN test (a host sync) per step; FiniteLossGuard stops a NaN loss
@@ -98,6 +103,7 @@ class Seq2SeqLitModule(L.LightningModule):
             attention=self.model.attention is not None,
             gold_alignment=task is not None and TASKS.lookup(task).has_gold_alignment,
             text=text,
+            faith=self.faith.groups() if self.faith is not None and stage == "val" else (),
             to_text=partial(output_text, vocab=data.tgt_vocab, tokenizer=data.tgt_tokenizer) if text else None,
         )
         suite = MetricSuite(spec)
@@ -210,7 +216,26 @@ class Seq2SeqLitModule(L.LightningModule):
             rank = sampled.index(batch_idx) / max(len(sampled) - 1, 1)  # 0: its shortest source … 1: its longest
             self.last_samples += samples(batch, tokens, self.trainer.datamodule, [rank] if len(sampled) > 1 else None)
 
+    def probe_faithfulness(self) -> None:
+        """At every ``faith.every_n_epochs``-th validation (not the sanity check): the faithfulness probe on
+        ``faith.samples`` validation sequences (the same each time: spread over the source lengths), into
+        the suite (``val/faith/...``)."""
+        faith = self.faith
+        if faith is None or self.trainer.sanity_checking or (self.current_epoch + 1) % faith.every_n_epochs:
+            return
+        from attnseq.evaluation.faithfulness import probe, spread  # torch work beside the suite's
+
+        if self.faith_batch is None:
+            data = self.trainer.datamodule
+            examples = data.val_examples
+            picked = [examples[i] for i in spread([len(e.src) for e in examples], faith.samples)]
+            self.faith_batch = collate(encode_examples(picked, data.src_vocab, data.tgt_vocab))
+        batch = self.faith_batch
+        self.val_metrics.update_faithfulness(
+            probe(self.model, batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_lengths, faith), faith.alpha)
+
     def on_validation_epoch_end(self) -> None:
+        self.probe_faithfulness()
         values = self._log_epoch(self.val_metrics)
         if "val/acc" in values and not self.trainer.sanity_checking:
             self.val_acc_best(values["val/acc"])
