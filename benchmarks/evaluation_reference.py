@@ -19,7 +19,7 @@ from torchmetrics.text import BLEUScore
 from attnseq.attention import Attention
 from attnseq.data import Example, collate, encode_examples
 from attnseq.data.vocab import EOS, PAD
-from attnseq.evaluation.counterfactual import MODES, CounterfactualTotals, permute_weights
+from attnseq.faithfulness.counterfactual import MODES, CounterfactualTotals, permute_weights
 from attnseq.evaluation.evaluator import (
     TEXT_TASKS,
     EvalResult,

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from torch import nn
 
 from attnseq.attention import build_attention, lengths_to_valid_mask
-from attnseq.evaluation.adversarial import adversarial_attention
+from attnseq.faithfulness.adversarial import adversarial_attention
 from attnseq.metrics.faithfulness import AdversarialSettings, jensen_shannon, jsd_by_length
 from attnseq.model import ModelConfig, build_seq2seq
 from attnseq.model.state import DecoderState, Memory

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attnseq.attention import lengths_to_valid_mask
-from attnseq.evaluation.counterfactual import (
+from attnseq.faithfulness.counterfactual import (
     CounterfactualTotals,
     counterfactual_decoder,
     permute_weights,

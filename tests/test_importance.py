@@ -14,7 +14,7 @@ import torch
 from pydantic import ValidationError
 from torch import nn
 
-from attnseq.evaluation.importance import gradient_importance, leave_one_out, step_importance
+from attnseq.faithfulness.importance import gradient_importance, leave_one_out, step_importance
 from attnseq.metrics.faithfulness import MEASURES, ImportanceSettings, agreement, step_agreement, summarize
 from attnseq.model import ModelConfig, build_seq2seq
 

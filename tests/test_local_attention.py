@@ -300,7 +300,7 @@ def test_a_local_attention_that_cannot_work_stops_before_training(tmp_path, over
 
 
 def test_the_counterfactual_check_permutes_the_local_weights():
-    from attnseq.evaluation.counterfactual import counterfactual_decoder
+    from attnseq.faithfulness.counterfactual import counterfactual_decoder
 
     model = local_model("general", "monotonic", "luong", False, D=1)  # the states do not read the attention
     src, lengths, tgt_in = padded_batch(lengths=LENGTHS, tgt_len=6)

@@ -10,7 +10,7 @@ from torch import nn
 
 from attnseq.attention import MultiheadAttention, build_attention, lengths_to_valid_mask
 from attnseq.errors import ConfigError
-from attnseq.evaluation.counterfactual import CounterfactualAttention
+from attnseq.faithfulness.counterfactual import CounterfactualAttention
 from attnseq.model import ModelConfig, build_seq2seq, greedy_decode
 
 

@@ -22,7 +22,7 @@ from torch import nn
 
 from attnseq.attention import MultiheadAttention, lengths_to_valid_mask
 from attnseq.errors import ConfigError
-from attnseq.evaluation.counterfactual import CounterfactualAttention, counterfactual_decoder
+from attnseq.faithfulness.counterfactual import CounterfactualAttention, counterfactual_decoder
 from attnseq.model import ModelConfig, beam_search, beam_search_n_best, build_seq2seq, decoder_inputs, greedy_decode
 from attnseq.model.state import DecoderState, Memory
 from attnseq.model.transformer_decoder import TransformerDecoder, TransformerDecoderLayer

@@ -1,4 +1,4 @@
-"""The counterfactual check's sums (``attnseq.evaluation.counterfactual`` replays the attention):
+"""The counterfactual check's sums (``attnseq.faithfulness.counterfactual`` replays the attention):
 per length bucket, the target steps, the steps whose argmax token flips and the total variation
 between the original and the replayed output distributions, so batches and runs accumulate exactly."""
 

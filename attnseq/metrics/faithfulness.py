@@ -1,7 +1,7 @@
 """Does the attention agree with other measures of importance? (Jain & Wallace 2019, §4.1): per decoder step,
 Kendall's τ between the attention over the real source positions and an importance measure, its p-value, and
 whether both put the same position first. The measures themselves (gradient × input, integrated gradients,
-leave-one-out) are computed from a model by ``attnseq.evaluation.importance``; this module holds their settings
+leave-one-out) are computed from a model by ``attnseq.faithfulness.importance``; this module holds their settings
 and the statistics, torch-free (scipy is imported on first use)."""
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def summarize(agreements: Iterable[dict[str, StepAgreement]], alpha: float = 0.0
 
 # -- Can a very different attention give the same output? (Jain & Wallace 2019, §4.2.2) ---------------------------
 class AdversarialSettings(BaseModel):
-    """J&W's adversarial attention search (``attnseq.evaluation.adversarial``; docs/evaluation.md)."""
+    """J&W's adversarial attention search (``attnseq.faithfulness.adversarial``; docs/evaluation.md)."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 

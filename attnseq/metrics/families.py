@@ -189,7 +189,7 @@ def _gathered(hypotheses: list[str], references: list[str]) -> tuple[list[str], 
 
 
 class Counterfactual(SuiteMetric, declared.Counterfactual):
-    """How far the outputs move when the attention is replaced (``attnseq.evaluation.counterfactual``):
+    """How far the outputs move when the attention is replaced (``attnseq.faithfulness.counterfactual``):
     flip rate and total variation per mode, overall and per bucket. Evaluation only: the caller
     gives the replayed logits."""
 
@@ -229,7 +229,7 @@ class Counterfactual(SuiteMetric, declared.Counterfactual):
 
 class Faithfulness(SuiteMetric, declared.Faithfulness):
     """The faithfulness probe's records (``MetricSuite.update_faithfulness``: the caller runs the model on its
-    sample of sequences, ``attnseq.evaluation.faithfulness``), summarised as ``faith/...``; in evaluation per
+    sample of sequences, ``attnseq.faithfulness.probe``), summarised as ``faith/...``; in evaluation per
     source-length bucket too. A batch of the other metrics adds nothing."""
 
     def __init__(self, spec: SuiteSpec) -> None:

@@ -223,7 +223,7 @@ class Seq2SeqLitModule(L.LightningModule):
         faith = self.faith
         if faith is None or self.trainer.sanity_checking or (self.current_epoch + 1) % faith.every_n_epochs:
             return
-        from attnseq.evaluation.faithfulness import probe, spread  # torch work beside the suite's
+        from attnseq.faithfulness.probe import probe, spread  # torch work beside the suite's
 
         if self.faith_batch is None:
             data = self.trainer.datamodule

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from attnseq.attention import Attention, masked_softmax
-from attnseq.evaluation.importance import evaluating, ranked_steps
+from attnseq.faithfulness.importance import evaluating, ranked_steps
 from attnseq.metrics.faithfulness import AdversarialSettings
 from attnseq.model.state import select_memory, select_state
 

@@ -1,7 +1,7 @@
 """The faithfulness probe on a sample of sequences, for validation (``val/faith/...``, each time on the same
 ones) and evaluation (``eval/faith/...``, per length bucket): the importance measures' agreement with the
-attention (``attnseq.evaluation.importance``), the flip rates of the uniform and the permuted attention
-(``attnseq.evaluation.counterfactual``) and the adversarial JSD (``attnseq.evaluation.adversarial``), as
+attention (``attnseq.faithfulness.importance``), the flip rates of the uniform and the permuted attention
+(``attnseq.faithfulness.counterfactual``) and the adversarial JSD (``attnseq.faithfulness.adversarial``), as
 ``FaithRecords`` the metrics suite summarises (``MetricSuite.update_faithfulness``). Teacher-forced with the
 gold prefix. It runs with gradients (integrated gradients, the search) even inside Lightning's or the
 evaluator's inference mode: the inputs are copied out of it first."""
@@ -13,9 +13,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from attnseq.evaluation.adversarial import adversarial_attention
-from attnseq.evaluation.counterfactual import MODES, counterfactual_decoder
-from attnseq.evaluation.importance import evaluating, step_importance
+from attnseq.faithfulness.adversarial import adversarial_attention
+from attnseq.faithfulness.counterfactual import MODES, counterfactual_decoder
+from attnseq.faithfulness.importance import evaluating, step_importance
 from attnseq.metrics.faithfulness import FaithRecords, FaithSettings
 
 __all__ = ["probe", "spread"]
@@ -52,7 +52,7 @@ def probe(model: nn.Module, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, tg
 def _flips(model: nn.Module, src: Tensor, src_lengths: Tensor, tgt_in: Tensor,
            tgt_lengths: Tensor) -> list[tuple[str, int, int, int]]:
     """Per mode and sequence: its source length, its real target steps and how many of their argmax tokens
-    the replaced attention flips (the replays of ``attnseq.evaluation.counterfactual``, seed 0)."""
+    the replaced attention flips (the replays of ``attnseq.faithfulness.counterfactual``, seed 0)."""
     found = []
     with evaluating(model), torch.no_grad():
         memory, state = model.encode(src, src_lengths)
