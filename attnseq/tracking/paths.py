@@ -95,10 +95,12 @@ def sentence_heatmap(index: int) -> str:
     return f"heatmaps/sentence_{index}.png"
 
 
-def eval_self_attention(stack: str, heatmap: str) -> str:
-    """An evaluation run's self-attention figure for ``stack`` (``encoder``, ``decoder``) of the sample
-    whose cross-attention heatmap is ``heatmap`` (``long_heatmap``, ``sentence_heatmap``): beside it, in
-    ``heatmaps/self_attention/``."""
+def self_attention_beside(stack: str, heatmap: str) -> str:
+    """The self-attention figure for ``stack`` (``encoder``, ``decoder``) of the sample whose cross-attention
+    heatmap is ``heatmap``: beside it, in a ``self_attention/`` folder, named ``<stack>_<heatmap's name>``. An
+    evaluation run's (``long_heatmap``, ``sentence_heatmap``: ``heatmaps/self_attention/``), a comparison
+    run's (``SAME_SAMPLE_HEATMAPS``, ``comparison_sentence_heatmaps``: ``comparison/self_attention/``) and
+    ``translate.py heatmaps=``'s files (``<folder>/self_attention/encoder_source_0.png``)."""
     return f"{folder(heatmap)}/self_attention/{stack}_{file_name(heatmap)}"
 
 
