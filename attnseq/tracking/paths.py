@@ -66,14 +66,20 @@ def best_heatmap_file(label: str) -> str:
 
 def self_attention_image(stack: str, label: str) -> str:
     """The key of a training run's time-stepped self-attention figure of sample ``label``, for ``stack``
-    (``encoder``, ``decoder``: a Transformer's; a row per layer), stepped as ``attention_image``."""
-    return f"attention/self_attention/{stack}_{label}"
+    (``encoder``, ``decoder``: a Transformer's; a row per layer), stepped as ``attention_image``. Short, so
+    that the *Model metrics* tab's card titles (about 30 characters before MLflow cuts them) tell
+    ``self_attention/decoder_short`` from ``self_attention/decoder_long``; its section is ``self_attention``."""
+    return f"self_attention/{stack}_{label}"
+
+
+SELF_ATTENTION_FOLDER = "attention/self_attention"
+"""A training run's plain self-attention figures: beside its heatmaps, in the ``attention`` folder."""
 
 
 def self_attention_file(stack: str, label: str, best: bool = False) -> str:
     """A training run's self-attention figure of its last epoch's model (``best``: of its best
     checkpoint), as a plain file beside ``heatmap_file``'s."""
-    return f"attention/self_attention/{stack}_{'best_' if best else ''}{label}.png"
+    return f"{SELF_ATTENTION_FOLDER}/{stack}_{'best_' if best else ''}{label}.png"
 
 
 EVAL_TABLES = "eval"
