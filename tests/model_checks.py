@@ -77,3 +77,29 @@ def hand_self_attention(attention, norm, states: Tensor, allowed: Tensor) -> Ten
     keys = (normed @ attention.W_K.weight.T).view(batch, steps, heads, head_dim)
     scores = torch.einsum("bqhd,bkhd->bhqk", queries, keys) / head_dim**0.5  # (B, H, T_q, T_k)
     return torch.softmax(scores.masked_fill(~allowed[:, None], float("-inf")), dim=-1)
+
+
+SYMBOLS = [f"s{i}" for i in range(6)]
+
+
+def stand_in_run(name: str, encoder: str = "transformer", decoder: str = "transformer", decoder_layers: int = 2,
+                 seed: int = 0):
+    """A training run as the figure code reads one (``name``, ``model``, ``src_vocab``, ``tgt_vocab``): a
+    small untrained model over ``SYMBOLS``, ``encoder`` ``transformer`` or ``gru``, ``decoder``
+    ``transformer`` (multihead cross-attention, 2 heads) or ``bahdanau`` (additive, 1 head)."""
+    from types import SimpleNamespace
+
+    from attnseq.data.vocab import Vocabulary
+    from attnseq.model import ModelConfig, build_seq2seq
+
+    vocab = Vocabulary(SYMBOLS)
+    transformer = decoder == "transformer"
+    torch.manual_seed(seed)
+    config = ModelConfig(
+        len(vocab), len(vocab), embedding_dim=8, hidden_size=12, scorer="multihead" if transformer else "additive",
+        heads=2 if transformer else 1, decoder=decoder,
+        decoder_options={"layers": decoder_layers, "heads": 3, "ff_dim": 16} if transformer else {},
+        encoder="transformer" if encoder == "transformer" else "rnn",
+        encoder_options={"layers": 2, "heads": 2, "ff_dim": 16} if encoder == "transformer" else {},
+    )
+    return SimpleNamespace(name=name, model=build_seq2seq(config).eval(), src_vocab=vocab, tgt_vocab=vocab)

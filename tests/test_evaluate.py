@@ -467,3 +467,53 @@ def test_a_subword_runs_mlflow_model_outputs_detokenised_text_that_evaluation_sc
             assert float(row["ter"]) == pytest.approx(metrics[f"eval/ter_len/{name}"]) == expected_ter.score
         else:
             assert row["sacrebleu"] == "" and f"eval/sacrebleu_len/{name}" not in metrics
+
+
+def test_the_comparisons_self_attention_puts_each_self_attending_run_in_a_column_and_names_the_others():
+    """``self_attention_side_by_side``: one figure per stack that some run self-attends with, a column per
+    such run, a row per layer holding the head mean of ``Seq2Seq.self_attention`` (computed here on a
+    padded batch), a run with fewer layers leaving its lower cell empty; the runs without that stack's
+    self-attention get no column and are named in the title. No self-attending run: no figure."""
+    from model_checks import stand_in_run
+
+    from attnseq.data.vocab import BOS_TOKEN, PAD
+    from attnseq.evaluation.evaluator import decoded_row
+    from attnseq.evaluation.pipeline import self_attention_side_by_side
+    from attnseq.model import decoder_inputs, greedy_decode
+
+    runs = [stand_in_run("enc-dec"), stand_in_run("gru-dec", encoder="gru", decoder_layers=1, seed=1),
+            stand_in_run("rnn", encoder="gru", decoder="bahdanau", seed=2)]
+    example = Example(["s3", "s1", "s4", "s0"], ["s3", "s1", "s4", "s0"])
+    ids = runs[0].src_vocab.encode(example.src)
+    side, expected = [], {}
+    with torch.no_grad():
+        for trained in runs:
+            decoded = decoded_row(greedy_decode(trained.model, torch.tensor([ids]), torch.tensor([4]), max_length=7,
+                                                keep_attention=True), 0)
+            side.append((trained.name, trained, decoded))
+            n = int(decoded.lengths)
+            tgt_in = torch.cat([decoder_inputs(decoded.tokens[None]), torch.full((1, n), PAD)])  # (2, T_out)
+            maps = trained.model.self_attention(torch.tensor([ids, [ids[0], PAD, PAD, PAD]]), torch.tensor([4, 1]),
+                                                tgt_in)
+            out = trained.tgt_vocab.decode(decoded.tokens.tolist())
+            expected[trained.name] = {
+                "encoder": [(m[0, :, :4, :4].mean(0), example.src, example.src) for m in maps.encoder],
+                "decoder": [(m[0, :, :n, :n].mean(0), [BOS_TOKEN, *out[:-1]], out) for m in maps.decoder]}
+    figures = self_attention_side_by_side(example, side, "the sample")
+    assert set(figures) == {"encoder", "decoder"}
+    columns = {"encoder": ["enc-dec"], "decoder": ["enc-dec", "gru-dec"]}
+    for stack, figure in figures.items():
+        drawn = [ax for ax in figure.axes if ax.images]
+        reading_order = [(name, layer) for layer in (1, 2) for name in columns[stack]
+                         if layer <= len(expected[name][stack])]  # enc-dec: 2 decoder layers, gru-dec: 1
+        assert [ax.get_title() for ax in drawn] == [f"{name}: layer {layer}" for name, layer in reading_order]
+        for ax, (name, layer) in zip(drawn, reading_order):
+            matrix, keys, queries = expected[name][stack][layer - 1]
+            torch.testing.assert_close(torch.tensor(ax.images[0].get_array()), matrix)
+            assert [t.get_text() for t in ax.get_xticklabels()] == keys
+            assert [t.get_text() for t in ax.get_yticklabels()] == queries
+        title = figure.texts[0].get_text().replace("\n", " ")
+        left_out = {name for name in expected if name not in columns[stack]}
+        assert all(name in title.split("not drawn:")[-1] for name in left_out) and "the sample" in title
+    assert sum(not ax.axison for ax in figures["decoder"].axes) == 1  # gru-dec's second layer: an empty cell
+    assert self_attention_side_by_side(example, side[2:], "the sample") == {}

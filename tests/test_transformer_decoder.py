@@ -14,14 +14,27 @@ import mlflow
 import pandas as pd
 import pytest
 import torch
-from cli_helpers import EVALUATE_PY, all_runs, artifact_paths, explain, outputs_under, run_cli, tiny, tracking_uri
+from cli_helpers import (
+    EVALUATE_PY,
+    TRANSLATE_PY,
+    all_runs,
+    artifact_paths,
+    explain,
+    outputs_under,
+    run_cli,
+    tiny,
+    tracking_uri,
+)
+from hydra import compose, initialize_config_dir
 from mlflow.tracking import MlflowClient
 from model_checks import assert_same_outputs_and_gradients, forward_and_gradients, hand_self_attention, padded_batch
 from serving_checks import assert_n_best_as_the_library, expected_outputs
 from torch import nn
 
 from attnseq.attention import MultiheadAttention, lengths_to_valid_mask
+from attnseq.config import validate_translate
 from attnseq.errors import ConfigError
+from attnseq.evaluation.translate import translate
 from attnseq.faithfulness.counterfactual import CounterfactualAttention, counterfactual_decoder
 from attnseq.model import ModelConfig, beam_search, beam_search_n_best, build_seq2seq, decoder_inputs, greedy_decode
 from attnseq.model.state import DecoderState, Memory
@@ -433,17 +446,43 @@ def test_train_and_evaluate_through_the_cli_with_a_transformer_and_a_gru_encoder
         stacks = {"decoder", *(["encoder"] if evaluated.data.params["encoder.name"] == "transformer" else [])}
         held = artifact_paths(client, run.info.run_id)
         long = sorted(p for p in held if p.startswith(paths.long_heatmap(0, 1).split("_")[0]))  # heatmaps/long_
-        own = paths.folder(paths.eval_self_attention("decoder", long[0]))
+        own = paths.folder(paths.self_attention_beside("decoder", long[0]))
         assert {p for p in held if p.startswith(f"{own}/")} == {
-            paths.eval_self_attention(stack, heatmap) for stack in stacks for heatmap in long}
+            paths.self_attention_beside(stack, heatmap) for stack in stacks for heatmap in long}
         for stack in stacks:
-            assert_png(client, run.info.run_id, paths.eval_self_attention(stack, long[-1]), tmp_path)
+            assert_png(client, run.info.run_id, paths.self_attention_beside(stack, long[-1]), tmp_path)
         table = client.download_artifacts(run.info.run_id, f"{paths.EVAL_TABLES}/{paths.N_BEST_TABLE}",
                                           str(tmp_path / run.info.run_id))
         with open(table, newline="", encoding="utf-8") as handle:
             rows = list(csv.DictReader(handle))
         assert [(row["example"], row["rank"]) for row in rows] == [(str(i), str(k)) for i in range(40) for k in (1, 2)]
         assert all(float(a["score"]) >= float(b["score"]) for a, b in zip(rows[::2], rows[1::2]))
+
+    # the comparison: the longest shared sample's self-attention beside its cross-attention, a column per run
+    # that has the stack's self-attention (the encoder's: the Transformer encoder's alone, the GRU run named)
+    [comparison] = [r for r in all_runs(client) if r.data.tags.get("attnseq.kind") == "comparison"]
+    held = artifact_paths(client, comparison.info.run_id)
+    beside = {paths.self_attention_beside(stack, paths.SAME_SAMPLE_HEATMAPS): stack for stack in ("encoder", "decoder")}
+    assert paths.SAME_SAMPLE_HEATMAPS in held and set(beside) <= held, sorted(held)
+    for artifact in beside:
+        assert_png(client, comparison.info.run_id, artifact, tmp_path)
+
+    # translate.py heatmaps=: each source's heatmap, and beside it each stack's self-attention (an RNN's none)
+    by_encoder = {name: run.info.run_id for name, run in trained.items()}
+    proc = run_cli(tmp_path, f"run_id={by_encoder['transformer']}", f"heatmaps={tmp_path / 'maps'}",
+                   f"mlflow.tracking_uri={tracking_uri(tmp_path)}", "beam_size=2", "s3 s1 s4", "s0 s2",
+                   script=TRANSLATE_PY)
+    assert proc.returncode == 0, explain(proc)
+    written = sorted(str(path.relative_to(tmp_path / "maps")) for path in (tmp_path / "maps").rglob("*.png"))
+    assert written == sorted([f"source_{n}.png" for n in (0, 1)] + [
+        f"self_attention/{stack}_source_{n}.png" for stack in ("encoder", "decoder") for n in (0, 1)])
+    assert all(f"heatmap: {tmp_path / 'maps' / name}" in proc.stderr for name in written), proc.stderr
+    with initialize_config_dir(config_dir=str(TRANSLATE_PY.parent / "conf"), version_base="1.3"):
+        cfg = validate_translate(compose("translate", overrides=[
+            f"run_id={by_encoder['gru']}", f"heatmaps={tmp_path / 'gru.png'}",
+            f"mlflow.tracking_uri={tracking_uri(tmp_path)}"]))
+    assert translate(cfg, ["s3 s1 s4"]).heatmaps == [tmp_path / "gru.png",
+                                                     tmp_path / "self_attention" / "decoder_gru.png"]
 
     # the MLflow model each run logged decodes as the model library does: greedy, beam with α, the n best
     sources = ["s3 s1 s4", "s0", "s9 s8 s7 s6 s5 s4 s3 s2 s1 s0"]  # the last past the training lengths

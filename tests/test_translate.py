@@ -9,15 +9,20 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+import torch
 from cli_helpers import TRANSLATE_PY, clean_env, explain, run_cli, user_env
 from hydra import compose, initialize_config_dir
+from model_checks import stand_in_run
 
 from attnseq.cli import overrides_and_texts
 from attnseq.config import validate_translate
+from attnseq.data.vocab import BOS_TOKEN, PAD
 from attnseq.errors import ConfigError
 from attnseq.evaluation.trained_runs import load_trained_run
-from attnseq.evaluation.translate import LONGER_THAN_TRAINING
+from attnseq.evaluation.translate import LONGER_THAN_TRAINING, heatmap_figures
+from attnseq.model import decoder_inputs, greedy_decode
 from attnseq.serving.predictor import DecodeLimit, InvalidSource, RequestLimits, Translator
 from attnseq.tracking.client import TrackingClient
 
@@ -130,3 +135,63 @@ def test_every_key_of_translate_yaml_is_a_declared_field():
         typed = validate_translate(compose("translate", overrides=["run_id=abc"]))
     assert typed.run_id == "abc" and typed.beam_size == 1 and typed.n_best == 1 and typed.heatmaps is None
     assert not typed.model_extra and not typed.mlflow.model_extra
+
+
+# -- a self-attending model's figures, in-process --------------------------------------------------
+def heatmap_config(tmp_path, beam_size: int = 1):
+    with initialize_config_dir(config_dir=str(TRANSLATE_PY.parent / "conf"), version_base="1.3"):
+        return validate_translate(compose("translate", overrides=["run_id=abc", f"beam_size={beam_size}",
+                                                                  f"heatmaps={tmp_path / 'maps'}"]))
+
+
+def drawn_panels(figure) -> list:
+    """The figure's heatmap panels, in reading order: (title, matrix, x tick labels, y tick labels)."""
+    return [(ax.get_title(), np.asarray(ax.images[0].get_array()), [t.get_text() for t in ax.get_xticklabels()],
+             [t.get_text() for t in ax.get_yticklabels()]) for ax in figure.axes if ax.images]
+
+
+def test_a_transformers_heatmap_comes_with_each_stacks_self_attention_of_the_same_decoding(tmp_path):
+    """``heatmaps=maps/``: beside ``source_0.png``, ``self_attention/encoder_source_0.png`` and
+    ``decoder_source_0.png``, each a row per layer (the head mean, then each head) holding the maps
+    ``Seq2Seq.self_attention`` gives for the source in a padded batch of two and the output greedy decoding
+    gives for it alone, cut to the source's and the output's lengths."""
+    trained = stand_in_run("enc-dec")
+    translator = Translator(trained.model, trained.src_vocab, trained.tgt_vocab, None, None, DecodeLimit())
+    source = ["s3", "s1", "s4", "s0", "s2"]
+    ids = trained.src_vocab.encode(source)
+    path = tmp_path / "maps" / "source_0.png"
+    figures = heatmap_figures(translator, trained, " ".join(source), ids, "out", heatmap_config(tmp_path), path)
+    beside = tmp_path / "maps" / "self_attention"
+    assert list(figures) == [path, beside / "encoder_source_0.png", beside / "decoder_source_0.png"]
+
+    with torch.no_grad():
+        decoded = greedy_decode(trained.model, torch.tensor([ids]), torch.tensor([len(ids)]),
+                                max_length=DecodeLimit()(len(ids)))
+        n_out = int(decoded.lengths[0])
+        outputs = decoded.tokens[:, :n_out]  # (1, T_out)
+        src = torch.tensor([ids, [*ids[:2], PAD, PAD, PAD]])  # (2, T_src): the source, and a shorter one
+        tgt_in = torch.cat([decoder_inputs(outputs), torch.full((1, n_out), PAD)])  # (2, T_out)
+        maps = trained.model.self_attention(src, torch.tensor([len(ids), 2]), tgt_in)
+    out_tokens = trained.tgt_vocab.decode(outputs[0].tolist())
+    expected = {"encoder": ([m[0, :, :len(ids), :len(ids)] for m in maps.encoder], source, source),
+                "decoder": ([m[0, :, :n_out, :n_out] for m in maps.decoder], [BOS_TOKEN, *out_tokens[:-1]],
+                            out_tokens)}
+    assert drawn_panels(figures[path])[0][3] == out_tokens  # the cross-attention's rows: the same output
+    for stack, (layers, keys, queries) in expected.items():
+        panels = drawn_panels(figures[beside / f"{stack}_source_0.png"])
+        heads = len(layers[0])  # the encoder's 2, the decoder's 3
+        assert len(layers) == 2 and len(panels) == 2 * (1 + heads)  # a row per layer: the mean, each head
+        for layer, weights in enumerate(layers):
+            row = panels[layer * (1 + heads):(layer + 1) * (1 + heads)]
+            assert row[0][0] == f"layer {layer + 1}, mean over heads"
+            for (_, drawn, x, y), matrix in zip(row, [weights.mean(0), *weights]):  # (n, n) each
+                np.testing.assert_allclose(drawn, matrix.numpy(), atol=1e-6)
+                assert x == keys and y == queries
+
+
+def test_an_rnn_models_heatmap_is_drawn_alone(tmp_path):
+    trained = stand_in_run("gru", encoder="gru", decoder="bahdanau")
+    translator = Translator(trained.model, trained.src_vocab, trained.tgt_vocab, None, None, DecodeLimit())
+    ids = trained.src_vocab.encode(["s1", "s2"])
+    path = tmp_path / "maps" / "source_0.png"
+    assert list(heatmap_figures(translator, trained, "s1 s2", ids, "out", heatmap_config(tmp_path, 2), path)) == [path]

@@ -253,8 +253,10 @@ class TranslateConfig(Group):
                                   examples=[0.6])
     n_best: ServedBeam = Field(description="≤ beam_size: print each source's n best outputs, a line each: "
                                "source number, score, output", examples=[3])
-    heatmaps: Text | None = Field(description="a folder: each source's attention heatmap as source_<n>.png; "
-                                  "or a .png file for one source", examples=["heatmaps"])
+    heatmaps: Text | None = Field(description="a folder: each source's attention heatmap as source_<n>.png "
+                                  "(a Transformer's self-attention too: self_attention/encoder_source_<n>.png, "
+                                  "self_attention/decoder_source_<n>.png); or a .png file for one source",
+                                  examples=["heatmaps"])
     plugins: list[Text] = Field(description="modules to import (runs their code): those the run was trained with",
                                 examples=[["my_scorers"]])
     threads: Threads | None = Field(description="torch CPU threads; null = every core", examples=[1])

@@ -28,7 +28,7 @@ from attnseq.metrics.faithfulness import FaithSettings
 from attnseq.metrics.length_buckets import sequence_hits
 from attnseq.metrics.significance import SequenceOutcomes
 from attnseq.metrics.translation import signature_params
-from attnseq.model import Decoded, decode_length_limit, decoder_inputs, greedy_decode
+from attnseq.model import Decoded, decode_length_limit, greedy_decode
 from attnseq.model.beam import NBestDecoded, beam_search, beam_search_n_best
 from attnseq.model.decoding import Encoded
 from attnseq.registry import require_plugins
@@ -262,16 +262,11 @@ def sentence_samples(
     return [(text, example, decoded_row(decoded, i)) for i, (text, example) in enumerate(read)]
 
 
-@torch.no_grad()
 def self_attention_of(trained: TrainedRun, example: Example, decoded: Decoded) -> dict[str, list[np.ndarray]]:
-    """The self-attention maps (``Seq2Seq.self_attention``) of one example as the run decoded it
+    """The self-attention maps (``Seq2Seq.sequence_self_attention``) of one example as the run decoded it
     (``decoded``: a row, ``decoded_row``), by stack, per layer ``(H, T, T)``; empty for RNN stacks."""
-    model = trained.model
-    batch = collate(encode_examples([example], trained.src_vocab, trained.tgt_vocab))
-    batch = batch.to(next(model.parameters()).device)
-    outputs = decoded.tokens[None].to(batch.src.device)  # (1, T_out)
-    maps = model.self_attention(batch.src, batch.src_lengths, decoder_inputs(outputs))
-    return maps.of_row(0, len(example.src), int(decoded.lengths))
+    src = torch.tensor(trained.src_vocab.encode(example.src))  # (T_src,)
+    return trained.model.sequence_self_attention(src, decoded.tokens[: int(decoded.lengths)])
 
 
 def decoded_row(decoded: Decoded, i: int) -> Decoded:

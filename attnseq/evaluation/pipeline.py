@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from attnseq.config import EvalConfig
+from attnseq.data import Example
 from attnseq.data.tokenizers import output_text
 from attnseq.data.vocab import BOS_TOKEN
 from attnseq.evaluation.compare import (
@@ -37,6 +38,7 @@ from attnseq.evaluation.significance import write_significance
 from attnseq.evaluation.trained_runs import TrainedRun, latest_sweep, load_trained_run, select_runs
 from attnseq.evaluation.validation import check_config
 from attnseq.lifecycle.signals import Signals, exit_code, release_interrupted_frames
+from attnseq.model import Decoded
 from attnseq.tracking import paths, tags
 from attnseq.tracking.client import TrackingClient
 from attnseq.tracking.length_curves import log_length_curves
@@ -45,6 +47,7 @@ from attnseq.tracking.plots import (
     attention_heatmap,
     figure_to_array,
     same_sample_heatmaps,
+    same_sample_self_attention,
     save_figure,
     self_attention_heatmaps,
 )
@@ -183,11 +186,11 @@ def log_evaluation(client: TrackingClient, trained: TrainedRun, settings: EvalSe
 
 def log_self_attention(run: TrackedRun, trained: TrainedRun, example, decoded, title: str, heatmap: str) -> None:
     """The self-attention figures of the sample whose heatmap is ``heatmap`` (a Transformer encoder's or
-    decoder's; none for RNNs), beside it: ``paths.eval_self_attention``."""
+    decoder's; none for RNNs), beside it: ``paths.self_attention_beside``."""
     maps = self_attention_of(trained, example, decoded)
     out_tokens = trained.tgt_vocab.decode(decoded.tokens.tolist())
     for stack, figure in self_attention_heatmaps(maps, example.src, out_tokens, title, BOS_TOKEN).items():
-        run.log_image(figure_to_array(figure), paths.eval_self_attention(stack, heatmap))
+        run.log_image(figure_to_array(figure), paths.self_attention_beside(stack, heatmap))
 
 
 def log_figure(run: TrackedRun, figure, folder: Path, artifact: str) -> None:
@@ -219,11 +222,12 @@ def log_comparison(client: TrackingClient, groups: list[SeedGroup], out_dir: Pat
         for path in written.values():
             run.log_file(path, paths.COMPARISON)
         members = [member for group in groups for member in group.members]
-        figure = same_sample_figure(members)
-        if figure is not None:
-            log_figure(run, figure, out_dir, paths.SAME_SAMPLE_HEATMAPS)
-        for i, figure in enumerate(same_sentence_figures(groups)):
-            log_figure(run, figure, out_dir, paths.comparison_sentence_heatmaps(i))
+        shared = shared_long_sample(members)
+        if shared is not None:
+            log_side_by_side(run, out_dir, paths.SAME_SAMPLE_HEATMAPS, *shared, same_sample_title(shared[0]))
+        for i, (text, example, side_panels) in enumerate(same_sentences(groups)):
+            log_side_by_side(run, out_dir, paths.comparison_sentence_heatmaps(i), example, side_panels,
+                             sentence_title(text))
         metrics = {}
         for group in groups:
             for key, interval in group.overall().items():
@@ -236,9 +240,14 @@ def log_comparison(client: TrackingClient, groups: list[SeedGroup], out_dir: Pat
     return run.run_id
 
 
-def same_sample_figure(members: list[Compared]) -> Figure | None:
-    """The longest source sequence among every attending run's heatmap samples, one panel per run;
-    None when fewer than two runs attend or they share no sample (different evaluation lengths)."""
+SidePanels = list[tuple[str, TrainedRun, Decoded]]
+"""One sample as each run decoded it: the run's panel label, the run, its decoding of the sample."""
+
+
+def shared_long_sample(members: list[Compared]) -> tuple[Example, SidePanels] | None:
+    """The longest source sequence among every attending run's heatmap samples, with each attending run's
+    decoding of it (labelled by run name); None when fewer than two runs attend or they share no sample
+    (different evaluation lengths)."""
     attending = [member for member in members if member.result.long_samples]
     if len(attending) < 2:
         return None
@@ -248,37 +257,82 @@ def same_sample_figure(members: list[Compared]) -> Figure | None:
     if not common:
         return None
     source = max(common, key=lambda src: (len(src), src))
-    example = samples[0][source][0]
-    panels = []
-    for member, by_source in zip(attending, samples):
-        decoded = by_source[source][1]
-        weights = decoded.attention[:, :, : len(source)].float().numpy()  # (H, T_out, T_src)
-        panels.append((member.trained.name, weights, member.trained.tgt_vocab.decode(decoded.tokens.tolist())))
-    return same_sample_heatmaps(panels, example.src, f"source length {len(source)}, as each run attends to it",
-                                gold=example.alignment)
+    return samples[0][source][0], [(member.trained.name, member.trained, by_source[source][1])
+                                   for member, by_source in zip(attending, samples)]
 
 
-def same_sentence_figures(groups: list[SeedGroup]) -> list[Figure]:
-    """For each ``eval.sentences`` text, its attention as every attending run read and translated it,
-    one panel per run, labelled by its group (and seed, in a group of several): the runs that read
-    it into the same tokens as the first (runs of one corpus share their tokenizer)."""
+def same_sample_title(example: Example) -> str:
+    return f"source length {len(example.src)}, as each run attends to it"
+
+
+def log_side_by_side(run: TrackedRun, out_dir: Path, artifact: str, example: Example, runs: SidePanels,
+                     title: str) -> None:
+    """One sample's cross-attention as each run attended to it (``artifact``), and the self-attention of the
+    runs that self-attend beside it (``paths.self_attention_beside``)."""
+    log_figure(run, cross_attention_side_by_side(example, runs, title), out_dir, artifact)
+    for stack, figure in self_attention_side_by_side(example, runs, title).items():
+        log_figure(run, figure, out_dir, paths.self_attention_beside(stack, artifact))
+
+
+def same_sample_figure(members: list[Compared]) -> Figure | None:
+    """``shared_long_sample``'s cross-attention, one panel per run; None without one."""
+    shared = shared_long_sample(members)
+    if shared is None:
+        return None
+    return cross_attention_side_by_side(*shared, same_sample_title(shared[0]))
+
+
+def cross_attention_side_by_side(example: Example, runs: SidePanels, title: str) -> Figure:
+    """The sample's cross-attention as each run attended to it, a panel per run (``same_sample_heatmaps``),
+    its gold positions marked where the sample has them."""
+    panels = [(label, decoded.attention[:, :, : len(example.src)].float().numpy(),  # (H, T_out, T_src)
+               trained.tgt_vocab.decode(decoded.tokens.tolist())) for label, trained, decoded in runs]
+    return same_sample_heatmaps(panels, example.src, title, gold=example.alignment)
+
+
+def self_attention_side_by_side(example: Example, runs: SidePanels, title: str) -> dict[str, Figure]:
+    """The self-attention of the sample each run decoded, a figure per stack (``encoder``, ``decoder``) that
+    any of the runs self-attends with, a column per such run (``same_sample_self_attention``); the runs
+    without that stack's self-attention are named in its title. Empty when no run self-attends."""
+    found = [(label, trained, decoded, self_attention_of(trained, example, decoded))
+             for label, trained, decoded in runs]
+    figures = {}
+    for stack in ("encoder", "decoder"):
+        drawn = [(label, maps[stack], trained.tgt_vocab.decode(decoded.tokens.tolist()))
+                 for label, trained, decoded, maps in found if stack in maps]
+        if drawn:
+            left_out = [label for label, _, _, maps in found if stack not in maps]
+            figures[stack] = same_sample_self_attention(stack, drawn, example.src, title, BOS_TOKEN, left_out)
+    return figures
+
+
+def same_sentences(groups: list[SeedGroup]) -> list[tuple[str, Example, SidePanels]]:
+    """Each ``eval.sentences`` text that several attending runs read and translated, with each one's decoding,
+    labelled by its group (and seed, in a group of several): the runs that read it into the same tokens as
+    the first (runs of one corpus share their tokenizer)."""
     attending = [(group.name if len(group.members) == 1 else f"{group.name}, seed {member.seed}", member)
                  for group in groups for member in group.members if member.result.sentence_samples]
     if len(attending) < 2:
         return []
-    figures = []
+    shared = []
     for i, (text, example, _) in enumerate(attending[0][1].result.sentence_samples):
-        panels = []
-        for label, member in attending:
-            samples = member.result.sentence_samples
-            if i >= len(samples) or samples[i][0] != text or samples[i][1].src != example.src:
-                continue
-            decoded = samples[i][2]
-            weights = decoded.attention[:, :, : len(example.src)].float().numpy()  # (H, T_out, T_src)
-            panels.append((label, weights, member.trained.tgt_vocab.decode(decoded.tokens.tolist())))
-        if len(panels) > 1:
-            figures.append(same_sample_heatmaps(panels, example.src, f"{text!r}, as each run attends to it"))
-    return figures
+        runs = [(label, member.trained, member.result.sentence_samples[i][2]) for label, member in attending
+                if i < len(member.result.sentence_samples) and member.result.sentence_samples[i][0] == text
+                and member.result.sentence_samples[i][1].src == example.src]
+        if len(runs) > 1:
+            shared.append((text, example, runs))
+    return shared
+
+
+def same_sentence_figures(groups: list[SeedGroup]) -> list[Figure]:
+    """For each of ``same_sentences``, its attention as every attending run read and translated it, one panel
+    per run."""
+    return [cross_attention_side_by_side(example, runs, sentence_title(text))
+            for text, example, runs in same_sentences(groups)]
+
+
+def sentence_title(text: str) -> str:
+    return f"{text!r}, as each run attends to it"
 
 
 def evaluate(cfg: DictConfig, signals: Signals | None = None) -> list[EvalResult]:

@@ -15,16 +15,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from attnseq.config import TranslateConfig
+from attnseq.data.vocab import BOS_TOKEN
 from attnseq.errors import ConfigError
 from attnseq.evaluation.trained_runs import TrainedRun, get_run, latest_training_run, load_trained_run
 from attnseq.serving.predictor import DecodeLimit, Hypothesis, Translator, quoted
+from attnseq.tracking import paths
 from attnseq.tracking.client import TrackingClient
 from attnseq.tracking.redaction import redact
 from attnseq.tracking.store import check_tracking_uri, sqlite_path
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 LONGER_THAN_TRAINING = "longer than the run's training lengths"
 """What the warning about a source past the training lengths says (tests look for it)."""
@@ -36,14 +42,15 @@ class Translation:
     trained: TrainedRun
     outputs: list[str]  # one per source, in order
     warnings: list[str] = field(default_factory=list)  # one line each
-    heatmaps: list[Path] = field(default_factory=list)  # the files written, one per source
+    heatmaps: list[Path] = field(default_factory=list)  # the files written: each source's, its self-attention's
     n_best: list[list[Hypothesis]] = field(default_factory=list)  # with cfg.n_best > 1: each source's, best first
 
 
 def translate(cfg: TranslateConfig, sources: Sequence[str]) -> Translation:
     """Each source's output by the model of run ``cfg.run_id``, greedy or with a beam of ``cfg.beam_size``
     (with ``cfg.n_best`` > 1 its n best too), and with ``cfg.heatmaps`` each source's attention heatmap
-    (of its best output) written as a PNG."""
+    (of its best output) written as a PNG, and a self-attending model's self-attention beside it
+    (``self_attention_paths``)."""
     if not sources:
         raise ConfigError("no sources to translate.",
                           'give them on the command line (python translate.py run_id=<id> "s3 s1 s4"), '
@@ -62,8 +69,7 @@ def translate(cfg: TranslateConfig, sources: Sequence[str]) -> Translation:
                else translator.translate(sources, cfg.beam_size, cfg.length_penalty))
     translation = Translation(trained, outputs, warnings=length_warnings(trained, encoded), n_best=n_best)
     for row, (ids, path) in enumerate(zip(encoded, heatmap_files)):
-        write_heatmap(translator, trained, sources[row], ids, outputs[row], cfg, path)
-        translation.heatmaps.append(path)
+        translation.heatmaps += write_heatmap(translator, trained, sources[row], ids, outputs[row], cfg, path)
     return translation
 
 
@@ -100,6 +106,13 @@ def heatmap_paths(target: str | None, count: int) -> list[Path]:
     return [path / f"source_{row}.png" for row in range(count)]
 
 
+def self_attention_paths(heatmap: Path, stacks: Sequence[str]) -> dict[str, Path]:
+    """Where a source's self-attention figures go, by stack (``encoder``, ``decoder``): beside its heatmap
+    ``<folder>/source_<n>.png`` as ``<folder>/self_attention/<stack>_source_<n>.png``, the rule evaluation's
+    and the comparison's figures follow (``paths.self_attention_beside``)."""
+    return {stack: Path(paths.self_attention_beside(stack, heatmap.as_posix())) for stack in stacks}
+
+
 def length_warnings(trained: TrainedRun, encoded: Sequence[Sequence[int]]) -> list[str]:
     """One line when any source is longer than the run's longest training source."""
     lo, hi = trained.train_lengths
@@ -112,17 +125,33 @@ def length_warnings(trained: TrainedRun, encoded: Sequence[Sequence[int]]) -> li
 
 
 def write_heatmap(translator: Translator, trained: TrainedRun, text: str, ids: list[int], output: str,
-                  cfg: TranslateConfig, path: Path) -> None:
-    """The source's attention as it was decoded alone, drawn as evaluation draws a named sentence's."""
-    from attnseq.tracking.plots import attention_heatmap, save_figure  # matplotlib: only when asked for
+                  cfg: TranslateConfig, path: Path) -> list[Path]:
+    """``heatmap_figures``, saved: the files written."""
+    from attnseq.tracking.plots import save_figure  # matplotlib: only when asked for
+
+    figures = heatmap_figures(translator, trained, text, ids, output, cfg, path)
+    for target, figure in figures.items():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        save_figure(figure, target)
+    return list(figures)
+
+
+def heatmap_figures(translator: Translator, trained: TrainedRun, text: str, ids: list[int], output: str,
+                    cfg: TranslateConfig, path: Path) -> dict[Path, Figure]:
+    """The source's attention as it was decoded alone, drawn as evaluation draws a named sentence's, for
+    ``path``; a self-attending model's self-attention of the same decoding (a layer × head grid per stack,
+    as evaluation and training draw it) for ``self_attention_paths``: the figures by the file each goes to."""
+    from attnseq.tracking.plots import attention_heatmap, self_attention_heatmaps  # matplotlib: only when asked for
 
     decoded = translator.decode_batch(torch.tensor([ids]), cfg.beam_size, cfg.length_penalty,  # (1, T_src)
                                       keep_attention=True)
     n = int(decoded.lengths[0])
     weights = decoded.attention[0, :, :n].float().numpy()  # (H, T_out, T_src)
-    out_tokens = trained.tgt_vocab.decode(decoded.tokens[0, :n].tolist())
+    src_tokens, out_tokens = trained.src_vocab.decode(ids), trained.tgt_vocab.decode(decoded.tokens[0, :n].tolist())
     title = f"{trained.name}: {quoted(text)} → {quoted(output)}"
-    figure = attention_heatmap(weights, trained.src_vocab.decode(ids), out_tokens, title,
-                               head_labels=trained.model.decoder.head_labels(len(weights)))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_figure(figure, path)
+    figures = {path: attention_heatmap(weights, src_tokens, out_tokens, title,
+                                       head_labels=trained.model.decoder.head_labels(len(weights)))}
+    maps = trained.model.sequence_self_attention(torch.tensor(ids), decoded.tokens[0, :n])  # {} for an RNN
+    drawn = self_attention_heatmaps(maps, src_tokens, out_tokens, title, BOS_TOKEN)
+    beside = self_attention_paths(path, list(drawn))
+    return figures | {beside[stack]: figure for stack, figure in drawn.items()}

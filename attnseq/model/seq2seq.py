@@ -84,6 +84,17 @@ class Seq2Seq(nn.Module):
             decoder = self.decoder.self_attention_weights(tgt_in, state, memory)
         return SelfAttention(tuple(encoder), tuple(decoder))
 
+    @torch.no_grad()
+    def sequence_self_attention(self, src: Tensor, outputs: Tensor) -> dict[str, list[np.ndarray]]:
+        """One source ``src (T_src,)``'s self-attention as the model decoded ``outputs (T_out,)`` from it,
+        ``self_attention`` of a batch of one cut by ``SelfAttention.of_row``: per stack, per layer ``(H, n, n)``;
+        empty for a model without self-attention. What evaluation's and ``translate.py``'s figures draw."""
+        device = next(self.parameters()).device
+        src = src[None].to(device)  # (1, T_src)
+        lengths = torch.tensor([src.shape[1]], device=device)  # (1,)
+        maps = self.self_attention(src, lengths, decoder_inputs(outputs[None].to(device)))  # tgt_in (1, T_out)
+        return maps.of_row(0, src.shape[1], outputs.shape[0])
+
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 

@@ -66,14 +66,20 @@ def best_heatmap_file(label: str) -> str:
 
 def self_attention_image(stack: str, label: str) -> str:
     """The key of a training run's time-stepped self-attention figure of sample ``label``, for ``stack``
-    (``encoder``, ``decoder``: a Transformer's; a row per layer), stepped as ``attention_image``."""
-    return f"attention/self_attention/{stack}_{label}"
+    (``encoder``, ``decoder``: a Transformer's; a row per layer), stepped as ``attention_image``. Short, so
+    that the *Model metrics* tab's card titles (about 30 characters before MLflow cuts them) tell
+    ``self_attention/decoder_short`` from ``self_attention/decoder_long``; its section is ``self_attention``."""
+    return f"self_attention/{stack}_{label}"
+
+
+SELF_ATTENTION_FOLDER = "attention/self_attention"
+"""A training run's plain self-attention figures: beside its heatmaps, in the ``attention`` folder."""
 
 
 def self_attention_file(stack: str, label: str, best: bool = False) -> str:
     """A training run's self-attention figure of its last epoch's model (``best``: of its best
     checkpoint), as a plain file beside ``heatmap_file``'s."""
-    return f"attention/self_attention/{stack}_{'best_' if best else ''}{label}.png"
+    return f"{SELF_ATTENTION_FOLDER}/{stack}_{'best_' if best else ''}{label}.png"
 
 
 EVAL_TABLES = "eval"
@@ -95,10 +101,12 @@ def sentence_heatmap(index: int) -> str:
     return f"heatmaps/sentence_{index}.png"
 
 
-def eval_self_attention(stack: str, heatmap: str) -> str:
-    """An evaluation run's self-attention figure for ``stack`` (``encoder``, ``decoder``) of the sample
-    whose cross-attention heatmap is ``heatmap`` (``long_heatmap``, ``sentence_heatmap``): beside it, in
-    ``heatmaps/self_attention/``."""
+def self_attention_beside(stack: str, heatmap: str) -> str:
+    """The self-attention figure for ``stack`` (``encoder``, ``decoder``) of the sample whose cross-attention
+    heatmap is ``heatmap``: beside it, in a ``self_attention/`` folder, named ``<stack>_<heatmap's name>``. An
+    evaluation run's (``long_heatmap``, ``sentence_heatmap``: ``heatmaps/self_attention/``), a comparison
+    run's (``SAME_SAMPLE_HEATMAPS``, ``comparison_sentence_heatmaps``: ``comparison/self_attention/``) and
+    ``translate.py heatmaps=``'s files (``<folder>/self_attention/encoder_source_0.png``)."""
     return f"{folder(heatmap)}/self_attention/{stack}_{file_name(heatmap)}"
 
 

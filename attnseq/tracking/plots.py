@@ -88,11 +88,9 @@ def self_attention_heatmaps(
     encoder's queries and keys are the source tokens; the decoder's queries are the output tokens (the
     rows of the cross-attention heatmap) and its keys the inputs each step reads: ``start_token``, then
     every output but the last."""
-    axes = {"encoder": (src_tokens, src_tokens, "source (query)", "source (key)"),
-            "decoder": ([start_token, *out_tokens[:-1]], out_tokens, "output (query)", "decoder input (key)")}
     figures = {}
     for stack, layers in maps.items():
-        keys, queries, ylabel, xlabel = axes[stack]
+        keys, queries, ylabel, xlabel = _self_attention_axes(stack, src_tokens, out_tokens, start_token)
         rows = []
         for layer, weights in enumerate(layers, start=1):
             heads = weights.shape[0]
@@ -101,6 +99,40 @@ def self_attention_heatmaps(
             rows.append([(label, matrix, keys, queries, None) for label, matrix in panels])
         figures[stack] = _heatmap_grid(rows, f"{stack} self-attention: {title}", xlabel, ylabel)
     return figures
+
+
+def same_sample_self_attention(
+    stack: str,
+    panels: Sequence[tuple[str, Sequence[np.ndarray], Sequence[str]]],
+    src_tokens: Sequence[str],
+    title: str,
+    start_token: str,
+    left_out: Sequence[str] = (),
+) -> Figure:
+    """One source sequence's ``stack`` self-attention as each run computed it, side by side as
+    ``same_sample_heatmaps`` draws the cross-attention: a column per run (``panels``: its label, its
+    per-layer weights ``(H, T, T)``, its decoded tokens), a row per layer, each the head mean (a run with
+    fewer layers leaves its lower cells empty), axes as ``self_attention_heatmaps``'s. The runs in
+    ``left_out`` (no self-attention in this stack: an RNN) get no column; the title names them, so that a
+    missing run reads as a choice, not a loss."""
+    columns = []
+    for label, layers, out_tokens in panels:
+        keys, queries, ylabel, xlabel = _self_attention_axes(stack, src_tokens, out_tokens, start_token)
+        columns.append([(f"{label}: layer {layer}", weights.mean(0), keys, queries, None)
+                        for layer, weights in enumerate(layers, start=1)])
+    depth = max(len(column) for column in columns)
+    rows = [[column[row] if row < len(column) else None for column in columns] for row in range(depth)]
+    title = f"{stack} self-attention: {title} (mean over heads)"
+    if left_out:
+        title += f"; no {stack} self-attention, not drawn: {', '.join(left_out)}"
+    return _heatmap_grid(rows, title, xlabel, ylabel)
+
+
+def _self_attention_axes(stack: str, src_tokens: Sequence[str], out_tokens: Sequence[str], start_token: str):
+    """A ``stack``'s self-attention panel's key tokens, query tokens, y and x labels."""
+    if stack == "encoder":
+        return src_tokens, src_tokens, "source (query)", "source (key)"
+    return [start_token, *out_tokens[:-1]], out_tokens, "output (query)", "decoder input (key)"
 
 
 def _heatmap_row(panels: Sequence[tuple], title: str) -> Figure:
@@ -113,18 +145,23 @@ def _heatmap_row(panels: Sequence[tuple], title: str) -> Figure:
 
 def _heatmap_grid(rows: Sequence[Sequence[tuple]], title: str, xlabel: str = "source",
                   ylabel: str = "output") -> Figure:
-    """Rows of heatmap panels as ``_heatmap_row`` draws one, columns sized by the first row's."""
+    """Rows of heatmap panels as ``_heatmap_row`` draws one, columns sized by the first row's; a None
+    panel (below the first row) is an empty cell."""
     panels = rows[0]
     widths = [max(3.0, HEATMAP_CELL_IN * len(src) + 1.8) for _, _, src, _, _ in panels]
     width = max(HEATMAP_MIN_WIDTH_IN, sum(widths))
     title_lines = textwrap.wrap(title, max(1, int(width * 72 / TITLE_CHAR_PT)))
-    longest = max(len(out) for row in rows for _, _, _, out, _ in row)
+    longest = max(len(panel[3]) for row in rows for panel in row if panel is not None)
     height = len(rows) * max(2.5, HEATMAP_CELL_IN * longest + 1.9)
     height += TITLE_LINE_IN * (len(title_lines) - 1)  # (each further title line)
     fig, axes = plt.subplots(len(rows), len(panels), figsize=(width, height), squeeze=False, dpi=HEATMAP_DPI,
                              gridspec_kw={"width_ratios": widths}, layout="constrained")
     for row_axes, row in zip(axes, rows):
-        for ax, (label, matrix, src_tokens, out_tokens, gold) in zip(row_axes, row):
+        for ax, panel in zip(row_axes, row):
+            if panel is None:
+                ax.set_axis_off()
+                continue
+            label, matrix, src_tokens, out_tokens, gold = panel
             image = _heatmap_panel(ax, label, matrix, src_tokens, out_tokens, gold, xlabel)
             ax.set_ylim(longest - 0.5, -0.5)  # every panel's rows the same height, the first at the top
         row_axes[0].set_ylabel(ylabel)

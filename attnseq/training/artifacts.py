@@ -7,7 +7,7 @@ paths are ``attnseq.tracking.paths``).
 - before training (step 0; drawn after the first step, from a copy of the untrained model) and
   every validation epoch: attention heatmaps of a fixed set of
   validation samples (short, medium, longer than training; a Transformer encoder's and decoder's
-  self-attention of the same samples beside them, ``attention/self_attention/``), and every validation epoch the
+  self-attention of the same samples beside them, ``self_attention/``), and every validation epoch the
   accuracy-vs-length figure, as time-stepped images whose step
   is the step Lightning logs the validation metrics at (``metric_step``), so the UI's image slider and
   metric charts share one axis (Lightning's ``epoch`` metric maps steps to epochs), and the
@@ -55,6 +55,7 @@ from attnseq.data.vocab import BOS_TOKEN, EOS
 from attnseq.lifecycle.signals import Signals
 from attnseq.metrics.translation import signature_params
 from attnseq.model import Seq2Seq, decoder_inputs, greedy_decode
+from attnseq.model.encoders import RNN
 from attnseq.serving.predictor import RequestLimits
 from attnseq.tracking import paths, tags
 from attnseq.tracking.length_curves import log_length_curves
@@ -111,22 +112,27 @@ def run_note(data: Seq2SeqDataModule, module: Seq2SeqLitModule, heatmap_labels: 
     pictures are; with ``link`` (an artifact's path -> its UI route, ``attnseq.tracking.store.ui_route``)
     each picture's name is a link that opens it, one click from the run page's first screen."""
 
-    def named(artifact: str) -> str:
-        return f"[`{artifact}`]({link(artifact)})" if link else f"`{artifact}`"
+    def named(artifact: str) -> str:  # a link as plain text: MLflow folds a description over 100 px behind
+        return f"[{artifact}]({link(artifact)})" if link else f"`{artifact}`"  # "Show more"; code is taller
 
     model = module.model.config
     heads = f"{model.heads} head{'s' if model.heads > 1 else ''}"
     lo, hi = module.train_lengths
-    what = (f"Training run: {data.task} task, {model.encoder} encoder ({model.cell}), {model.scorer} attention "
-            f"({heads}), {model.decoder} decoder, {module.model.num_parameters():,} parameters, trained on "
-            f"source lengths {lo}-{hi}.")
+    recurrent = model.encoder == RNN  # a Transformer encoder has no cell to name
+    what = (f"Training run: {data.task} task, {model.encoder} encoder{f' ({model.cell})' if recurrent else ''}, "
+            f"{model.scorer} attention ({heads}), {model.decoder} decoder, {module.model.num_parameters():,} "
+            f"parameters, trained on source lengths {lo}-{hi}.")
     pictures = [paths.heatmap_file(label) for label in heatmap_labels] + [paths.LENGTH_FIGURE]
     opened = "a click opens one; all in the Artifacts tab" if link else "Artifacts tab"
-    where = (f"Pictures ({opened}, at the end of training): {', '.join(named(p) for p in pictures)}"
-             + (f"; the best checkpoint's heatmaps: {named(paths.best_heatmap_file(heatmap_labels[0]))}, ...; every "
-                f"epoch's: Model metrics, `{paths.attention_image(heatmap_labels[0])}` (slider)." if heatmap_labels
-                else "."))
-    return f"{what}\n\n{where}"
+    where = f"Pictures ({opened}, at the end of training): {', '.join(named(p) for p in pictures)}"
+    if heatmap_labels:
+        where += f"; the best checkpoint's heatmaps: {named(paths.best_heatmap_file(heatmap_labels[0]))}, ..."
+        stacks = [stack for stack, attends in zip(("encoder", "decoder"), model.self_attending) if attends]
+        if stacks:  # one figure named (the decoder's, if it has one), the others beside it: a short note
+            where += (f"; self-attention (a row per layer): "
+                      f"{named(paths.self_attention_file(stacks[-1], heatmap_labels[0]))}, ...")
+        where += f"; every epoch's: Model metrics, `{paths.attention_image(heatmap_labels[0])}` (slider)"
+    return f"{what}\n\n{where}."
 
 
 def metric_step(trainer: L.Trainer) -> int:
