@@ -19,7 +19,6 @@ from torchmetrics.text import BLEUScore
 from attnseq.attention import Attention
 from attnseq.data import Example, collate, encode_examples
 from attnseq.data.vocab import EOS, PAD
-from attnseq.faithfulness.counterfactual import MODES, CounterfactualTotals, permute_weights
 from attnseq.evaluation.evaluator import (
     TEXT_TASKS,
     EvalResult,
@@ -29,6 +28,7 @@ from attnseq.evaluation.evaluator import (
     length_limit,
 )
 from attnseq.evaluation.trained_runs import TrainedRun
+from attnseq.faithfulness.counterfactual import MODES, CounterfactualTotals, permute_weights
 from attnseq.metrics import DIAGNOSTICS, AttentionDiagnostics, LengthBucketedAccuracy, bucket_name
 from attnseq.metrics.length_buckets import bucket_digits
 from attnseq.model import Decoded, greedy_decode

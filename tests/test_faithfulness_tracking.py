@@ -13,8 +13,8 @@ import torch
 from cli_helpers import EVALUATE_PY, all_runs, explain, outputs_under, run_cli, tiny, tracking_uri  # noqa: E402
 from scipy.stats import kendalltau
 
-from attnseq.faithfulness.probe import probe, spread
 from attnseq.faithfulness.importance import step_importance
+from attnseq.faithfulness.probe import probe, spread
 from attnseq.metrics import MetricSuite, SuiteSpec, lower_is_better, names
 from attnseq.metrics.faithfulness import FaithRecords, FaithSettings, step_agreement
 from attnseq.model import ModelConfig, build_seq2seq

@@ -20,9 +20,9 @@ from torch import Tensor
 from attnseq.data import Batch, Example, Seq2SeqDataModule, collate, encode_examples
 from attnseq.data.tasks import TASKS
 from attnseq.data.tokenizers import SUBWORD_TOKENIZERS, TEXT_TASKS, output_text
+from attnseq.evaluation.trained_runs import TrainedRun
 from attnseq.faithfulness.counterfactual import MODES, CounterfactualTotals, counterfactual_decoder
 from attnseq.faithfulness.probe import probe, spread
-from attnseq.evaluation.trained_runs import TrainedRun
 from attnseq.metrics import BatchOutputs, MetricSuite, SuiteSpec
 from attnseq.metrics.faithfulness import FaithSettings
 from attnseq.metrics.length_buckets import sequence_hits
