@@ -110,10 +110,19 @@ def compose_case(case: Case, overrides: Iterable[str] = ()) -> DictConfig:
 
 
 @functools.cache
+def composed(case: Case) -> DictConfig:
+    """``compose_case(case)``, composed once per process and read-only (Hydra's composition is most of
+    what checking every case costs)."""
+    cfg = compose_case(case)
+    OmegaConf.set_readonly(cfg, True)
+    return cfg
+
+
+@functools.cache
 def is_valid(case: Case) -> bool:
     """Whether the model config accepts the case (the check train.py runs before training)."""
     try:
-        model_config(validate_train(compose_case(case)), src_vocab_size=1, tgt_vocab_size=1).validate()
+        model_config(validate_train(composed(case)), src_vocab_size=1, tgt_vocab_size=1).validate()
     except ConfigError:
         return False
     return True
