@@ -9,10 +9,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from statistics import fmean
+from typing import TYPE_CHECKING, Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    import numpy as np
 
 MEASURES = ("grad_x_input", "integrated_gradients", "leave_one_out")
 """The importance measures, in the order they are reported."""
@@ -54,6 +57,7 @@ class Agreement:
 
 def agreement(attention: np.ndarray, importance: np.ndarray) -> Agreement:
     """``attention`` and ``importance``: ``(n,)`` each, over the same real source positions."""
+    import numpy as np
     from scipy.stats import kendalltau
 
     attention, importance = np.asarray(attention, dtype=float), np.asarray(importance, dtype=float)
@@ -91,9 +95,9 @@ def summarize(agreements: Iterable[dict[str, StepAgreement]], alpha: float = 0.0
                 found.setdefault(measure, []).append(result.mean)
     summary = {}
     for measure, results in found.items():
-        summary[f"{measure}/tau"] = float(np.mean([r.tau for r in results]))
-        summary[f"{measure}/significant"] = float(np.mean([r.p_value < alpha for r in results]))
-        summary[f"{measure}/top1"] = float(np.mean([r.top1 for r in results]))
+        summary[f"{measure}/tau"] = fmean(r.tau for r in results)
+        summary[f"{measure}/significant"] = fmean(r.p_value < alpha for r in results)
+        summary[f"{measure}/top1"] = fmean(r.top1 for r in results)
     return summary
 
 
@@ -117,6 +121,8 @@ class AdversarialSettings(BaseModel):
 
 def jensen_shannon(p: np.ndarray, q: np.ndarray) -> float:
     """JSD(p, q) = ½ KL(p ‖ m) + ½ KL(q ‖ m), m = (p + q)/2, natural log (0 … ln 2, as J&W report it)."""
+    import numpy as np
+
     p, q = np.asarray(p, dtype=float), np.asarray(q, dtype=float)
     m = (p + q) / 2
 
@@ -134,7 +140,7 @@ def jsd_by_length(lengths: Iterable[int], jsd: Iterable[float], bounds: list[tup
     rows = []
     for lo, hi in bounds:
         inside = [value for n, value in pairs if lo <= n <= hi]
-        rows.append({"lo": lo, "hi": hi, "steps": len(inside), "jsd": float(np.mean(inside)) if inside else None})
+        rows.append({"lo": lo, "hi": hi, "steps": len(inside), "jsd": fmean(inside) if inside else None})
     return rows
 
 
@@ -204,5 +210,5 @@ class FaithRecords:
                     / steps
         inside = [value for n, value in self.jsd if lo <= n <= hi]
         if inside:
-            values["adversarial_jsd"] = float(np.mean(inside))
+            values["adversarial_jsd"] = fmean(inside)
         return values

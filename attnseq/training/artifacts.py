@@ -273,7 +273,7 @@ class RunArtifacts(Callback):
 
     def log_final_heatmaps(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
         """The last epoch's heatmaps and the best checkpoint's, as plain files in ``attention/`` (the
-        self-attention figures in ``attention/self_attention/``)."""
+        self-attention figures in ``paths.SELF_ATTENTION_FOLDER``)."""
         self.log_heatmap_files(trainer, pl_module, f"after {epochs(trainer.current_epoch)}")
         checkpoint = self.read_best()
         if checkpoint is None:
