@@ -41,6 +41,7 @@ from attnseq.lifecycle.signals import Signals, exit_code, release_interrupted_fr
 from attnseq.model import Decoded
 from attnseq.tracking import paths, tags
 from attnseq.tracking.client import TrackingClient
+from attnseq.tracking.explorer import explorer_html
 from attnseq.tracking.length_curves import log_length_curves
 from attnseq.tracking.plots import (
     accuracy_vs_length,
@@ -73,6 +74,7 @@ def settings_for(cfg: EvalConfig, trained: TrainedRun) -> EvalSettings:
         seed=cfg.eval.seed,
         sentences=tuple(cfg.eval.sentences),
         faith=cfg.faith,
+        explorer_samples=cfg.eval.explorer_samples,
     )
 
 
@@ -164,6 +166,14 @@ def log_evaluation(client: TrackingClient, trained: TrainedRun, settings: EvalSe
                                         f"{trained.name}: how much the output moves when attention is replaced",
                                         ylabel="flip rate / total variation")
             log_figure(run, figure, folder, paths.COUNTERFACTUAL_FIGURE)
+        if result.explorer:
+            note = (f"Evaluation of {trained.name} at source lengths {lo}-{hi}: examples spread over the lengths, "
+                    "decoded greedily")
+            local = folder / paths.file_name(paths.EXPLORER)
+            local.parent.mkdir(parents=True, exist_ok=True)
+            local.write_text(explorer_html(f"Attention explorer: {trained.name}", [
+                {"label": "the evaluated model", "samples": result.explorer}], note), encoding="utf-8")
+            run.log_file(local, paths.folder(paths.EXPLORER))
         for i, (example, decoded) in enumerate(result.long_samples):
             out_tokens = trained.tgt_vocab.decode(decoded.tokens.tolist())
             weights = decoded.attention[:, :, : len(example.src)].float().numpy()  # (H, T_out, T_src)

@@ -42,6 +42,10 @@ LENGTH_IMAGE = "length/accuracy_vs_length"
 """The key of a training run's time-stepped accuracy-vs-length figure: one per validation, so the UI's
 slider shows the curve evolve."""
 COUNTERFACTUAL_FIGURE = "figures/counterfactual.png"
+EXPLORER = "explorer/attention_explorer.html"
+"""The attention explorer (``attnseq.tracking.explorer``): one self-contained HTML page, a training run's (at
+its end: its heatmap samples, every logged epoch's attention) and an evaluation run's (``eval.explorer_samples``
+examples spread over the evaluated lengths)."""
 
 
 def attention_image(label: str) -> str:
