@@ -38,6 +38,7 @@ class HeadlessChromium:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         self.ids = itertools.count(1)
+        self.events: list[dict] = []  # the DevTools events read while waiting for replies (Runtime.enable: errors)
         self.loop = asyncio.new_event_loop()
         try:
             port = self._devtools_port(profile / "DevToolsActivePort", startup_timeout_s)
@@ -70,9 +71,11 @@ class HeadlessChromium:
     async def _send(self, method: str, params: dict) -> dict:
         message_id = next(self.ids)
         await self.socket.send_str(json.dumps({"id": message_id, "method": method, "params": params}))
-        while True:  # events arrive in between: skipped
+        while True:  # events arrive in between: kept in ``events``
             reply = json.loads((await self.socket.receive(timeout=120)).data)
-            if reply.get("id") == message_id:
+            if "method" in reply and "id" not in reply:
+                self.events.append(reply)
+            elif reply.get("id") == message_id:
                 if "error" in reply:
                     raise RuntimeError(f"{method}: {reply['error']}")
                 return reply["result"]
@@ -129,6 +132,25 @@ class HeadlessChromium:
         self.send("Input.dispatchMouseEvent", type="mouseMoved", x=x, y=y)
         for kind in ("mousePressed", "mouseReleased"):
             self.send("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
+
+    def console_errors(self) -> list[str]:
+        """The page's uncaught exceptions and console errors seen so far (after ``Runtime.enable``)."""
+        self.evaluate("0")  # reads the events waiting on the socket
+        found = []
+        for event in self.events:
+            params = event.get("params", {})
+            if event["method"] == "Runtime.exceptionThrown":
+                found.append(str(params.get("exceptionDetails", {}).get("exception", {}).get("description")
+                                 or params.get("exceptionDetails", {}).get("text")))
+            elif event["method"] == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
+                found.append(" ".join(str(a.get("value", a.get("description"))) for a in params.get("args", [])))
+            elif event["method"] == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":
+                found.append(params["entry"].get("text", ""))
+        return found
+
+    def hover(self, x: float, y: float) -> None:
+        """The mouse moved to ``(x, y)`` (CSS pixels of the viewport): a real input event."""
+        self.send("Input.dispatchMouseEvent", type="mouseMoved", x=x, y=y)
 
     def pages(self) -> list[dict]:
         """The browser's pages (tabs): DevTools' target infos, each with its ``url`` and, for one a

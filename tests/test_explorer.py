@@ -5,7 +5,6 @@ of shortened sources, Kendall τ by scipy, and a Transformer's self-attention.""
 
 from __future__ import annotations
 
-import json
 import re
 
 import numpy as np
@@ -18,7 +17,7 @@ from attnseq.data.vocab import Vocabulary
 from attnseq.faithfulness.explorer import DIGITS, explorer_samples
 from attnseq.metrics.faithfulness import ImportanceSettings
 from attnseq.model import ModelConfig, build_seq2seq, greedy_decode
-from attnseq.tracking.explorer import DATA_ID, explorer_html
+from attnseq.tracking.explorer import explorer_data, explorer_html
 
 TOLERANCE = 0.6 * 10**-DIGITS  # what rounding to DIGITS decimals may move a value
 SYMBOLS = [f"s{i}" for i in range(7)]
@@ -35,12 +34,6 @@ def model_of(**options):
     return build_seq2seq(config).double().eval(), vocab
 
 
-def embedded_data(page: str) -> dict:
-    """The JSON the page carries, read back out of its HTML."""
-    [payload] = re.findall(rf'<script type="application/json" id="{DATA_ID}">(.*?)</script>', page, re.S)
-    return json.loads(payload.replace("<\\/", "</"))
-
-
 def probabilities(model, tokens, tgt_in):
     with torch.no_grad():
         logits, _ = model(torch.tensor([tokens]), torch.tensor([len(tokens)]), tgt_in)
@@ -52,9 +45,9 @@ def test_the_page_carries_the_models_attention_and_importance_for_its_samples():
     settings = ImportanceSettings(measures=("grad_x_input", "leave_one_out"))
     found = explorer_samples(model, EXAMPLES, vocab, vocab, MAX_LENGTH, settings, labels=["a", "b", "c"])
     page = explorer_html("test", [{"label": "final", "samples": found}])
-    [epoch] = embedded_data(page)["epochs"]
+    [epoch] = explorer_data(page)["epochs"]
     assert [s["label"] for s in epoch["samples"]] == ["a", "b", "c"]
-    for row, (example, shown) in enumerate(zip(EXAMPLES, epoch["samples"])):
+    for example, shown in zip(EXAMPLES, epoch["samples"]):
         ids = vocab.encode(example.src)
         decoded = greedy_decode(model, torch.tensor([ids]), torch.tensor([len(ids)]), max_length=MAX_LENGTH)
         n_out = int(decoded.lengths[0])
@@ -89,7 +82,7 @@ def test_a_transformers_self_attention_and_layered_heads_are_carried_and_measure
                             encoder_options={"layers": 2, "heads": 2, "ff_dim": 16},
                             decoder_options={"layers": 2, "heads": 2, "ff_dim": 16})
     examples = EXAMPLES[:2]
-    [shown, _] = embedded_data(explorer_html("t", [{"label": "final", "samples": explorer_samples(
+    [shown, _] = explorer_data(explorer_html("t", [{"label": "final", "samples": explorer_samples(
         model, examples, vocab, vocab, MAX_LENGTH, ImportanceSettings(ig_steps=4))}]))["epochs"][0]["samples"]
     assert shown["heads"] == model.decoder.head_labels(len(shown["attention"]))
     assert set(shown["importance"]) == {"grad_x_input", "integrated_gradients", "leave_one_out"}
@@ -111,6 +104,6 @@ def test_the_page_is_self_contained_and_its_data_cannot_close_the_script():
     found = explorer_samples(model, EXAMPLES[:1], vocab, vocab, MAX_LENGTH, ImportanceSettings(ig_steps=2))
     found[0]["label"] = "</script><b>x"
     page = explorer_html("a <title>", [{"label": "e", "samples": found}])
-    assert embedded_data(page)["epochs"][0]["samples"][0]["label"] == "</script><b>x"
+    assert explorer_data(page)["epochs"][0]["samples"][0]["label"] == "</script><b>x"
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)  # nothing fetched: no network
     assert "<title>a &lt;title&gt;</title>" in page

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from collections.abc import Sequence
 
-__all__ = ["DATA_ID", "explorer_html"]
+__all__ = ["DATA_ID", "explorer_data", "explorer_html"]
 
 DATA_ID = "explorer-data"
 """The id of the ``<script type="application/json">`` element holding the page's data."""
@@ -31,6 +32,12 @@ def explorer_html(title: str, epochs: Sequence[dict], note: str = "") -> str:
     payload = json.dumps(data, ensure_ascii=False, allow_nan=False).replace("</", "<\\/")  # no early </script>
     return (PAGE.replace("__TITLE__", html.escape(title)).replace("__DATA_ID__", DATA_ID)
             .replace("__DATA__", payload))
+
+
+def explorer_data(page: str) -> dict:
+    """The data ``explorer_html`` put into ``page``, read back (what a script or a test checks)."""
+    [payload] = re.findall(rf'<script type="application/json" id="{DATA_ID}">(.*?)</script>', page, re.S)
+    return json.loads(payload.replace("<\\/", "</"))
 
 
 PAGE = r"""<!DOCTYPE html>
@@ -108,7 +115,9 @@ function grid(parent, title, sub, matrix, rowLabels, colLabels, opts) {
   panel.dataset.panel = opts.kind;
   const h = document.createElement("h2"); h.textContent = title; panel.appendChild(h);
   const p = document.createElement("p"); p.className = "sub"; p.textContent = sub; panel.appendChild(p);
-  const left = opts.rowText ? 70 : 4, top = 64, extra = opts.extraColumn ? 52 : 0;
+  const longest = (xs) => Math.max(1, ...xs.map((x) => x.length));
+  const left = opts.rowText ? 14 + 7 * longest(rowLabels) : 4, top = 16 + 5.5 * longest(colLabels);
+  const extra = opts.extraColumn ? 52 : 0;
   const w = left + colLabels.length * CELL + extra + 6, hgt = top + rowLabels.length * CELL + 6;
   const svg = el("svg", {width: w, height: hgt, "data-kind": opts.kind}, panel);
   colLabels.forEach((c, s) => {
