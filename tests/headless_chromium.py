@@ -68,9 +68,12 @@ class HeadlessChromium:
         socket = await session.ws_connect(page["webSocketDebuggerUrl"], max_msg_size=0)
         return session, socket
 
-    async def _send(self, method: str, params: dict) -> dict:
+    async def _send(self, method: str, params: dict, session_id: str | None = None) -> dict:
         message_id = next(self.ids)
-        await self.socket.send_str(json.dumps({"id": message_id, "method": method, "params": params}))
+        message = {"id": message_id, "method": method, "params": params}
+        if session_id is not None:  # a target attached with flatten=True: an out-of-process frame's
+            message["sessionId"] = session_id
+        await self.socket.send_str(json.dumps(message))
         while True:  # events arrive in between: kept in ``events``
             reply = json.loads((await self.socket.receive(timeout=120)).data)
             if "method" in reply and "id" not in reply:
@@ -82,6 +85,10 @@ class HeadlessChromium:
 
     def send(self, method: str, **params: Any) -> dict:
         return self.loop.run_until_complete(self._send(method, params))
+
+    def send_to(self, session_id: str, method: str, **params: Any) -> dict:
+        """``send`` to an attached target (``Target.attachToTarget(flatten=True)``'s session)."""
+        return self.loop.run_until_complete(self._send(method, params, session_id))
 
     def goto(self, url: str) -> None:
         self.send("Page.navigate", url=url)
@@ -133,11 +140,14 @@ class HeadlessChromium:
         for kind in ("mousePressed", "mouseReleased"):
             self.send("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
 
-    def console_errors(self) -> list[str]:
-        """The page's uncaught exceptions and console errors seen so far (after ``Runtime.enable``)."""
+    def console_errors(self, session_id: str | None = None) -> list[str]:
+        """The page's uncaught exceptions and console errors seen so far (after ``Runtime.enable``); with
+        ``session_id``, an attached target's (its ``Runtime.enable`` reports those before it too)."""
         self.evaluate("0")  # reads the events waiting on the socket
         found = []
         for event in self.events:
+            if event.get("sessionId") != session_id:
+                continue
             params = event.get("params", {})
             if event["method"] == "Runtime.exceptionThrown":
                 found.append(str(params.get("exceptionDetails", {}).get("exception", {}).get("description")

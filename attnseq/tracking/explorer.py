@@ -116,7 +116,7 @@ function grid(parent, title, sub, matrix, rowLabels, colLabels, opts) {
   const h = document.createElement("h2"); h.textContent = title; panel.appendChild(h);
   const p = document.createElement("p"); p.className = "sub"; p.textContent = sub; panel.appendChild(p);
   const longest = (xs) => Math.max(1, ...xs.map((x) => x.length));
-  const left = opts.rowText ? 14 + 7 * longest(rowLabels) : 4, top = 16 + 5.5 * longest(colLabels);
+  const left = opts.rowText ? 14 + 7 * longest(rowLabels) : 4, top = 30 + 6 * longest(colLabels);
   const extra = opts.extraColumn ? 52 : 0;
   const w = left + colLabels.length * CELL + extra + 6, hgt = top + rowLabels.length * CELL + 6;
   const svg = el("svg", {width: w, height: hgt, "data-kind": opts.kind}, panel);
