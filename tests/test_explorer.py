@@ -107,3 +107,27 @@ def test_the_page_is_self_contained_and_its_data_cannot_close_the_script():
     assert explorer_data(page)["epochs"][0]["samples"][0]["label"] == "</script><b>x"
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)  # nothing fetched: no network
     assert "<title>a &lt;title&gt;</title>" in page
+
+
+def test_the_comparison_page_carries_each_runs_attention_teacher_forced_with_the_reference():
+    """``reference_attention`` against a step-by-step loop over the reference (``decoder.step``), for two models."""
+    from attnseq.faithfulness.explorer import reference_attention
+    from attnseq.tracking.explorer import comparison_explorer_html
+
+    models = [model_of(scorer="additive", heads=2)[0], model_of(scorer="dot")[0]]
+    vocab = model_of()[1]
+    forced = [reference_attention(model, EXAMPLES, vocab, vocab) for model in models]
+    samples = [{"label": f"e{k}", "source": e.src, "rows": [*e.tgt, "</s>"], "gold": [*e.alignment, -1],
+                "attention": [by_model[k].tolist() for by_model in forced]} for k, e in enumerate(EXAMPLES)]
+    data = explorer_data(comparison_explorer_html("c", ["additive", "dot"], samples))
+    assert data["compare"]["runs"] == ["additive", "dot"] and data["epochs"] == []
+    for model, by_model in zip(models, zip(*(s["attention"] for s in data["compare"]["samples"]))):
+        for example, shown in zip(EXAMPLES, by_model):
+            ids, tokens = vocab.encode(example.src), [1, *vocab.encode(example.tgt)]  # BOS, then the reference
+            with torch.no_grad():
+                memory, state = model.encode(torch.tensor([ids]), torch.tensor([len(ids)]))
+                rows = []
+                for token in tokens:
+                    _, weights, state = model.decoder.step(torch.tensor([token]), state, memory)  # (1, H, T_src)
+                    rows.append(weights[0].mean(0).numpy())
+            np.testing.assert_allclose(np.array(shown), np.stack(rows), atol=TOLERANCE)

@@ -7,17 +7,18 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 from headless_chromium import HeadlessChromium, chromium_executable
 from test_explorer import EXAMPLES, MAX_LENGTH, model_of
 
-from attnseq.faithfulness.explorer import explorer_samples
+from attnseq.faithfulness.explorer import explorer_samples, reference_attention
 from attnseq.metrics.faithfulness import ImportanceSettings
-from attnseq.tracking.explorer import explorer_html
+from attnseq.tracking.explorer import comparison_explorer_html, explorer_data, explorer_html
 
 pytestmark = pytest.mark.slow
 
-CELL = "document.querySelector('[data-panel=attention] rect.cell[data-row=\"{row}\"][data-col=\"{col}\"]')"
+CELL = "document.querySelector('[data-panel={panel}] rect.cell[data-row=\"{row}\"][data-col=\"{col}\"]')"
 DRAWING = "document.getElementById('panels').innerHTML"
 
 
@@ -27,8 +28,8 @@ def pick(browser: HeadlessChromium, select: str, value: str) -> None:
                      "s.dispatchEvent(new Event('change')); })()")
 
 
-def hover_text(browser: HeadlessChromium, row: int, col: int) -> str:
-    box = browser.evaluate(f"(() => {{ const r = {CELL.format(row=row, col=col)}.getBoundingClientRect(); "
+def hover_text(browser: HeadlessChromium, row: int, col: int, panel: str = "attention") -> str:
+    box = browser.evaluate(f"(() => {{ const r = {CELL.format(row=row, col=col, panel=panel)}.getBoundingClientRect(); "
                            "return [r.left + r.width / 2, r.top + r.height / 2]; })()")
     browser.hover(*box)
     return browser.wait_for("(() => { const t = document.getElementById('tooltip'); "
@@ -50,7 +51,13 @@ def explorer(tmp_path_factory):
     page.write_text(explorer_html("Attention explorer: a test model", [
         {"label": "epoch 1", "samples": earlier}, {"label": "after 2 epochs (with importance)", "samples": samples}],
         "an untrained Transformer, for the test"), encoding="utf-8")
+    forced = [reference_attention(m, EXAMPLES, vocab, vocab) for m in (model, model_of(scorer="dot")[0])]
+    compared = root / "comparison_explorer.html"
+    compared.write_text(comparison_explorer_html("Attention explorer: 2 runs compared", ["multihead", "dot"], [
+        {"label": f"example {k + 1}", "source": e.src, "rows": [*e.tgt, "</s>"], "gold": [*e.alignment, -1],
+         "attention": [by_run[k].tolist() for by_run in forced]} for k, e in enumerate(EXAMPLES)]), encoding="utf-8")
     browser = HeadlessChromium(chromium, root / "profile")
+    browser.compared = compared
     try:
         browser.send("Runtime.enable")
         browser.send("Log.enable")
@@ -105,4 +112,29 @@ def test_switching_sample_head_map_and_epoch_redraws(explorer, tmp_path):
     pick(browser, "epoch", "1")
     pick(browser, "sample", "0")
     screenshot(browser, "explorer.png", tmp_path)
+    assert browser.console_errors() == []
+
+
+def test_a_comparison_shows_two_runs_their_difference_and_each_steps_jsd(explorer, tmp_path):
+    from scipy.spatial.distance import jensenshannon
+
+    browser, _ = explorer
+    browser.goto(browser.compared.as_uri())
+    browser.wait_for("document.querySelectorAll('[data-panel=difference] rect.cell').length > 0", 60, "the grids")
+    assert browser.evaluate("[...document.querySelectorAll('.panel')].map(p => p.dataset.panel)") == [
+        "run-a", "run-b", "difference"]
+    pick(browser, "sample", "1")
+    sample = explorer_data(browser.compared.read_text(encoding="utf-8"))["compare"]["samples"][1]
+    a, b = (np.array(m) for m in sample["attention"])  # (T, T_src) each
+    text = hover_text(browser, 2, 3, panel="difference")
+    assert f"“{sample['rows'][2]}”" in text and f"“{sample['source'][3]}”" in text, text
+    assert f"{a[2, 3] - b[2, 3]:.4f}" in text, text
+    jsd = jensenshannon(a[2], b[2]) ** 2  # scipy's is the square root, natural log
+    assert f"{jsd:.4f}" in text, text
+    shown = browser.evaluate("[...document.querySelectorAll('[data-panel=difference] svg text')].map(t => "
+                             "t.textContent)")
+    assert f"{jsd:.2f}" in shown  # the step's JSD in the τ-like last column
+    screenshot(browser, "comparison_explorer.png", tmp_path)
+    pick(browser, "run-b", "0")  # a run against itself: no difference, JSD 0
+    assert "difference: 0.0000" in hover_text(browser, 0, 0, panel="difference")
     assert browser.console_errors() == []

@@ -73,6 +73,7 @@ class EvalResult:
     n_best: list[dict] = field(default_factory=list)  # n_best > 1: a row per example and rank (N_BEST_COLUMNS)
     outcomes: SequenceOutcomes | None = None  # per test sequence, for the comparison's paired tests (in memory)
     explorer: list[dict] = field(default_factory=list)  # the attention explorer's samples (explorer_samples)
+    explorer_examples: list[Example] = field(default_factory=list)  # the examples they are of
 
 
 def evaluation_examples(trained: TrainedRun, settings: EvalSettings) -> list[Example]:
@@ -216,21 +217,23 @@ def evaluate_run(trained: TrainedRun, settings: EvalSettings, examples: list[Exa
         metrics, rows, totals, long_samples=_longest(trained, ordered, settings), signatures=scored,
         predictions=predictions, n_best=sorted(n_best, key=lambda row: (row["example"], row["rank"])),
         sentence_samples=sentence_samples(trained, settings.sentences, settings.beam_size, settings.length_penalty),
-        outcomes=sequence_outcomes(ordered, hits, suite), explorer=explorer_of(trained, ordered, settings),
+        outcomes=sequence_outcomes(ordered, hits, suite), **explorer_of(trained, ordered, settings),
     )
 
 
-def explorer_of(trained: TrainedRun, ordered: list[Example], settings: EvalSettings) -> list[dict]:
-    """The attention explorer's samples: ``settings.explorer_samples`` examples spread over the lengths (``spread``),
-    decoded greedily, with the importance measures of ``settings.faith``; none for a model without attention."""
+def explorer_of(trained: TrainedRun, ordered: list[Example], settings: EvalSettings) -> dict[str, list]:
+    """``EvalResult``'s ``explorer`` and ``explorer_examples``: ``settings.explorer_samples`` examples spread over
+    the lengths (``spread``), decoded greedily, with the importance measures of ``settings.faith``; none for a
+    model without attention."""
     if trained.model.attention is None or not ordered or settings.explorer_samples == 0:
-        return []
+        return {}
     picked = [ordered[i] for i in spread([len(e.src) for e in ordered], settings.explorer_samples)]
     decode_config = trained.config["decode"]
     limit = decode_length_limit(torch.tensor([len(picked[-1].src)]), decode_config["max_length_ratio"],
                                 decode_config["max_length_extra"])  # as length_limit of a batch of them
-    return explorer_samples(trained.model, picked, trained.src_vocab, trained.tgt_vocab, limit, settings.faith,
-                            labels=[f"example {k + 1}" for k in range(len(picked))])
+    found = explorer_samples(trained.model, picked, trained.src_vocab, trained.tgt_vocab, limit, settings.faith,
+                             labels=[f"example {k + 1}" for k in range(len(picked))])
+    return {"explorer": found, "explorer_examples": picked}
 
 
 def sequence_outcomes(ordered: Sequence[Example], hits: Sequence[tuple[list[int], list[int]]],

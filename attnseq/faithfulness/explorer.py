@@ -23,7 +23,7 @@ from attnseq.faithfulness.importance import evaluating, step_importance
 from attnseq.metrics.faithfulness import ImportanceSettings
 from attnseq.model import decoder_inputs, greedy_decode
 
-__all__ = ["DIGITS", "explorer_samples"]
+__all__ = ["DIGITS", "explorer_samples", "reference_attention"]
 
 DIGITS = 4
 """Decimals kept of every weight and importance: the artifact stays small, the tooltip reads 0.1234."""
@@ -96,3 +96,18 @@ def explorer_samples(model: nn.Module, examples: Sequence[Example], src_vocab: V
                                        for stack, layers in maps.of_row(row, n_src, n_out).items()}
         found.append(entry)
     return found
+
+
+def reference_attention(model: nn.Module, examples: Sequence[Example], src_vocab: Vocabulary,
+                        tgt_vocab: Vocabulary) -> list[np.ndarray]:
+    """Each example's cross-attention mean over heads ``(T_ref + 1, T_src)``, teacher-forced with its
+    reference (BOS, then the reference; the last row the step that should emit EOS): the same steps for
+    every model, so two models' rows can be subtracted (a comparison's explorer). Rounded to ``DIGITS``."""
+    device = next(model.parameters()).device
+    with torch.inference_mode(False), torch.no_grad(), evaluating(model):
+        batch = collate(encode_examples(list(examples), src_vocab, tgt_vocab)).to(device)
+        _, weights = model(batch.src, batch.src_lengths, batch.tgt_in)  # (B, H, T_ref + 1, T_src)
+    if weights is None:
+        raise ValueError("reference_attention: the model has no attention (scorer=none) to show")
+    return [np.round(weights[row, :, : len(e.tgt) + 1, : len(e.src)].double().mean(0).cpu().numpy(), DIGITS)
+            for row, e in enumerate(examples)]  # (T_ref + 1, T_src) each

@@ -16,7 +16,7 @@ import json
 import re
 from collections.abc import Sequence
 
-__all__ = ["DATA_ID", "explorer_data", "explorer_html"]
+__all__ = ["DATA_ID", "comparison_explorer_html", "explorer_data", "explorer_html"]
 
 DATA_ID = "explorer-data"
 """The id of the ``<script type="application/json">`` element holding the page's data."""
@@ -28,10 +28,22 @@ MEASURE_NAMES = {"grad_x_input": "gradient × input", "integrated_gradients": "i
 def explorer_html(title: str, epochs: Sequence[dict], note: str = "") -> str:
     """The page. ``epochs``: ``{"label": "epoch 3", "samples": [explorer_samples' entries]}``, oldest first;
     the last is shown first. ``note``: a line under the title (what was evaluated, how it decoded)."""
-    data = {"title": title, "note": note, "epochs": list(epochs), "measure_names": MEASURE_NAMES}
+    return _page(title, {"title": title, "note": note, "epochs": list(epochs), "measure_names": MEASURE_NAMES})
+
+
+def _page(title: str, data: dict) -> str:
     payload = json.dumps(data, ensure_ascii=False, allow_nan=False).replace("</", "<\\/")  # no early </script>
     return (PAGE.replace("__TITLE__", html.escape(title)).replace("__DATA_ID__", DATA_ID)
             .replace("__DATA__", payload))
+
+
+def comparison_explorer_html(title: str, runs: Sequence[str], samples: Sequence[dict], note: str = "") -> str:
+    """A comparison's page: the same samples as each run attends to them, two runs side by side with their
+    difference and each step's Jensen–Shannon divergence. ``samples``: ``{"label", "source", "rows"`` (the
+    steps' target tokens), ``"gold"`` (or None), ``"attention"``: per run ``(T, T_src)`` (mean over heads)``}``."""
+    data = {"title": title, "note": note, "epochs": [], "measure_names": MEASURE_NAMES,
+            "compare": {"runs": list(runs), "samples": list(samples)}}
+    return _page(title, data)
 
 
 def explorer_data(page: str) -> dict:
@@ -63,7 +75,7 @@ svg rect.cell:hover { stroke: #ff9800; stroke-width: 2; }
 </style></head>
 <body>
 <h1 id="title"></h1><p class="note" id="note"></p>
-<p class="help">Each row is a decoder step (the token the model output), each column a source token; a cell's
+<p class="help" id="help">Each row is a decoder step (the token the model output), each column a source token; a cell's
 colour is the weight that step gave that token (white 0, dark blue 1). <b>×</b> marks each row's largest value,
 <b style="color:#c62828">○</b> the gold source position where the task has one. The panels to the right score
 the same steps by other measures of importance (each row scaled to its own maximum); τ is Kendall's rank
@@ -72,8 +84,10 @@ alike, near 0 or below they disagree. Hover a cell for the tokens and values.</p
 <div class="controls">
  <span><label for="sample">Sample</label><select id="sample"></select></span>
  <span id="epoch-box"><label for="epoch">Epoch</label><select id="epoch"></select></span>
- <span><label for="map">Attention</label><select id="map"></select></span>
- <span><label for="head">Head</label><select id="head"></select></span>
+ <span id="map-box"><label for="map">Attention</label><select id="map"></select></span>
+ <span id="head-box"><label for="head">Head</label><select id="head"></select></span>
+ <span id="run-box" style="display: none"><label for="run-a">Runs</label><select id="run-a"></select>
+  <label for="run-b">against</label><select id="run-b"></select></span>
 </div>
 <div class="texts" id="texts"></div>
 <div class="panels" id="panels"></div>
@@ -99,7 +113,9 @@ function option(select, value, text) {
 }
 function colour(v, hue) {  // 0 → white, 1 → saturated
   if (v === null || v === undefined || !isFinite(v)) return "#eee";
-  const x = Math.max(0, Math.min(1, v));
+  const x = Math.max(0, Math.min(1, Math.abs(v)));
+  if (hue === "diff") return v >= 0 ? `rgb(255,${Math.round(255 - 200 * x)},${Math.round(255 - 200 * x)})`
+                                    : `rgb(${Math.round(255 - 200 * x)},${Math.round(255 - 200 * x)},255)`;
   return hue === "green" ? `rgb(${Math.round(255 - 200 * x)},${Math.round(255 - 105 * x)},${Math.round(255 - 190 * x)})`
                          : `rgb(${Math.round(255 - 225 * x)},${Math.round(255 - 165 * x)},${Math.round(255 - 75 * x)})`;
 }
@@ -125,7 +141,8 @@ function grid(parent, title, sub, matrix, rowLabels, colLabels, opts) {
     const tx = el("text", {x: x, y: top - 6, transform: `rotate(-55 ${x} ${top - 6})`}, svg); tx.textContent = c;
   });
   if (opts.extraColumn) {
-    const tx = el("text", {x: left + colLabels.length * CELL + 8, y: top - 6}, svg); tx.textContent = "τ";
+    const tx = el("text", {x: left + colLabels.length * CELL + 8, y: top - 6}, svg);
+    tx.textContent = opts.extraHeader || "τ";
   }
   rowLabels.forEach((r, t) => {
     const y = top + t * CELL;
@@ -135,7 +152,7 @@ function grid(parent, title, sub, matrix, rowLabels, colLabels, opts) {
     const row = matrix[t];
     const finite = row ? row.filter((v) => v !== null && isFinite(v)) : [];
     const peak = finite.length ? Math.max(...finite) : null;
-    const scale = opts.rowScaled && peak ? peak : 1;
+    const scale = opts.rowScaled && peak ? peak : opts.scale || 1;
     colLabels.forEach((_, s) => {
       const v = row ? row[s] : null;
       const rect = el("rect", {x: left + s * CELL, y: y, width: CELL - 1, height: CELL - 1, class: "cell",
@@ -227,6 +244,46 @@ function draw() {
     + (s.gold ? "; ○ gold source position" : "; no gold alignment for this task") + "; × the largest value in each row.";
 }
 
+// a comparison: two runs' attention to the same sample, teacher-forced with its reference
+function jsd(p, q) {
+  const sp = p.reduce((a, b) => a + b, 0) || 1, sq = q.reduce((a, b) => a + b, 0) || 1;
+  let d = 0;
+  p.forEach((pi, i) => { const a = pi / sp, b = q[i] / sq, m = (a + b) / 2;
+    if (a > 0) d += 0.5 * a * Math.log(a / m); if (b > 0) d += 0.5 * b * Math.log(b / m); });
+  return d;
+}
+function drawCompare() {
+  const C = DATA.compare, s = C.samples[Number($("sample").value)], panels = $("panels"); panels.innerHTML = ""; hide();
+  const a = Number($("run-a").value), b = Number($("run-b").value), A = s.attention[a], B = s.attention[b];
+  const esc = (xs) => xs.map((x) => x.replace(/&/g, "&amp;").replace(/</g, "&lt;")).join(" ");
+  $("texts").innerHTML = `<div><b>source</b>${esc(s.source)}</div><div><b>reference</b>${esc(s.rows)}</div>`;
+  const diff = A.map((row, t) => row.map((v, c) => v - B[t][c])), div = A.map((row, t) => jsd(row, B[t]));
+  const tell = (t, c) => `target “${s.rows[t]}” (step ${t + 1}) → source “${s.source[c]}” (position ${c + 1})\n`
+    + `${C.runs[a]}: ${fmt(A[t][c])}\n${C.runs[b]}: ${fmt(B[t][c])}\ndifference: ${fmt(diff[t][c])}\nJSD of the step: ${fmt(div[t])}`;
+  const sub = "mean over heads · rows: the reference's steps";
+  grid(panels, C.runs[a], sub, A, s.rows, s.source, {kind: "run-a", rowText: true, gold: s.gold, describe: tell});
+  grid(panels, C.runs[b], sub, B, s.rows, s.source, {kind: "run-b", rowText: true, gold: s.gold, describe: tell});
+  grid(panels, "difference (first − second)", "red: the first attends more · blue: the second (scaled to the largest)", diff, s.rows,
+       s.source, {kind: "difference", hue: "diff", rowText: true, extraColumn: div, extraHeader: "JSD",
+                  scale: Math.max(1e-9, ...diff.flat().map(Math.abs)), describe: tell});
+  $("legend").textContent = "The last column: each step's Jensen–Shannon divergence of the two runs' attention "
+    + "(natural log: 0 the same, ln 2 ≈ 0.693 no overlap). Both runs are teacher-forced with the reference, so "
+    + "their rows are the same steps.";
+}
+function setupCompare() {
+  const C = DATA.compare;
+  $("help").textContent = "The same samples as two of the compared runs attend to them: pick the two runs. Each "
+    + "row is a step of the reference (both runs teacher-forced with it), each column a source token; the "
+    + "third grid is their difference. Hover a cell for the tokens and both weights.";
+  for (const id of ["epoch-box", "map-box", "head-box"]) $(id).style.display = "none";
+  $("run-box").style.display = "";
+  C.samples.forEach((s, i) => option($("sample"), String(i), `${s.label} (source length ${s.source.length})`));
+  C.runs.forEach((name, i) => { option($("run-a"), String(i), name); option($("run-b"), String(i), name); });
+  $("run-b").value = String(Math.min(1, C.runs.length - 1));
+  for (const id of ["sample", "run-a", "run-b"]) $(id).addEventListener("change", drawCompare);
+  drawCompare();
+}
+
 function fillSamples() {
   const cur = $("sample").value, sel = $("sample"); sel.innerHTML = "";
   epoch().samples.forEach((s, i) => option(sel, String(i), `${s.label} (source length ${s.source.length})`));
@@ -234,6 +291,7 @@ function fillSamples() {
   fillMaps();
 }
 $("title").textContent = DATA.title; $("note").textContent = DATA.note;
+if (DATA.compare) setupCompare(); else {
 DATA.epochs.forEach((e, i) => option($("epoch"), String(i), e.label));
 $("epoch").value = String(DATA.epochs.length - 1);
 if (DATA.epochs.length < 2) $("epoch-box").style.display = "none";
@@ -242,5 +300,6 @@ $("sample").addEventListener("change", fillMaps);
 $("map").addEventListener("change", fillHeads);
 $("head").addEventListener("change", draw);
 fillSamples();
+}
 </script></body></html>
 """  # noqa: E501 (the page's JavaScript)

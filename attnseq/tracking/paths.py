@@ -119,6 +119,9 @@ def comparison_sentence_heatmaps(index: int) -> str:
     return f"comparison/sentence_{index}_heatmaps.png"
 
 
+COMPARISON_EXPLORER = "comparison/attention_explorer.html"
+"""A comparison run's attention explorer: the same examples as each attending run attends to them, two side by
+side with their difference and each step's Jensen–Shannon divergence."""
 SAME_SAMPLE_HEATMAPS = "comparison/same_sample_heatmaps.png"
 """A comparison run's heatmaps of one source sequence, one panel per evaluated run."""
 SWEEP_SUMMARY = "sweep_summary.txt"
