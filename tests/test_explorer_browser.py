@@ -77,6 +77,8 @@ def screenshot(browser: HeadlessChromium, name: str, tmp_path: Path) -> Path:
 def test_the_explorer_opens_without_console_errors_and_a_hover_shows_the_tokens_and_the_weight(explorer, tmp_path):
     browser, samples = explorer
     assert browser.console_errors() == []
+    assert browser.evaluate("document.getElementById('sample').value") == "1"  # the middle length first
+    pick(browser, "sample", "0")
     first = samples[0]
     mean = sum(head[1][2] for head in first["attention"]) / len(first["attention"])
     text = hover_text(browser, 1, 2)

@@ -493,7 +493,7 @@ def test_the_attention_explorer_opens_from_the_artifact_view_and_a_hover_shows_t
     frame = ExplorerFrame(browser)
     frame.wait_for("document.querySelectorAll('[data-panel=attention] rect.cell').length > 0", "the explorer's cells")
     data = frame.evaluate(f"JSON.parse(document.getElementById('{DATA_ID}').textContent)")
-    sample = data["epochs"][-1]["samples"][0]
+    sample = data["epochs"][-1]["samples"][int(frame.evaluate("document.getElementById('sample').value"))]
     left, top = frame.offset
     x, y = frame.evaluate("(() => { const r = document.querySelector('[data-panel=attention] "
                           "rect.cell[data-row=\"0\"][data-col=\"0\"]').getBoundingClientRect(); "
@@ -510,4 +510,22 @@ def test_the_attention_explorer_opens_from_the_artifact_view_and_a_hover_shows_t
                    "s.dispatchEvent(new Event('change')); })()")
     assert frame.evaluate("document.getElementById('panels').innerHTML") != before
     if frame.session is not None:  # a frame of its own process: its errors, the ones before attaching too
+        assert browser.console_errors(frame.session) == []
+
+
+def test_the_comparison_runs_attention_explorer_opens_in_the_artifact_view(ui):
+    """``comparison/attention_explorer.html``: both attending runs, side by side with their difference."""
+    browser, [comparison] = ui["browser"], ui["kind"]["comparison"]
+    browser.goto(f"{ui['address']}/{ui_route(ui['experiment_id'], comparison.info.run_id, paths.COMPARISON_EXPLORER)}")
+    frame = ExplorerFrame(browser)
+    frame.wait_for("document.querySelectorAll('[data-panel=difference] rect.cell').length > 0", "the difference map")
+    runs = frame.evaluate(f"JSON.parse(document.getElementById('{DATA_ID}').textContent).compare.runs")
+    assert sorted(runs) == sorted(run.info.run_name for run in ui["kind"]["train"])
+    assert frame.evaluate("[...document.querySelectorAll('.panel')].map(p => p.dataset.panel)") == [
+        "run-a", "run-b", "difference"]
+    time.sleep(0.3)
+    screenshot(ui, "comparison_attention_explorer.png")
+    if os.environ.get(SCREENSHOTS_ENV):
+        shutil.copy(ui["root"] / "comparison_attention_explorer.png", Path(os.environ[SCREENSHOTS_ENV]))
+    if frame.session is not None:
         assert browser.console_errors(frame.session) == []

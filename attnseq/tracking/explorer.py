@@ -280,6 +280,7 @@ function setupCompare() {
   C.samples.forEach((s, i) => option($("sample"), String(i), `${s.label} (source length ${s.source.length})`));
   C.runs.forEach((name, i) => { option($("run-a"), String(i), name); option($("run-b"), String(i), name); });
   $("run-b").value = String(Math.min(1, C.runs.length - 1));
+  $("sample").value = String(Math.floor(C.samples.length / 2));  // the middle length, not the shortest
   for (const id of ["sample", "run-a", "run-b"]) $(id).addEventListener("change", drawCompare);
   drawCompare();
 }
@@ -287,7 +288,8 @@ function setupCompare() {
 function fillSamples() {
   const cur = $("sample").value, sel = $("sample"); sel.innerHTML = "";
   epoch().samples.forEach((s, i) => option(sel, String(i), `${s.label} (source length ${s.source.length})`));
-  if ([...sel.options].some((o) => o.value === cur)) sel.value = cur;
+  const middle = String(Math.floor(epoch().samples.length / 2));  // first shown: the middle length, not the shortest
+  sel.value = [...sel.options].some((o) => o.value === cur) ? cur : middle;
   fillMaps();
 }
 $("title").textContent = DATA.title; $("note").textContent = DATA.note;
