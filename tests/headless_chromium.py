@@ -38,6 +38,7 @@ class HeadlessChromium:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         self.ids = itertools.count(1)
+        self.events: list[dict] = []  # the DevTools events read while waiting for replies (Runtime.enable: errors)
         self.loop = asyncio.new_event_loop()
         try:
             port = self._devtools_port(profile / "DevToolsActivePort", startup_timeout_s)
@@ -67,18 +68,27 @@ class HeadlessChromium:
         socket = await session.ws_connect(page["webSocketDebuggerUrl"], max_msg_size=0)
         return session, socket
 
-    async def _send(self, method: str, params: dict) -> dict:
+    async def _send(self, method: str, params: dict, session_id: str | None = None) -> dict:
         message_id = next(self.ids)
-        await self.socket.send_str(json.dumps({"id": message_id, "method": method, "params": params}))
-        while True:  # events arrive in between: skipped
+        message = {"id": message_id, "method": method, "params": params}
+        if session_id is not None:  # a target attached with flatten=True: an out-of-process frame's
+            message["sessionId"] = session_id
+        await self.socket.send_str(json.dumps(message))
+        while True:  # events arrive in between: kept in ``events``
             reply = json.loads((await self.socket.receive(timeout=120)).data)
-            if reply.get("id") == message_id:
+            if "method" in reply and "id" not in reply:
+                self.events.append(reply)
+            elif reply.get("id") == message_id:
                 if "error" in reply:
                     raise RuntimeError(f"{method}: {reply['error']}")
                 return reply["result"]
 
     def send(self, method: str, **params: Any) -> dict:
         return self.loop.run_until_complete(self._send(method, params))
+
+    def send_to(self, session_id: str, method: str, **params: Any) -> dict:
+        """``send`` to an attached target (``Target.attachToTarget(flatten=True)``'s session)."""
+        return self.loop.run_until_complete(self._send(method, params, session_id))
 
     def goto(self, url: str) -> None:
         self.send("Page.navigate", url=url)
@@ -129,6 +139,28 @@ class HeadlessChromium:
         self.send("Input.dispatchMouseEvent", type="mouseMoved", x=x, y=y)
         for kind in ("mousePressed", "mouseReleased"):
             self.send("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
+
+    def console_errors(self, session_id: str | None = None) -> list[str]:
+        """The page's uncaught exceptions and console errors seen so far (after ``Runtime.enable``); with
+        ``session_id``, an attached target's (its ``Runtime.enable`` reports those before it too)."""
+        self.evaluate("0")  # reads the events waiting on the socket
+        found = []
+        for event in self.events:
+            if event.get("sessionId") != session_id:
+                continue
+            params = event.get("params", {})
+            if event["method"] == "Runtime.exceptionThrown":
+                found.append(str(params.get("exceptionDetails", {}).get("exception", {}).get("description")
+                                 or params.get("exceptionDetails", {}).get("text")))
+            elif event["method"] == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
+                found.append(" ".join(str(a.get("value", a.get("description"))) for a in params.get("args", [])))
+            elif event["method"] == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":
+                found.append(params["entry"].get("text", ""))
+        return found
+
+    def hover(self, x: float, y: float) -> None:
+        """The mouse moved to ``(x, y)`` (CSS pixels of the viewport): a real input event."""
+        self.send("Input.dispatchMouseEvent", type="mouseMoved", x=x, y=y)
 
     def pages(self) -> list[dict]:
         """The browser's pages (tabs): DevTools' target infos, each with its ``url`` and, for one a

@@ -366,6 +366,7 @@ EVALUATE_BAD = [
     (["eval.length_penalty=-0.5"], "eval.length_penalty=-0.5", "eval.length_penalty=0.6"),
     (["eval.bootstrap_samples=10"], "eval.bootstrap_samples=10", "eval.bootstrap_samples=1000"),
     (["eval.bootstrap_seed=0"], "eval.bootstrap_seed=0", "eval.bootstrap_seed=12345"),
+    (["eval.explorer_samples=51"], "eval.explorer_samples=51", "eval.explorer_samples=4"),
     (["run_id=null", "experiment_name=x", "filter='params.scorer = dot'"], "not MLflow search syntax",
      "\"filter='params."),
     (["run_id=null", "filter='params.x = \"1\"'"], "experiment_name is not set", "experiment_name=<name>"),

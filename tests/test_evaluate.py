@@ -6,6 +6,7 @@ length penalty."""
 from __future__ import annotations
 
 import csv
+from pathlib import Path
 
 import pytest
 import torch
@@ -29,6 +30,8 @@ from attnseq.evaluation.pipeline import GROUPS_PARAM, same_sample_figure
 from attnseq.metrics import DIAGNOSTICS
 from attnseq.model import ModelConfig
 from attnseq.model.decoding import Decoded
+from attnseq.tracking.explorer import explorer_data
+from attnseq.tracking.paths import EXPLORER
 
 EVAL_LENGTHS = (1, 14)  # past the tiny runs' training lengths (1-6)
 WIDTH = 5
@@ -120,6 +123,14 @@ def test_evaluation_artifacts(evaluated, scorer):
         assert all(r["align_acc"] != "" and r["attn_entropy"] != "" for r in rows)
         assert "figures/counterfactual.png" in paths
         assert len([p for p in paths if p.startswith("heatmaps/long_")]) == 3
+        page = client.download_artifacts(run.info.run_id, EXPLORER, str(evaluated["root"] / scorer))
+        [epoch] = explorer_data(Path(page).read_text(encoding="utf-8"))["epochs"]
+        lengths = [len(sample["source"]) for sample in epoch["samples"]]
+        assert len(lengths) == 4 and lengths == sorted(lengths) and lengths[-1] > lengths[0]  # spread over lengths
+        assert all(set(sample["importance"]) == {"grad_x_input", "integrated_gradients", "leave_one_out"}
+                   and sample["gold"] is not None for sample in epoch["samples"])  # copy: a gold alignment
+    else:
+        assert EXPLORER not in paths  # no attention to explore
 
 
 def test_named_sentences_are_decoded_and_drawn(evaluated):

@@ -120,3 +120,26 @@ def test_a_transformers_run_note_links_the_self_attention_of_each_stack_that_has
         assert linked == [paths.self_attention_file(stack, HEATMAP_LABELS[0]) for stack in stacks], text
         assert f"[{linked[0]}](#/{linked[0]})" in text if linked else "self_attention" not in text
         assert ("(gru)" in text) == (encoder == "gru"), text
+
+
+def test_a_trained_run_holds_its_attention_explorer_linked_from_its_note(tiny_run, tmp_path):
+    """``explorer/attention_explorer.html``: the heatmap samples at every logged epoch (before training, then
+    each epoch), the final model's last, with its importance measures; one click from the run's note."""
+    from pathlib import Path
+
+    from cli_helpers import MAX_EPOCHS
+
+    from attnseq.tracking.explorer import explorer_data
+
+    run = tiny_run.runs[0]
+    assert paths.EXPLORER in artifact_paths(tiny_run.client, run.info.run_id)
+    assert f"[{paths.EXPLORER}]({ui_route(run.info.experiment_id, run.info.run_id, paths.EXPLORER)})" \
+        in run.data.tags[tags.NOTE]
+    local = Path(tiny_run.client.download_artifacts(run.info.run_id, paths.EXPLORER, str(tmp_path)))
+    epochs = explorer_data(local.read_text(encoding="utf-8"))["epochs"]
+    assert len(epochs) == 1 + MAX_EPOCHS + 1 and epochs[0]["label"].startswith("before training")
+    assert all([s["label"] for s in epoch["samples"]] == list(HEATMAP_LABELS) for epoch in epochs)
+    assert all(s["importance"] == {} for epoch in epochs[:-1] for s in epoch["samples"])  # attention alone
+    final = epochs[-1]["samples"]
+    assert all(set(s["importance"]) == {"grad_x_input", "integrated_gradients", "leave_one_out"} for s in final)
+    np.testing.assert_allclose(final[0]["attention"], epochs[-2]["samples"][0]["attention"])  # the last epoch's model

@@ -42,8 +42,9 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from attnseq.tracking import paths, tags
+from attnseq.tracking.explorer import DATA_ID
 from attnseq.tracking.plots import HEATMAP_DPI, HEATMAP_LABEL_PT
-from attnseq.tracking.store import UI_HOST, UI_PORT, ui_url
+from attnseq.tracking.store import UI_HOST, UI_PORT, ui_route, ui_url
 from attnseq.tracking.tags import children_of
 
 pytestmark = pytest.mark.slow
@@ -436,3 +437,95 @@ def test_the_run_notes_link_opens_the_trained_heatmap_in_one_click(made_ui, tiny
     browser.goto(new_tab["url"])  # what that tab shows, in the page this test drives
     assert_the_preview_is_the_last_epochs_heatmap(browser, tiny_run, run, tmp_path)
     browser.screenshot(made_ui["shots"] / "6_note_link_opens_long_heatmap.png")
+
+
+class ExplorerFrame:
+    """The attention explorer as MLflow's artifact view shows it: a sandboxed iframe on a blob URL, in a
+    process of its own (attached as a target) or the page's (an isolated world in it): ``evaluate`` runs
+    JavaScript there; ``offset`` is the iframe's top left in the page, for real mouse events."""
+
+    def __init__(self, browser: HeadlessChromium) -> None:
+        self.browser = browser
+        self.offset = browser.wait_for("(() => { const f = document.querySelector('iframe.mlflow-html-iframe'); "
+                                       "if (!f) return null; const r = f.getBoundingClientRect(); "
+                                       "return r.width > 0 ? [r.left, r.top] : null; })()", PAGE_S, "the iframe")
+        self.session = self.context = None
+        deadline = time.monotonic() + PAGE_S
+        while self.session is None and self.context is None:
+            assert time.monotonic() < deadline, "the explorer's frame did not load"
+            frames = [t for t in browser.send("Target.getTargets")["targetInfos"]
+                      if t["type"] == "iframe" and t["url"].startswith("blob:")]
+            if frames:
+                self.session = browser.send("Target.attachToTarget", targetId=frames[0]["targetId"],
+                                            flatten=True)["sessionId"]
+                browser.send_to(self.session, "Runtime.enable")
+                break
+            tree = browser.send("Page.getFrameTree")["frameTree"]
+            blobs = [f["frame"]["id"] for f in tree.get("childFrames", []) if f["frame"]["url"].startswith("blob:")]
+            if blobs:
+                self.context = browser.send("Page.createIsolatedWorld", frameId=blobs[0])["executionContextId"]
+            time.sleep(0.5)
+
+    def evaluate(self, expression: str):
+        params = {"expression": expression, "returnByValue": True}
+        if self.session is not None:
+            result = self.browser.send_to(self.session, "Runtime.evaluate", **params)
+        else:
+            result = self.browser.send("Runtime.evaluate", contextId=self.context, **params)
+        assert "exceptionDetails" not in result, (expression, result["exceptionDetails"])
+        return result["result"].get("value")
+
+    def wait_for(self, expression: str, what: str):
+        deadline = time.monotonic() + PAGE_S
+        while not (value := self.evaluate(expression)):
+            assert time.monotonic() < deadline, f"not within {PAGE_S} s: {what}"
+            time.sleep(0.5)
+        return value
+
+
+def test_the_attention_explorer_opens_from_the_artifact_view_and_a_hover_shows_the_tooltip(made_ui, tiny_run):
+    """``explorer/attention_explorer.html`` in the Artifacts tab (the route the run's note links): drawn in
+    MLflow's iframe without errors, a real mouse hover over a cell shows its tokens and weight, and picking
+    another sample redraws."""
+    browser, (run,) = made_ui["browser"], tiny_run.runs
+    browser.send("Runtime.enable")
+    browser.goto(f"http://{made_ui['address']}/{ui_route(run.info.experiment_id, run.info.run_id, paths.EXPLORER)}")
+    frame = ExplorerFrame(browser)
+    frame.wait_for("document.querySelectorAll('[data-panel=attention] rect.cell').length > 0", "the explorer's cells")
+    data = frame.evaluate(f"JSON.parse(document.getElementById('{DATA_ID}').textContent)")
+    sample = data["epochs"][-1]["samples"][int(frame.evaluate("document.getElementById('sample').value"))]
+    left, top = frame.offset
+    x, y = frame.evaluate("(() => { const r = document.querySelector('[data-panel=attention] "
+                          "rect.cell[data-row=\"0\"][data-col=\"0\"]').getBoundingClientRect(); "
+                          "return [r.left + r.width / 2, r.top + r.height / 2]; })()")
+    browser.hover(left + x, top + y)
+    text = frame.wait_for("(() => { const t = document.getElementById('tooltip'); "
+                          "return t.style.display === 'block' && t.textContent; })()", "the tooltip")
+    weight = sum(head[0][0] for head in sample["attention"]) / len(sample["attention"])
+    assert f"“{sample['output'][0]}”" in text and f"“{sample['source'][0]}”" in text and f"{weight:.4f}" in text, text
+    time.sleep(0.3)
+    browser.screenshot(made_ui["shots"] / "7_attention_explorer_in_the_artifact_view.png")
+    before = frame.evaluate("document.getElementById('panels').innerHTML")
+    frame.evaluate("(() => { const s = document.getElementById('sample'); s.value = '2'; "
+                   "s.dispatchEvent(new Event('change')); })()")
+    assert frame.evaluate("document.getElementById('panels').innerHTML") != before
+    if frame.session is not None:  # a frame of its own process: its errors, the ones before attaching too
+        assert browser.console_errors(frame.session) == []
+
+
+def test_the_comparison_runs_attention_explorer_opens_in_the_artifact_view(ui):
+    """``comparison/attention_explorer.html``: both attending runs, side by side with their difference."""
+    browser, [comparison] = ui["browser"], ui["kind"]["comparison"]
+    browser.goto(f"{ui['address']}/{ui_route(ui['experiment_id'], comparison.info.run_id, paths.COMPARISON_EXPLORER)}")
+    frame = ExplorerFrame(browser)
+    frame.wait_for("document.querySelectorAll('[data-panel=difference] rect.cell').length > 0", "the difference map")
+    runs = frame.evaluate(f"JSON.parse(document.getElementById('{DATA_ID}').textContent).compare.runs")
+    assert sorted(runs) == sorted(run.info.run_name for run in ui["kind"]["train"])
+    assert frame.evaluate("[...document.querySelectorAll('.panel')].map(p => p.dataset.panel)") == [
+        "run-a", "run-b", "difference"]
+    time.sleep(0.3)
+    screenshot(ui, "comparison_attention_explorer.png")
+    if os.environ.get(SCREENSHOTS_ENV):
+        shutil.copy(ui["root"] / "comparison_attention_explorer.png", Path(os.environ[SCREENSHOTS_ENV]))
+    if frame.session is not None:
+        assert browser.console_errors(frame.session) == []

@@ -22,6 +22,7 @@ from attnseq.data.tasks import TASKS
 from attnseq.data.tokenizers import SUBWORD_TOKENIZERS, TEXT_TASKS, output_text
 from attnseq.evaluation.trained_runs import TrainedRun
 from attnseq.faithfulness.counterfactual import MODES, CounterfactualTotals, counterfactual_decoder
+from attnseq.faithfulness.explorer import explorer_samples
 from attnseq.faithfulness.probe import probe, spread
 from attnseq.metrics import BatchOutputs, MetricSuite, SuiteSpec
 from attnseq.metrics.faithfulness import FaithSettings
@@ -57,6 +58,7 @@ class EvalSettings:
     seed: int = 0
     sentences: tuple[str, ...] = ()  # source texts whose attention is drawn by name (eval.sentences)
     faith: FaithSettings = FaithSettings()  # the faithfulness probe (faith.*; faith.samples=0: off)
+    explorer_samples: int = 4  # the attention explorer's examples, spread over the lengths (0: none)
 
 
 @dataclass
@@ -70,6 +72,8 @@ class EvalResult:
     sentence_samples: list[tuple[str, Example, Decoded]] = field(default_factory=list)  # eval.sentences, decoded
     n_best: list[dict] = field(default_factory=list)  # n_best > 1: a row per example and rank (N_BEST_COLUMNS)
     outcomes: SequenceOutcomes | None = None  # per test sequence, for the comparison's paired tests (in memory)
+    explorer: list[dict] = field(default_factory=list)  # the attention explorer's samples (explorer_samples)
+    explorer_examples: list[Example] = field(default_factory=list)  # the examples they are of
 
 
 def evaluation_examples(trained: TrainedRun, settings: EvalSettings) -> list[Example]:
@@ -213,8 +217,23 @@ def evaluate_run(trained: TrainedRun, settings: EvalSettings, examples: list[Exa
         metrics, rows, totals, long_samples=_longest(trained, ordered, settings), signatures=scored,
         predictions=predictions, n_best=sorted(n_best, key=lambda row: (row["example"], row["rank"])),
         sentence_samples=sentence_samples(trained, settings.sentences, settings.beam_size, settings.length_penalty),
-        outcomes=sequence_outcomes(ordered, hits, suite),
+        outcomes=sequence_outcomes(ordered, hits, suite), **explorer_of(trained, ordered, settings),
     )
+
+
+def explorer_of(trained: TrainedRun, ordered: list[Example], settings: EvalSettings) -> dict[str, list]:
+    """``EvalResult``'s ``explorer`` and ``explorer_examples``: ``settings.explorer_samples`` examples spread over
+    the lengths (``spread``), decoded greedily, with the importance measures of ``settings.faith``; none for a
+    model without attention."""
+    if trained.model.attention is None or not ordered or settings.explorer_samples == 0:
+        return {}
+    picked = [ordered[i] for i in spread([len(e.src) for e in ordered], settings.explorer_samples)]
+    decode_config = trained.config["decode"]
+    limit = decode_length_limit(torch.tensor([len(picked[-1].src)]), decode_config["max_length_ratio"],
+                                decode_config["max_length_extra"])  # as length_limit of a batch of them
+    found = explorer_samples(trained.model, picked, trained.src_vocab, trained.tgt_vocab, limit, settings.faith,
+                             labels=[f"example {k + 1}" for k in range(len(picked))])
+    return {"explorer": found, "explorer_examples": picked}
 
 
 def sequence_outcomes(ordered: Sequence[Example], hits: Sequence[tuple[list[int], list[int]]],

@@ -21,7 +21,7 @@ from tqdm import tqdm
 from attnseq.config import EvalConfig
 from attnseq.data import Example
 from attnseq.data.tokenizers import output_text
-from attnseq.data.vocab import BOS_TOKEN
+from attnseq.data.vocab import BOS_TOKEN, EOS_TOKEN
 from attnseq.evaluation.compare import (
     HALF_WIDTH,
     INTERVAL_NOTE,
@@ -37,10 +37,12 @@ from attnseq.evaluation.evaluator import N_BEST_COLUMNS, EvalResult, EvalSetting
 from attnseq.evaluation.significance import write_significance
 from attnseq.evaluation.trained_runs import TrainedRun, latest_sweep, load_trained_run, select_runs
 from attnseq.evaluation.validation import check_config
+from attnseq.faithfulness.explorer import reference_attention
 from attnseq.lifecycle.signals import Signals, exit_code, release_interrupted_frames
 from attnseq.model import Decoded
 from attnseq.tracking import paths, tags
 from attnseq.tracking.client import TrackingClient
+from attnseq.tracking.explorer import comparison_explorer_html, explorer_html
 from attnseq.tracking.length_curves import log_length_curves
 from attnseq.tracking.plots import (
     accuracy_vs_length,
@@ -73,6 +75,7 @@ def settings_for(cfg: EvalConfig, trained: TrainedRun) -> EvalSettings:
         seed=cfg.eval.seed,
         sentences=tuple(cfg.eval.sentences),
         faith=cfg.faith,
+        explorer_samples=cfg.eval.explorer_samples,
     )
 
 
@@ -164,6 +167,14 @@ def log_evaluation(client: TrackingClient, trained: TrainedRun, settings: EvalSe
                                         f"{trained.name}: how much the output moves when attention is replaced",
                                         ylabel="flip rate / total variation")
             log_figure(run, figure, folder, paths.COUNTERFACTUAL_FIGURE)
+        if result.explorer:
+            note = (f"Evaluation of {trained.name} at source lengths {lo}-{hi}: examples spread over the lengths, "
+                    "decoded greedily")
+            local = folder / paths.file_name(paths.EXPLORER)
+            local.parent.mkdir(parents=True, exist_ok=True)
+            local.write_text(explorer_html(f"Attention explorer: {trained.name}", [
+                {"label": "the evaluated model", "samples": result.explorer}], note), encoding="utf-8")
+            run.log_file(local, paths.folder(paths.EXPLORER))
         for i, (example, decoded) in enumerate(result.long_samples):
             out_tokens = trained.tgt_vocab.decode(decoded.tokens.tolist())
             weights = decoded.attention[:, :, : len(example.src)].float().numpy()  # (H, T_out, T_src)
@@ -225,6 +236,7 @@ def log_comparison(client: TrackingClient, groups: list[SeedGroup], out_dir: Pat
         shared = shared_long_sample(members)
         if shared is not None:
             log_side_by_side(run, out_dir, paths.SAME_SAMPLE_HEATMAPS, *shared, same_sample_title(shared[0]))
+        log_comparison_explorer(run, out_dir, members)
         for i, (text, example, side_panels) in enumerate(same_sentences(groups)):
             log_side_by_side(run, out_dir, paths.comparison_sentence_heatmaps(i), example, side_panels,
                              sentence_title(text))
@@ -238,6 +250,32 @@ def log_comparison(client: TrackingClient, groups: list[SeedGroup], out_dir: Pat
                     metrics[f"{key}{HALF_WIDTH}/{metric_label(group.label)}"] = interval.half_width
         run.log_metrics(metrics)
     return run.run_id
+
+
+def comparison_explorer(members: list[Compared]) -> str | None:
+    """The comparison's attention explorer: the first attending run's explorer examples as every attending run
+    attends to them, teacher-forced with each reference (``reference_attention``); None with fewer than two."""
+    attending = [member for member in members if member.result.explorer_examples]
+    if len(attending) < 2:
+        return None
+    examples = attending[0].result.explorer_examples
+    forced = [reference_attention(m.trained.model, examples, m.trained.src_vocab, m.trained.tgt_vocab)
+              for m in attending]
+    samples = [{"label": f"example {k + 1}", "source": list(example.src), "rows": [*example.tgt, EOS_TOKEN],
+                "gold": None if example.alignment is None else [*example.alignment, -1],
+                "attention": [by_run[k].tolist() for by_run in forced]} for k, example in enumerate(examples)]
+    names = [m.trained.name for m in attending]
+    return comparison_explorer_html(f"Attention explorer: {len(names)} runs compared", names, samples,
+                                    f"the evaluation examples of {names[0]}, as each attending run attends to them")
+
+
+def log_comparison_explorer(run: TrackedRun, out_dir: Path, members: list[Compared]) -> None:
+    """``comparison_explorer``, written in ``out_dir`` and stored at ``paths.COMPARISON_EXPLORER``."""
+    page = comparison_explorer(members)
+    if page is not None:
+        local = out_dir / paths.file_name(paths.COMPARISON_EXPLORER)
+        local.write_text(page, encoding="utf-8")
+        run.log_file(local, paths.folder(paths.COMPARISON_EXPLORER))
 
 
 SidePanels = list[tuple[str, TrainedRun, Decoded]]

@@ -42,6 +42,10 @@ LENGTH_IMAGE = "length/accuracy_vs_length"
 """The key of a training run's time-stepped accuracy-vs-length figure: one per validation, so the UI's
 slider shows the curve evolve."""
 COUNTERFACTUAL_FIGURE = "figures/counterfactual.png"
+EXPLORER = "explorer/attention_explorer.html"
+"""The attention explorer (``attnseq.tracking.explorer``): one self-contained HTML page, a training run's (at
+its end: its heatmap samples, every logged epoch's attention) and an evaluation run's (``eval.explorer_samples``
+examples spread over the evaluated lengths)."""
 
 
 def attention_image(label: str) -> str:
@@ -115,6 +119,9 @@ def comparison_sentence_heatmaps(index: int) -> str:
     return f"comparison/sentence_{index}_heatmaps.png"
 
 
+COMPARISON_EXPLORER = "comparison/attention_explorer.html"
+"""A comparison run's attention explorer: the same examples as each attending run attends to them, two side by
+side with their difference and each step's Jensen–Shannon divergence."""
 SAME_SAMPLE_HEATMAPS = "comparison/same_sample_heatmaps.png"
 """A comparison run's heatmaps of one source sequence, one panel per evaluated run."""
 SWEEP_SUMMARY = "sweep_summary.txt"

@@ -16,6 +16,9 @@ paths are ``attnseq.tracking.paths``).
   run's copy is never an epoch behind): that checkpoint, so ``resume=`` works from another machine;
 - at the end of training: the last validation's curves ``val/acc_by_length`` and
   ``val/exact_by_length`` (``attnseq.tracking.length_curves``: step = a bucket's upper length);
+- at the end: the attention explorer (``paths.EXPLORER``, ``attnseq.tracking.explorer``): the heatmap samples'
+  attention at each epoch their heatmaps were logged (at most ``EXPLORER_EPOCHS``, evenly thinned) and, of the
+  final model, the importance measures and self-attention beside it;
 - at the end: the accuracy-vs-length figure, the heatmaps of the last epoch's model and of the best
   checkpoint as plain files (``attention/long.png``, ``attention/best_long.png``: found in the
   Artifacts tab without the slider), the best and last checkpoints, a portable
@@ -52,12 +55,16 @@ from attnseq.data import Example, collate
 from attnseq.data.datamodule import Seq2SeqDataModule
 from attnseq.data.tokenizers import TEXT_TASKS, SubwordTokenizer
 from attnseq.data.vocab import BOS_TOKEN, EOS
+from attnseq.faithfulness.explorer import explorer_samples
+from attnseq.faithfulness.importance import DEFAULTS as IMPORTANCE_DEFAULTS
 from attnseq.lifecycle.signals import Signals
+from attnseq.metrics.faithfulness import ImportanceSettings
 from attnseq.metrics.translation import signature_params
-from attnseq.model import Seq2Seq, decoder_inputs, greedy_decode
+from attnseq.model import Seq2Seq, decode_length_limit, decoder_inputs, greedy_decode
 from attnseq.model.encoders import RNN
 from attnseq.serving.predictor import RequestLimits
 from attnseq.tracking import paths, tags
+from attnseq.tracking.explorer import explorer_html
 from attnseq.tracking.length_curves import log_length_curves
 from attnseq.tracking.logged_model import log_translator
 from attnseq.tracking.plots import (
@@ -70,7 +77,7 @@ from attnseq.tracking.plots import (
 from attnseq.tracking.redaction import redact_document
 from attnseq.tracking.run import TrackedRun
 from attnseq.tracking.store import ui_route
-from attnseq.training.lit_module import Seq2SeqLitModule, decode_length_limit
+from attnseq.training.lit_module import Seq2SeqLitModule
 
 if TYPE_CHECKING:
     from attnseq.training.averaging import CheckpointAverage
@@ -91,6 +98,17 @@ def pick_heatmap_samples(
         label: min(examples, key=lambda e: abs(len(e.src) - target))
         for label, target in list(targets.items())[:count]
     }
+
+
+EXPLORER_EPOCHS = 20
+"""At most this many epochs' attention in a training run's explorer (the first, the last, evenly between)."""
+
+
+def thinned(items: list, most: int) -> list:
+    """At most ``most`` of ``items``, the first and the last kept, the rest evenly spaced between."""
+    if len(items) <= most:
+        return items
+    return [items[round(k * (len(items) - 1) / (most - 1))] for k in range(most)]
 
 
 MODEL_INPUT_EXAMPLES = 2
@@ -132,6 +150,7 @@ def run_note(data: Seq2SeqDataModule, module: Seq2SeqLitModule, heatmap_labels: 
             where += (f"; self-attention (a row per layer): "
                       f"{named(paths.self_attention_file(stacks[-1], heatmap_labels[0]))}, ...")
         where += f"; every epoch's: Model metrics, `{paths.attention_image(heatmap_labels[0])}` (slider)"
+        where += f"; hover, pick a head, compare with other importance measures: {named(paths.EXPLORER)}"
     return f"{what}\n\n{where}."
 
 
@@ -168,8 +187,11 @@ class RunArtifacts(Callback):
         heatmap_every_n_epochs: int = 1,
         folder: Path | None = None,
         averaging: CheckpointAverage | None = None,
+        importance: ImportanceSettings = IMPORTANCE_DEFAULTS,
     ) -> None:
         self.run = run
+        self.importance = importance  # the explorer's importance measures (faith.measures, ig_steps, ...)
+        self.explorer_epochs: list[dict] = []  # per logged epoch: the samples' attention (explorer_samples)
         self.averaging = averaging  # average.k: its averaged model is logged beside the run's own
         self.folder = folder  # the run's output folder: its plain-file figures are also written there
         self.signals = signals
@@ -239,6 +261,37 @@ class RunArtifacts(Callback):
             self.run.log_image_step(image, paths.attention_image(label), step)
         for (stack, label), image in self_attention.items():
             self.run.log_image_step(image, paths.self_attention_image(stack, label), step)
+        self.explorer_epochs.append({"label": when, "samples": self.explorer_entries(
+            trainer, pl_module, pl_module.model if model is None else model, measures=False)})
+
+    def explorer_entries(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule, model: Seq2Seq,
+                         measures: bool) -> list[dict]:
+        """The heatmap samples as ``model`` decodes them (``explorer_samples``; ``measures``: with importance)."""
+        data = trainer.datamodule
+        longest = torch.tensor([max(len(e.src) for e in self.samples.values())])  # (1,)
+        limit = decode_length_limit(longest, pl_module.decode_ratio, pl_module.decode_extra)
+        return explorer_samples(model, list(self.samples.values()), data.src_vocab, data.tgt_vocab, limit,
+                                self.importance, labels=list(self.samples), measures=measures)
+
+    def log_explorer(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
+        """The attention explorer: every logged epoch's attention, then the final model's with importance."""
+        final = {"label": f"after {epochs(trainer.current_epoch)} (with importance)",
+                 "samples": self.explorer_entries(trainer, pl_module, pl_module.model, measures=True)}
+        shown = thinned(self.explorer_epochs, EXPLORER_EPOCHS - 1) + [final]
+        model = pl_module.model.config
+        note = (f"Training run {self.run.name}: {trainer.datamodule.task} task, {model.encoder} encoder, "
+                f"{model.scorer} attention, {model.decoder} decoder; greedy outputs of its validation heatmap samples")
+        self.log_page(explorer_html(f"Attention explorer: {self.run.name}", shown, note), paths.EXPLORER)
+
+    def log_page(self, text: str, artifact: str) -> None:
+        """A text file written at ``artifact`` under the run's folder and stored at the same path."""
+        if self.folder is None:
+            self.run.log_text(text, artifact)
+            return
+        path = self.folder / artifact
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        self.run.log_file(path, paths.folder(artifact))
 
     @torch.no_grad()
     def heatmap_images(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule, when: str, model: Seq2Seq | None = None,
@@ -327,6 +380,7 @@ class RunArtifacts(Callback):
             self.log_picture(figure_to_array(figure), paths.LENGTH_FIGURE)
         if self.samples:
             self.log_final_heatmaps(trainer, pl_module)
+            self.log_explorer(trainer, pl_module)
         self.log_checkpoints(trainer, pl_module)
 
     def read_best(self) -> dict | None:

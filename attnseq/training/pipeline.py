@@ -298,6 +298,7 @@ def fit(
         heatmap_every_n_epochs=cfg.tracking.heatmap_every_n_epochs,
         folder=Path(cfg.paths.output_dir),
         averaging=averaging,
+        importance=cfg.faith,
     )
     # the loss is checked as often as Lightning logs it (its default: every 50 steps)
     guard = FiniteLossGuard(interrupts.path, check_every_n_steps=cfg.trainer.log_every_n_steps or 50)
