@@ -216,8 +216,8 @@ class Eval(Group):
                                 examples=[12345])
     sentences: EvalSentences = Field(description="source texts to draw the attention of", examples=[["Unknown object"]])
     explorer_samples: int = Field(ge=0, le=50, description="examples in the evaluation run's attention explorer "
-                                  "(explorer/attention_explorer.html), spread over the evaluated lengths, with "
-                                  "their importance measures (faith.measures); 0 = no explorer", examples=[4])
+                                  "(an HTML page in its artifacts, explorer/), spread over the evaluated lengths, "
+                                  "with their importance measures (faith.measures); 0 = no explorer", examples=[4])
 
 
 class EvalConfig(Group):
