@@ -174,6 +174,12 @@ class Runtime:
             torch.set_num_threads(int(threads))
             # Lightning's data-parallel launcher sets its own thread count unless this is set (workers inherit it)
             self.set_environment({"OMP_NUM_THREADS": str(threads)})
+        from omegaconf import OmegaConf
+
+        bootstrap_seed = OmegaConf.select(config, "eval.bootstrap_seed", default=None) \
+            if OmegaConf.is_config(config) else None
+        if isinstance(bootstrap_seed, int) and not isinstance(bootstrap_seed, bool):
+            self.set_environment({"SACREBLEU_SEED": str(bootstrap_seed)})  # sacreBLEU's bootstrap reads only this
         if self.keep_freed_memory:
             from attnseq.training.process import keep_freed_memory
 

@@ -120,6 +120,19 @@ def test_a_runtime_applies_its_settings_and_undoes_them_at_its_exit():
     assert redact_text(f"name {secret}") == f"name {secret}"
 
 
+def test_an_evaluations_bootstrap_seed_reaches_sacrebleu_for_the_runtime_only():
+    """sacreBLEU's paired bootstrap reads its seed from ``SACREBLEU_SEED`` alone: the runtime of
+    ``evaluate.py`` hands it ``eval.bootstrap_seed`` and takes it back at its exit."""
+    from attnseq.metrics.significance import sacrebleu_seed
+
+    cfg = compose_train(["eval.bootstrap_seed=4242"], name="evaluate")
+    before = os.environ.get("SACREBLEU_SEED")
+    with Runtime() as runtime:
+        runtime.configure(cfg)
+        assert os.environ["SACREBLEU_SEED"] == "4242" and sacrebleu_seed() == "4242"
+    assert os.environ.get("SACREBLEU_SEED") == before
+
+
 def test_a_runtime_not_entered_touches_nothing():
     before = process_state()
     runtime = Runtime()

@@ -211,8 +211,8 @@ class Eval(Group):
     bootstrap_samples: int = Field(ge=100, le=100_000, description="a comparison's paired bootstrap: resamples of "
                                    "the shared test sequences per pair of groups and metric (memory: resamples × "
                                    "sequences × 8 bytes, ×24 for chrF)", examples=[1000])
-    bootstrap_seed: int = Field(ge=1, le=2**31 - 1, description="the paired bootstrap's seed for exact match and "
-                                "accuracy (the text scores use sacreBLEU's: SACREBLEU_SEED, default 12345)",
+    bootstrap_seed: int = Field(ge=1, le=2**31 - 1, description="the paired bootstrap's seed (evaluate.py hands it "
+                                "to sacreBLEU's bootstrap of the text scores as SACREBLEU_SEED)",
                                 examples=[12345])
     sentences: EvalSentences = Field(description="source texts to draw the attention of", examples=[["Unknown object"]])
     explorer_samples: int = Field(ge=0, le=50, description="examples in the evaluation run's attention explorer "
