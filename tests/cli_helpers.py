@@ -22,8 +22,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -32,6 +30,9 @@ from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from zygote import HEADER, differs_at_startup
+
+sys.path.append(str(Path(__file__).resolve().parents[1] / "benchmarks"))  # the launchers' shared probes
+from probes import answers, free_port  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_PY = REPO / "train.py"
@@ -128,13 +129,6 @@ def user_env(**extra: str) -> dict[str, str]:
     return {k: v for k, v in clean_env().items() if k != "HYDRA_FULL_ERROR"} | extra
 
 
-def free_port() -> int:
-    """A loopback port nothing listens on now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def stop_group(proc: subprocess.Popen, sig: int = signal.SIGTERM, grace_s: float = 30) -> None:
     """Signal ``proc``'s process group (it was started in a session of its own: a server's workers are
     its children), wait up to ``grace_s`` for ``proc``, then kill whatever is left of the group."""
@@ -163,15 +157,6 @@ def wait_until(ready: Callable[[], object], what: str, proc: subprocess.Popen | 
 
 SERVER_START_S = 180
 """How long ``mlflow server`` may take to answer its health check: far above its start at load 8."""
-
-
-def answers(url: str, timeout_s: float = 2.0) -> bool:
-    """Whether ``url`` answers HTTP 200 within ``timeout_s``; False for refused or silent servers."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
-            return response.status == 200
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
-        return False
 
 
 class MlflowServer:
