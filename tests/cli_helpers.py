@@ -8,6 +8,7 @@ variable read at start, or ``ATTNSEQ_TESTS_FRESH=1`` is set for the whole sessio
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import json
 import locale
@@ -21,7 +22,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -29,6 +30,9 @@ from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from zygote import HEADER, differs_at_startup
+
+sys.path.append(str(Path(__file__).resolve().parents[1] / "benchmarks"))  # the launchers' shared probes
+from probes import answers, free_port  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_PY = REPO / "train.py"
@@ -125,11 +129,90 @@ def user_env(**extra: str) -> dict[str, str]:
     return {k: v for k, v in clean_env().items() if k != "HYDRA_FULL_ERROR"} | extra
 
 
-def free_port() -> int:
-    """A loopback port nothing listens on now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def stop_group(proc: subprocess.Popen, sig: int = signal.SIGTERM, grace_s: float = 30) -> None:
+    """Signal ``proc``'s process group (it was started in a session of its own: a server's workers are
+    its children), wait up to ``grace_s`` for ``proc``, then kill whatever is left of the group."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace_s)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+def wait_until(ready: Callable[[], object], what: str, proc: subprocess.Popen | None = None, log: Path | None = None,
+               timeout: float = CLI_TIMEOUT_S, poll_s: float = 0.2) -> None:
+    """Poll ``ready()`` until it is true; fail (naming ``what``, with ``log``'s tail) if ``proc`` ends first
+    or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        ended = proc is not None and proc.poll() is not None
+        if ended or time.monotonic() > deadline:
+            tail = "" if log is None or not log.exists() else f":\n{log.read_text()[-4000:]}"
+            raise AssertionError(f"exited ({proc.returncode}) before {what}{tail}" if ended
+                                 else f"no {what} within {timeout} s{tail}")
+        time.sleep(poll_s)
+
+
+SERVER_START_S = 180
+"""How long ``mlflow server`` may take to answer its health check: far above its start at load 8."""
+
+
+class MlflowServer:
+    """``mlflow server`` on 127.0.0.1 over a SQLite store under ``root`` (``server.db``, unless ``store``
+    names another), its output in ``root/server.log``; in a process group of its own, so that
+    ``kill`` ends its workers too. Started through ``mlflow_server``, which kills it at the end."""
+
+    def __init__(self, root: Path, port: int | None = None, artifacts: bool = True, env: dict | None = None,
+                 workers: int = 1, store: str | None = None) -> None:
+        self.root = root
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.store_uri = store or f"sqlite:///{root}/server.db"
+        self.log = root / "server.log"
+        self.argv = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
+                     "--workers", str(workers), "--backend-store-uri", self.store_uri]
+        if artifacts:
+            self.argv += ["--artifacts-destination", str(root / "artifacts")]
+        self.env = clean_env() | (env or {})
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def backend(self) -> MlflowClient:
+        """A client on the server's store itself, not through the server: it reads after the server is gone."""
+        return MlflowClient(self.store_uri)
+
+    def start(self) -> None:
+        """Start it and wait until it answers; fail with its log's tail if it ends or is not ready in time."""
+        with self.log.open("a") as out:  # a restart appends
+            self.proc = subprocess.Popen(self.argv, cwd=self.root, env=self.env, stdout=out,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        wait_until(lambda: answers(f"{self.url}/health"), "answer from mlflow server", self.proc, self.log,
+                   SERVER_START_S, 0.25)
+
+    def kill(self, sig: int = signal.SIGKILL, grace_s: float = 30) -> None:
+        """``stop_group`` on it: ``sig`` to its process group, then SIGKILL what is left after ``grace_s``."""
+        if self.proc is not None:
+            stop_group(self.proc, sig, grace_s)
+
+    def restart(self) -> None:
+        """Kill it (SIGKILL: it dies) and start a new one on the same port and store."""
+        self.kill()
+        self.start()
+
+
+@contextlib.contextmanager
+def mlflow_server(root: Path, port: int | None = None, artifacts: bool = True, env: dict | None = None,
+                  workers: int = 1, store: str | None = None) -> Iterator[MlflowServer]:
+    """A started ``MlflowServer`` (``env``: variables on top of ``clean_env()``; ``artifacts``: with
+    ``--artifacts-destination root/artifacts``); its process group is killed at the end."""
+    server = MlflowServer(root, port, artifacts, env, workers, store)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.kill()
 
 
 def run_cli(
@@ -297,6 +380,23 @@ def all_runs(client: MlflowClient, experiment_name: str = EXPERIMENT) -> list:
     experiment = client.get_experiment_by_name(experiment_name)
     assert experiment is not None, f"no experiment {experiment_name!r} in the store"
     return client.search_runs([experiment.experiment_id], run_view_type=ViewType.ALL, max_results=1000)
+
+
+def runs_in(root: Path) -> list:
+    """The runs of the store under ``root`` (``tracking_uri``); none while it, or its experiment, is not there yet."""
+    if not (root / "mlflow.db").exists():
+        return []
+    try:
+        return all_runs(MlflowClient(tracking_uri(root)))
+    except AssertionError:  # no experiment yet
+        return []
+
+
+def fresh_store(root: Path, artifacts: Path | None = None) -> tuple[MlflowClient, str]:
+    """A store under ``root`` whose schema and the CLIs' experiment exist already (so that concurrent
+    processes do not race to create them), its artifacts under ``artifacts`` if given: (client, experiment id)."""
+    client = MlflowClient(tracking_uri(root))
+    return client, client.create_experiment(EXPERIMENT, artifact_location=None if artifacts is None else str(artifacts))
 
 
 def artifact_paths(client: MlflowClient, run_id: str, path: str | None = None) -> set[str]:

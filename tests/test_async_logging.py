@@ -8,7 +8,6 @@ after the server is gone."""
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from cli_helpers import (
     all_runs,
     clean_env,
     explain,
+    mlflow_server,
     run_cli,
     tiny,
     user_env,
@@ -32,15 +32,13 @@ from mlflow.entities import RunStatus
 from mlflow.tracking import MlflowClient
 from pauses import pause_at  # noqa: E402  (tests/ is on sys.path under pytest)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from probes import answers, free_port  # noqa: E402  (benchmarks/ on sys.path: the launchers' shared probes)
-
 from attnseq.tracking import paths
 from attnseq.tracking.retry import TrackingUnavailable, retry_settings
 from attnseq.tracking.run import TrackedRun, logs_asynchronously
 from attnseq.tracking.store import ensure_experiment
 
-SERVER_START_S = 180
+NO_JOBS = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+"""The servers here run no job runner."""
 OUTAGE_BUDGET_S = 20
 """``mlflow.retry_budget_s`` where a test kills the server. A killed server refuses connections, which
 is given up on after the budget's sleeps (0, 2 and 4 s here); a server that is alive but slow on a
@@ -72,58 +70,18 @@ def test_asynchronous_for_a_server_unless_told(monkeypatch, uri, env, expected):
 
 
 # -- a real server --------------------------------------------------------------------------------
-class Server:
-    """``mlflow server`` on loopback over ``<root>/server.db``; ``backend`` reads that file directly."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.backend = MlflowClient(f"sqlite:///{root}/server.db")
-        self.log = root / "server.log"
-        with self.log.open("w") as out:
-            self.proc = subprocess.Popen(
-                [str(Path(sys.executable).with_name("mlflow")), "server", "--backend-store-uri",
-                 f"sqlite:///{root}/server.db", "--artifacts-destination", str(root / "artifacts"),
-                 "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"],
-                cwd=root, env=clean_env() | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
-                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            )
-        deadline = time.monotonic() + SERVER_START_S
-        while not answers(f"{self.url}/health"):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                pytest.fail(f"mlflow server did not start:\n{self.log.read_text()[-3000:]}")
-            time.sleep(0.25)
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, sig)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
-
-
 @pytest.fixture
 def server(tmp_path):
     """A server of the test's own, which the test may kill."""
-    running = Server(tmp_path)
-    try:
+    with mlflow_server(tmp_path, env=NO_JOBS) as running:
         yield running
-    finally:
-        running.stop()
 
 
 @pytest.fixture(scope="module")
 def shared_server(tmp_path_factory):
     """One server for the tests that leave it running; each trains into an experiment of its own."""
-    running = Server(tmp_path_factory.mktemp("shared_server"))
-    try:
+    with mlflow_server(tmp_path_factory.mktemp("shared_server"), env=NO_JOBS) as running:
         yield running
-    finally:
-        running.stop()
 
 
 def steps_by_key(client: MlflowClient, run_id: str) -> dict[str, list[int]]:
@@ -148,7 +106,7 @@ def test_queued_records_are_stored_at_flush_and_failures_surface(server, monkeyp
         run.log_metrics({"m": float(step)}, step)
     run.flush()
     assert [m.step for m in server.backend.get_metric_history(run.run_id, "m")] == list(range(50))
-    server.stop(signal.SIGKILL)
+    server.kill()
     run.log_metrics({"m": 50.0}, 50)  # queued: the failure is the flush's to report
     with pytest.raises(TrackingUnavailable, match="stopped answering"):
         run.flush()
@@ -228,7 +186,7 @@ def test_server_dying_mid_run_stops_the_run_with_the_retry_message(server, tmp_p
             with contextlib.suppress(AssertionError, IndexError):
                 run_id = all_runs(server.backend)[0].info.run_id
                 stored = [m.step for m in server.backend.get_metric_history(run_id, "val/loss")]
-        server.stop(signal.SIGKILL)
+        server.kill()
         killed_at = time.monotonic()
         returncode = proc.wait(timeout=CLI_TIMEOUT_S)
         stopped_after = time.monotonic() - killed_at

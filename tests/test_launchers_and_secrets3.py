@@ -19,9 +19,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -32,11 +29,13 @@ from cli_helpers import (
     clean_env,
     explain,
     free_port,
+    mlflow_server,
     outputs_under,
     run_cli,
     tiny,
     tracking_uri,
     user_env,
+    wait_until,
 )
 from mlflow.tracking import MlflowClient
 
@@ -45,7 +44,6 @@ DB_SECRET = "hunter2-Db-Qx31"
 OTHER_DB_SECRET = "other-Db-Wk58"
 SECRETS = (URI_PASSWORD, "cr@et-Uri-77", "et-Uri-77", DB_SECRET, OTHER_DB_SECRET)
 """Every piece that must never show, the password's tails after each ``@`` included."""
-START_S = 120
 WAIT_S = 240
 
 
@@ -60,51 +58,18 @@ def leaks(texts: list[str], *roots: Path) -> list[str]:
     return found
 
 
-def answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-            return response.status == 200
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
-        return False
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """``mlflow server`` on loopback over a SQLite file; yields ``(url with credentials, its folder)``."""
     root = tmp_path_factory.mktemp("server")
-    port = free_port()
-    with (root / "server.log").open("w") as log:
-        proc = subprocess.Popen(
-            [str(Path(sys.executable).with_name("mlflow")), "server", "--backend-store-uri", f"sqlite:///{root}/server.db",
-             "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
-             "--workers", "1"],
-            cwd=root, env=clean_env() | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}, stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True,
-        )
-    try:
-        deadline = time.monotonic() + START_S
-        while not answers(f"http://127.0.0.1:{port}"):
-            assert proc.poll() is None and time.monotonic() < deadline, (root / "server.log").read_text()[-3000:]
-            time.sleep(0.25)
-        yield f"http://alice:{URI_PASSWORD}@127.0.0.1:{port}", root
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+    with mlflow_server(root, env={"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}) as running:
+        yield running.url.replace("http://", f"http://alice:{URI_PASSWORD}@"), root
 
 
 def runs_by_kind(uri: str) -> tuple[list, list]:
     runs = all_runs(MlflowClient(uri))
     return ([r for r in runs if r.data.tags.get("attnseq.kind") == "sweep"],
             [r for r in runs if r.data.tags.get("attnseq.kind") == "train"])
-
-
-def wait_for(condition, what: str, proc: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert proc.poll() is None, f"exited {proc.returncode} before {what}:\n{log.read_text()[-4000:]}"
-        assert time.monotonic() < deadline, f"no {what} within {WAIT_S} s:\n{log.read_text()[-4000:]}"
-        time.sleep(0.2)
 
 
 # -- point 3: the README's scale-out path ------------------------------------------------------------
@@ -216,7 +181,7 @@ def test_sigterm_while_a_sweep_closes_marks_its_parent_killed_with_its_summary(t
         cwd=tmp_path, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
     )
     try:
-        wait_for(lambda: "PHASE closing" in log.read_text(), "pause in the sweep's close", proc, log)
+        wait_until(lambda: "PHASE closing" in log.read_text(), "pause in the sweep's close", proc, log, WAIT_S)
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=CLI_TIMEOUT_S)
     finally:
@@ -259,7 +224,7 @@ def test_a_joblib_worker_killed_leaves_no_run_of_the_sweep_running(tmp_path):
         return False
 
     try:
-        wait_for(both_training, "two jobs training", proc, log)
+        wait_until(both_training, "two jobs training", proc, log, WAIT_S)
         os.kill(loky_workers(proc.pid)[0], signal.SIGKILL)  # what the OOM killer does
         proc.wait(timeout=CLI_TIMEOUT_S)
     finally:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ import mlflow
 import pandas as pd
 import pytest
 import torch
-from cli_helpers import artifact_paths, clean_env, explain, free_port, tracking_uri
+from cli_helpers import artifact_paths, clean_env, explain, free_port, stop_group, tracking_uri
 from mlflow.entities import LoggedModelStatus
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
@@ -290,19 +289,7 @@ def test_mlflow_models_serve_answers_rest_calls_on_loopback(trained, tmp_path):
         assert status == 400
         assert "does not hold: 'nope'" in body["message"] and "Fix:" in body["message"]
     finally:
-        stop(server)
+        stop_group(server)
         log.close()
 
 
-def stop(server: subprocess.Popen) -> None:
-    """The server and the uvicorn workers it started (its own process group)."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(server.pid, sig)
-        except ProcessLookupError:
-            pass
-        try:
-            server.wait(timeout=30)
-            return
-        except subprocess.TimeoutExpired:
-            continue

@@ -16,7 +16,6 @@ import base64
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -32,8 +31,10 @@ from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
     clean_env,
     explain,
     free_port,
+    mlflow_server,
     outputs_under,
     run_cli,
+    stop_group,
     tiny,
     tracking_uri,
 )
@@ -61,16 +62,6 @@ CHILD_ROW_EXPANDER = 'button[data-component-id$="runnamecellrenderer.tsx_46"]'
 """The +/- button before a parent run's name in the runs list (MLflow 3.17's component id)."""
 
 
-def stop_session(server: subprocess.Popen) -> None:
-    """Stop the server and its workers: the session it leads (SIGTERM, then SIGKILL after 30 s)."""
-    os.killpg(server.pid, signal.SIGTERM)
-    try:
-        server.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(server.pid, signal.SIGKILL)
-        server.wait()
-
-
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory):
     chromium = chromium_executable()
@@ -87,33 +78,13 @@ def ui(tmp_path_factory):
     for run in runs.values():
         by_kind.setdefault(run.data.tags.get("attnseq.kind"), []).append(run)
 
-    address = f"http://127.0.0.1:{free_port()}"
-    log = (root / "server.log").open("w")
-    server = subprocess.Popen(
-        [str(Path(sys.executable).with_name("mlflow")), "server", "--backend-store-uri", tracking_uri(root),
-         "--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1], "--workers", "1"],
-        cwd=root, env=clean_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    browser = None
-    try:
-        deadline = time.monotonic() + SERVER_START_S
-        while True:
-            try:
-                if requests.get(f"{address}/health", timeout=2).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            assert server.poll() is None, (root / "server.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, f"mlflow server did not answer within {SERVER_START_S} s"
-            time.sleep(1)
+    with mlflow_server(root, artifacts=False, store=tracking_uri(root)) as server:
         browser = HeadlessChromium(chromium, root / "profile")
-        yield {"root": root, "address": address, "browser": browser, "client": client, "runs": runs,
-               "kind": by_kind, "experiment_id": by_kind["train"][0].info.experiment_id}
-    finally:
-        if browser is not None:
+        try:
+            yield {"root": root, "address": server.url, "browser": browser, "client": client, "runs": runs,
+                   "kind": by_kind, "experiment_id": by_kind["train"][0].info.experiment_id}
+        finally:
             browser.close()
-        stop_session(server)
-        log.close()
 
 
 def screenshot(ui, name: str) -> Path:
@@ -338,7 +309,7 @@ def made_ui(tiny_run, tmp_path_factory):
     finally:
         if browser is not None:
             browser.close()
-        stop_session(server)
+        stop_group(server)
         log.close()
 
 

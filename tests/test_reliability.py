@@ -25,9 +25,11 @@ from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
     explain,
     outputs_under,
     run_cli,
+    runs_in,
     tiny,
     tracking_uri,
     user_env,
+    wait_until,
 )
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
@@ -116,18 +118,8 @@ def start_training(root: Path, *overrides: str, log_name: str = "cli.log",
     return proc, log
 
 
-def wait_for(condition, proc: subprocess.Popen, log: Path, timeout: float = CLI_TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        assert proc.poll() is None, f"training ended early:\n{log.read_text()[-3000:]}"
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting:\n{log.read_text()[-3000:]}")
-
-
 def the_run(root: Path):
-    runs = (root / "mlflow.db").exists() and all_runs(MlflowClient(tracking_uri(root)))
+    runs = runs_in(root)
     return runs[0] if runs else None
 
 
@@ -146,7 +138,7 @@ def test_a_signal_writes_a_checkpoint_and_kills_the_run(tmp_path):
     test_run_lifecycle): the run is KILLED, the CLI exits 143, the newest checkpoint is uploaded."""
     proc, log = start_training(tmp_path, *tiny(max_epochs=1000, heatmaps=False))
     try:
-        wait_for(lambda: has_metric(tmp_path, "val/loss"), proc, log)
+        wait_until(lambda: has_metric(tmp_path, "val/loss"), "a val/loss in the store", proc, log)
         proc.send_signal(signal.SIGTERM)
         validated = len(MlflowClient(tracking_uri(tmp_path)).get_metric_history(the_run(tmp_path).info.run_id,
                                                                                "val/loss"))

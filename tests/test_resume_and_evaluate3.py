@@ -17,7 +17,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -25,14 +24,15 @@ from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
     CLI_TIMEOUT_S,
     EVALUATE_PY,
     TRAIN_PY,
-    clean_env,
     explain,
-    free_port,
+    fresh_store,
+    mlflow_server,
     outputs_under,
     run_cli,
     tiny,
     tracking_uri,
     user_env,
+    wait_until,
 )
 from mlflow.tracking import MlflowClient
 
@@ -51,12 +51,6 @@ DAMAGE = {  # each artifact as a broken upload or disk leaves it
 
 
 # -- helpers ----------------------------------------------------------------------------------------
-def fresh_store(root: Path) -> tuple[MlflowClient, str]:
-    """A SQLite store under ``root`` with the experiment the CLIs use, its artifacts under ``root``."""
-    client = MlflowClient(tracking_uri(root))
-    return client, client.create_experiment("attnseq", artifact_location=str(root / "artifacts"))
-
-
 def copy_of_trained_run(source, client: MlflowClient, experiment: str, replaced: dict[str, bytes] | None = None,
                         kind: str | None = tags.TRAIN) -> str:
     """A run holding the artifacts evaluation needs, copied from the trained run ``source`` (a conftest
@@ -79,7 +73,7 @@ def copies(tiny_run, tmp_path_factory):
     """A store holding copies of the session's tiny run: intact, with each ``DAMAGE`` done, and one
     that is not tagged as an attnseq run. (root, client, {case: run id})."""
     root = tmp_path_factory.mktemp("copies")
-    client, experiment = fresh_store(root)
+    client, experiment = fresh_store(root, root / "artifacts")
     runs = {"intact": copy_of_trained_run(tiny_run, client, experiment),
             "foreign": copy_of_trained_run(tiny_run, client, experiment, kind=None)}
     for artifact, damage in DAMAGE.items():
@@ -93,46 +87,11 @@ def evaluate(root: Path, run_id: str, uri: str | None = None, env: dict | None =
                    script=EVALUATE_PY, env=user_env() if env is None else env)
 
 
-def wait_for(condition, what: str, proc: subprocess.Popen | None = None, timeout: float = CLI_TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert proc is None or proc.poll() is None, f"exited ({proc.returncode}) before {what}"
-        assert time.monotonic() < deadline, f"no {what} within {timeout} s"
-        time.sleep(0.05)
-
-
-def healthy(url: str) -> bool:
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=2) as answer:
-            return answer.status == 200
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """``mlflow server`` on loopback with a SQLite store: its address."""
-    root = tmp_path_factory.mktemp("server")
-    port = free_port()
-    log = root / "server.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-             "--backend-store-uri", f"sqlite:///{root}/server.db", "--artifacts-destination", str(root / "artifacts")],
-            cwd=root, env=clean_env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: healthy(url), "answer from mlflow server", proc)
-        yield url
-    finally:  # the server and the workers it started: its own process group
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:  # it waits for idle connections to close: nothing is left to keep
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+    with mlflow_server(tmp_path_factory.mktemp("server")) as running:
+        yield running.url
 
 
 # -- point 2: one claim per resume ------------------------------------------------------------------
@@ -332,7 +291,7 @@ def test_sigterm_while_evaluate_logs_leaves_its_run_killed(copies, tmp_path):
          f"mlflow.tracking_uri={tracking_uri(root)}", f"hydra.run.dir={tmp_path}/eval"],
         cwd=tmp_path, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
     try:
-        wait_for(lambda: "PHASE logging\n" in log.read_text(), "evaluation run logging", proc)
+        wait_until(lambda: "PHASE logging\n" in log.read_text(), "evaluation run logging", proc, poll_s=0.05)
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=120)
     finally:

@@ -27,11 +27,14 @@ from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
     artifact_paths,
     clean_env,
     explain,
+    fresh_store,
     outputs_under,
     run_cli,
+    runs_in,
     tiny,
     tracking_uri,
     user_env,
+    wait_until,
 )
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
@@ -47,15 +50,6 @@ PHASED = [*tiny(max_epochs=EPOCHS, heatmaps=False), "dataset.train_size=256", "d
 
 def client_for(root: Path) -> MlflowClient:
     return MlflowClient(tracking_uri(root))
-
-
-def runs_in(root: Path) -> list:
-    if not (root / "mlflow.db").exists():
-        return []
-    try:
-        return all_runs(client_for(root))
-    except AssertionError:  # no experiment yet
-        return []
 
 
 def start_paused(root: Path, phase: str, args: list[str], log_name: str) -> tuple[subprocess.Popen, Path]:
@@ -87,11 +81,7 @@ def signal_paused(root: Path, phase: str, signum: int, args: list[str], log_name
 
 
 def wait_for_phase(proc: subprocess.Popen, log: Path, phase: str) -> None:
-    deadline = time.monotonic() + CLI_TIMEOUT_S
-    while f"PHASE {phase}\n" not in log.read_text():
-        assert proc.poll() is None, f"ended before phase {phase}:\n{log.read_text()[-3000:]}"
-        assert time.monotonic() < deadline, f"never reached phase {phase}:\n{log.read_text()[-3000:]}"
-        time.sleep(0.05)
+    wait_until(lambda: f"PHASE {phase}\n" in log.read_text(), f"phase {phase}", proc, log, poll_s=0.05)
 
 
 def resume_args(root: Path, run_id: str, *extra: str, folder: str = "resumed") -> list[str]:
@@ -225,13 +215,6 @@ def test_signals_at_each_epochs_end_kill_the_run_with_its_newest_checkpoint_and_
 
 
 # -- every run its own output folder --------------------------------------------------------------
-def fresh_store(root: Path) -> MlflowClient:
-    """A store whose schema and experiment exist, so concurrent trainings do not race to create them."""
-    client = client_for(root)
-    client.create_experiment("attnseq")
-    return client
-
-
 def output_dir_of(client: MlflowClient, run_id: str, into: Path) -> Path:
     into.mkdir(parents=True, exist_ok=True)
     config = yaml.safe_load(Path(client.download_artifacts(run_id, paths.RESOLVED_CONFIG, str(into))).read_text())
@@ -276,7 +259,7 @@ def assert_model_is_its_own(client: MlflowClient, run_id: str, into: Path) -> di
 
 @pytest.mark.slow
 def test_two_trainings_started_at_the_same_instant_keep_their_own_outputs(tmp_path):
-    client = fresh_store(tmp_path)
+    client, _ = fresh_store(tmp_path)
     base = tiny(max_epochs=1, heatmaps=False)
     procs = start_together(tmp_path, [[*base, "seed=0"], [*base, "seed=1"]])
     for proc in procs:
@@ -291,7 +274,7 @@ def test_two_trainings_started_at_the_same_instant_keep_their_own_outputs(tmp_pa
 
 @pytest.mark.slow
 def test_two_sweeps_started_at_the_same_instant_keep_their_own_folders(tmp_path):
-    client = fresh_store(tmp_path)
+    client, _ = fresh_store(tmp_path)
     base = tiny(max_epochs=1, heatmaps=False)
     procs = start_together(tmp_path, [
         ["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "threads=1", "seed=0,1", *base],
@@ -325,7 +308,7 @@ def test_two_sweeps_started_at_the_same_instant_keep_their_own_folders(tmp_path)
 # -- resume -----------------------------------------------------------------------------------------
 def fake_run(root: Path, status: str, heartbeat_age_s: float | None) -> str:
     """A training run as a process would leave it, without training: no checkpoint, no config."""
-    client = fresh_store(root)
+    client, _ = fresh_store(root)
     experiment = client.get_experiment_by_name("attnseq").experiment_id
     run_tags = {tags.KIND: tags.TRAIN}
     if heartbeat_age_s is not None:

@@ -5,15 +5,10 @@ processes opening a fresh SQLite store at the same instant all succeed."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import subprocess
 import sys
 import textwrap
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -23,6 +18,7 @@ from cli_helpers import (
     clean_env,
     explain,
     free_port,
+    mlflow_server,
     outputs_under,
     run_cli,
     tiny,
@@ -41,45 +37,6 @@ def leaks(root: Path, secret: str, *texts: str) -> list[str]:
     needle = secret.encode()
     found = [str(p.relative_to(root)) for p in sorted(root.rglob("*")) if p.is_file() and needle in p.read_bytes()]
     return found + [f"console #{i}" for i, text in enumerate(texts) if secret in text]
-
-
-# -- a real MLflow server on loopback ----------------------------------------------------------
-def healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-            return response.status == 200
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
-        return False
-
-
-@contextlib.contextmanager
-def mlflow_server(root: Path, port: int | None = None):
-    """``mlflow server`` on 127.0.0.1 with a SQLite store and an artifact folder under ``root``;
-    yields ``(url, process)``; the whole process group is killed at the end."""
-    port = port or free_port()
-    log = root / "server.log"
-    with log.open("a") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-             "--backend-store-uri", f"sqlite:///{root}/server.db", "--artifacts-destination", str(root / "artifacts")],
-            stdout=out, stderr=subprocess.STDOUT, cwd=root, env=clean_env(), start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while not healthy(url):
-            assert proc.poll() is None, f"mlflow server exited:\n{log.read_text()[-3000:]}"
-            assert time.monotonic() < deadline, f"mlflow server not ready:\n{log.read_text()[-3000:]}"
-            time.sleep(0.25)
-        yield url, proc
-    finally:
-        kill_group(proc)
-
-
-def kill_group(proc: subprocess.Popen) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
 
 
 # -- item 2: secrets ---------------------------------------------------------------------------
@@ -116,7 +73,8 @@ def test_a_server_restarted_within_the_budget_is_picked_up_and_its_uri_credentia
     (tmp_path / "server").mkdir()
     checkpoint = tmp_path / "out" / "checkpoints" / "last.ckpt"
     epochs = 4  # the outage begins after epoch 0; the next checkpoint upload waits for the restarted server
-    with mlflow_server(tmp_path / "server") as (url, server):
+    with mlflow_server(tmp_path / "server") as server:
+        url = server.url
         uri = url.replace("http://", f"http://trainer:{URI_SECRET}@")
         training = subprocess.Popen(
             [sys.executable, str(REPO / "train.py"), *tiny(max_epochs=epochs, heatmaps=False),
@@ -129,11 +87,10 @@ def test_a_server_restarted_within_the_budget_is_picked_up_and_its_uri_credentia
             while not checkpoint.is_file():
                 assert training.poll() is None and time.monotonic() < deadline, training.communicate()[1][-3000:]
                 time.sleep(0.2)
-            kill_group(server)
-            with mlflow_server(tmp_path / "server", port=int(url.rsplit(":", 1)[1])):
-                stdout, stderr = training.communicate(timeout=300)
-                (run,) = all_runs(MlflowClient(url))
-                history = MlflowClient(url).get_metric_history(run.info.run_id, "val/acc")
+            server.restart()  # killed, and a new one on the same port and store
+            stdout, stderr = training.communicate(timeout=300)
+            (run,) = all_runs(MlflowClient(url))
+            history = MlflowClient(url).get_metric_history(run.info.run_id, "val/acc")
         finally:
             if training.poll() is None:
                 training.kill()

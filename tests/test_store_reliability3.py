@@ -15,10 +15,20 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 import pytest
-from cli_helpers import REPO, all_runs, clean_env, explain, outputs_under, run_cli, tiny, tracking_uri, user_env
+from cli_helpers import (
+    REPO,
+    all_runs,
+    clean_env,
+    explain,
+    mlflow_server,
+    outputs_under,
+    run_cli,
+    tiny,
+    tracking_uri,
+    user_env,
+)
 from mlflow.tracking import MlflowClient
 from pauses import pause_at
-from test_store_reliability import mlflow_server
 
 from attnseq.tracking.retry import DEFAULT_BUDGET_S, schedule_for
 
@@ -162,7 +172,7 @@ answer comes after the client stopped waiting."""
 @pytest.mark.slow
 def test_a_slow_server_gets_each_run_once_and_one_slow_on_every_call_stops_with_the_retry_message(tmp_path):
     (tmp_path / "server").mkdir()
-    with mlflow_server(tmp_path / "server") as (url, _), SlowProxy(url, SLOW_S) as proxy:
+    with mlflow_server(tmp_path / "server") as server, SlowProxy(server.url, SLOW_S) as proxy:
         proxy.slow = "/api/"  # every call of MLflow's REST API, the experiment lookup first
         dead = run_cli(tmp_path, *tiny(max_epochs=1, heatmaps=False), f"mlflow.tracking_uri={proxy.url}",
                        "++mlflow.retry_budget_s=6", f"hydra.run.dir={tmp_path}/dead", env=user_env(),
@@ -170,7 +180,7 @@ def test_a_slow_server_gets_each_run_once_and_one_slow_on_every_call_stops_with_
         proxy.slow, delayed = "/runs/create", proxy.delayed
         slow = run_cli(tmp_path, *tiny(max_epochs=1, heatmaps=False), f"mlflow.tracking_uri={proxy.url}",
                        f"hydra.run.dir={tmp_path}/out", env=user_env(), timeout=DEADLINE_S)
-        runs = all_runs(MlflowClient(url))
+        runs = all_runs(MlflowClient(server.url))
     assert delayed >= 1 and dead.returncode == 1, explain(dead)
     assert "Traceback" not in dead.stderr, dead.stderr[-3000:]
     assert "stopped answering" in dead.stderr and "mlflow.retry_budget_s" in dead.stderr, dead.stderr[-3000:]

@@ -24,7 +24,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -34,7 +33,7 @@ import psycopg
 import pytest
 import torch
 from botocore.config import Config
-from cli_helpers import all_runs, artifact_paths, free_port  # noqa: E402  (tests/ is on sys.path under pytest)
+from cli_helpers import all_runs, answers, artifact_paths, free_port, stop_group, wait_until  # noqa: E402  (tests/ is on sys.path under pytest)
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
@@ -98,39 +97,6 @@ def log_tail(path: Path, chars: int = 4000) -> str:
     return path.read_text(errors="replace")[-chars:] if path.exists() else "(no log)"
 
 
-def wait_until(ready, what: str, proc: subprocess.Popen, log: Path, timeout: float = START_TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"{what} exited with code {proc.returncode} while starting:\n{log_tail(log)}")
-        if ready():
-            return
-        time.sleep(0.25)
-    pytest.fail(f"{what} not ready after {timeout} s:\n{log_tail(log)}")
-
-
-def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
-    """Signal ``proc``'s process group (it was started in a session of its own: ``mlflow server``
-    runs uvicorn as a child), then kill whatever is left of the group."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, sig)
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        pass
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=10)
-
-
-def http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status == 200
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
-        return False
-
-
 def postgres_bindir() -> Path:
     """The newest installed PostgreSQL server's bin directory (Debian: /usr/lib/postgresql/N/bin)."""
     found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parts[-3]))
@@ -189,7 +155,7 @@ def postgres_server(user: str, password: str, database: str):
             except psycopg.OperationalError:
                 return False
 
-        wait_until(accepts_password, "PostgreSQL", proc, log)
+        wait_until(accepts_password, "PostgreSQL", proc, log, timeout=START_TIMEOUT_S)
         with psycopg.connect(
             host="127.0.0.1", port=port, user=user, password=password, dbname="postgres", autocommit=True
         ) as admin:
@@ -197,7 +163,7 @@ def postgres_server(user: str, password: str, database: str):
         yield port
     finally:
         if proc is not None:
-            stop(proc, signal.SIGINT)  # "fast" shutdown
+            stop_group(proc, signal.SIGINT)  # "fast" shutdown
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -210,7 +176,7 @@ def background(argv: list[str], log: Path, env: dict[str, str]):
     try:
         yield proc
     finally:
-        stop(proc)
+        stop_group(proc)
 
 
 # -- the stack -------------------------------------------------------------------------------
@@ -228,9 +194,8 @@ def stack(tmp_path_factory):
         moto = running.enter_context(background(
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(s3_port)], root / "s3.log", base_env()
         ))
-        wait_until(
-            lambda: http_ok(f"http://127.0.0.1:{s3_port}/moto-api/"), "the S3 server (moto)", moto, root / "s3.log"
-        )
+        wait_until(lambda: answers(f"http://127.0.0.1:{s3_port}/moto-api/"), "the S3 server (moto)", moto,
+                   root / "s3.log", timeout=START_TIMEOUT_S)
 
         mlflow_port = free_port()
         addresses = {
@@ -264,7 +229,7 @@ def stack(tmp_path_factory):
         mlflow_log = root / "mlflow.log"
         proc = running.enter_context(background(argv, mlflow_log, env))
         url = f"http://127.0.0.1:{mlflow_port}"
-        wait_until(lambda: http_ok(f"{url}/health"), "mlflow server", proc, mlflow_log)
+        wait_until(lambda: answers(f"{url}/health"), "mlflow server", proc, mlflow_log, timeout=START_TIMEOUT_S)
 
         trainer_env = base_env() | {
             k: mapped(v, addresses) for k, v in services["trainer"].get("environment", {}).items()
@@ -460,7 +425,7 @@ def test_ui_server_serves_the_store_its_ui_and_artifacts(tmp_path):
     log = tmp_path / "ui.log"
     argv = [sys.executable, "-m", "attnseq.tracking.ui_server", "--backend-store-uri", store, "--port", str(port)]
     with background(argv, log, base_env()) as proc:
-        wait_until(lambda: http_ok(f"{url}/health"), "the UI server", proc, log)
+        wait_until(lambda: answers(f"{url}/health"), "the UI server", proc, log, timeout=START_TIMEOUT_S)
         with urllib.request.urlopen(f"{url}/", timeout=30) as page:
             assert page.status == 200 and b"<html" in page.read().lower()
         client = MlflowClient(url)
