@@ -437,6 +437,15 @@ class ExplorerFrame:
                 self.context = browser.send("Page.createIsolatedWorld", frameId=blobs[0])["executionContextId"]
             time.sleep(0.5)
 
+    @classmethod
+    def opened(cls, browser: HeadlessChromium, url: str) -> ExplorerFrame:
+        """The explorer at ``url`` in a page loaded afresh: MLflow's app, already showing another artifact
+        of the run, keeps that one when only the route changes (an earlier test's ``long.png``)."""
+        browser.goto("about:blank")
+        browser.wait_for("location.href === 'about:blank'", PAGE_S, "a blank page")
+        browser.goto(url)
+        return cls(browser)
+
     def evaluate(self, expression: str):
         params = {"expression": expression, "returnByValue": True}
         if self.session is not None:
@@ -460,8 +469,8 @@ def test_the_attention_explorer_opens_from_the_artifact_view_and_a_hover_shows_t
     another sample redraws."""
     browser, (run,) = made_ui["browser"], tiny_run.runs
     browser.send("Runtime.enable")
-    browser.goto(f"http://{made_ui['address']}/{ui_route(run.info.experiment_id, run.info.run_id, paths.EXPLORER)}")
-    frame = ExplorerFrame(browser)
+    frame = ExplorerFrame.opened(
+        browser, f"http://{made_ui['address']}/{ui_route(run.info.experiment_id, run.info.run_id, paths.EXPLORER)}")
     frame.wait_for("document.querySelectorAll('[data-panel=attention] rect.cell').length > 0", "the explorer's cells")
     data = frame.evaluate(f"JSON.parse(document.getElementById('{DATA_ID}').textContent)")
     sample = data["epochs"][-1]["samples"][int(frame.evaluate("document.getElementById('sample').value"))]
@@ -487,8 +496,8 @@ def test_the_attention_explorer_opens_from_the_artifact_view_and_a_hover_shows_t
 def test_the_comparison_runs_attention_explorer_opens_in_the_artifact_view(ui):
     """``comparison/attention_explorer.html``: both attending runs, side by side with their difference."""
     browser, [comparison] = ui["browser"], ui["kind"]["comparison"]
-    browser.goto(f"{ui['address']}/{ui_route(ui['experiment_id'], comparison.info.run_id, paths.COMPARISON_EXPLORER)}")
-    frame = ExplorerFrame(browser)
+    frame = ExplorerFrame.opened(
+        browser, f"{ui['address']}/{ui_route(ui['experiment_id'], comparison.info.run_id, paths.COMPARISON_EXPLORER)}")
     frame.wait_for("document.querySelectorAll('[data-panel=difference] rect.cell').length > 0", "the difference map")
     runs = frame.evaluate(f"JSON.parse(document.getElementById('{DATA_ID}').textContent).compare.runs")
     assert sorted(runs) == sorted(run.info.run_name for run in ui["kind"]["train"])
