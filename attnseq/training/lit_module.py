@@ -76,7 +76,6 @@ class Seq2SeqLitModule(L.LightningModule):
         self.max_eval_length = max_eval_length
         self.bucket_width = bucket_width
         self.faith = faith if faith is not None and faith.samples > 0 and model.attention is not None else None
-        self.faith_batch: Batch | None = None  # the fixed validation sample, made at its first use
         self.val_metrics = self.metric_suite("val")
         self.test_metrics = self.metric_suite("test")
         # nan_strategy="disable": no NaN test (a host sync) per step; FiniteLossGuard stops a NaN loss
@@ -225,12 +224,10 @@ class Seq2SeqLitModule(L.LightningModule):
             return
         from attnseq.faithfulness.probe import probe, spread  # torch work beside the suite's
 
-        if self.faith_batch is None:
-            data = self.trainer.datamodule
-            examples = data.val_examples
-            picked = [examples[i] for i in spread([len(e.src) for e in examples], faith.samples)]
-            self.faith_batch = collate(encode_examples(picked, data.src_vocab, data.tgt_vocab))
-        batch = self.faith_batch
+        data = self.trainer.datamodule
+        examples = data.val_examples  # the same each validation, so the same sample: no state kept here
+        picked = [examples[i] for i in spread([len(e.src) for e in examples], faith.samples)]
+        batch = collate(encode_examples(picked, data.src_vocab, data.tgt_vocab)).to(self.device)
         self.val_metrics.update_faithfulness(
             probe(self.model, batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_lengths, faith), faith.alpha)
 
