@@ -202,6 +202,21 @@ def test_comparison_has_one_row_per_run_and_a_figure(evaluated):
         assert float(row["paired_a"]) == pytest.approx(float(row["mean_a"]), abs=1e-6)  # the outcomes are eval/'s
 
 
+def test_a_piped_evaluation_prints_a_line_per_run_and_no_progress_bar_frames(evaluated):
+    """stdout is a pipe here, as in `evaluate.py ... | tee eval.log`: each run is announced on a line
+    of its own before its result line, in order, and no bar's carriage-return frame is left in the log."""
+    stdout = evaluated["stdout"]
+    assert "\r" not in stdout and "\x1b[" not in stdout
+    lines = stdout.splitlines()
+    names = [r.info.run_name for r in evaluated["train"].values()]
+    for name in names:
+        announced = [i for i, line in enumerate(lines) if line.startswith("[") and f"] {name}: " in line]
+        finished = [i for i, line in enumerate(lines) if line.startswith(f"{name}: eval acc ")]
+        assert len(announced) == 1 and len(finished) == 1 and announced[0] < finished[0], (name, stdout[-2000:])
+    counters = [line.split("]")[0] for line in lines if line.startswith("[") and "] " in line]
+    assert counters == [f"[{i}/{len(names)}" for i in range(1, len(names) + 1)]
+
+
 def test_evaluation_rebuilds_the_model_from_the_run_alone(evaluated):
     """The evaluated model is the saved one: its eval accuracy is reproducible in-process; a run
     trained without average.k has no averaged model to rebuild."""

@@ -396,11 +396,16 @@ def evaluate_config(cfg: EvalConfig, signals: Signals | None = None) -> list[Eva
     )
     out_dir = Path(cfg.paths.output_dir)
     trained_runs, results = [], []
-    for run in tqdm(runs, desc="evaluating runs", unit="run", disable=len(runs) == 1, file=sys.stdout):
+    bars = sys.stdout.isatty()  # piped into a file: a line per run instead of bars' carriage-return frames
+    for number, run in enumerate(tqdm(runs, desc="evaluating runs", unit="run", disable=len(runs) == 1 or not bars,
+                                      file=sys.stdout), start=1):
         trained = load_trained_run(client, run, cfg.model)
         settings = settings_for(cfg, trained)
+        if not bars:
+            print(redact_text(f"[{number}/{len(runs)}] {trained.name}: decoding {settings.size:,} sequences at "
+                              f"lengths {settings.lengths[0]}-{settings.lengths[1]} ..."), flush=True)
         # one bar per run, over the sequences it decodes (below the runs' bar, gone once the run is done)
-        with tqdm(total=settings.size, desc=redact_text(trained.name), unit="seq", leave=False,
+        with tqdm(total=settings.size, desc=redact_text(trained.name), unit="seq", leave=False, disable=not bars,
                   position=0 if len(runs) == 1 else 1, file=sys.stdout) as decoding:
             result = evaluate_run(trained, settings, progress=decoding.update)
         eval_run = log_evaluation(client, trained, settings, result, out_dir / trained.run_id, signals)
