@@ -19,9 +19,11 @@ from attnseq.evaluation.significance import write_significance
 from attnseq.metrics.significance import (
     GroupRuns,
     SequenceOutcomes,
+    bootstrap_p,
     counted_bootstrap,
     p_matrix,
     significance_rows,
+    text_differences,
     welch_p,
 )
 from attnseq.metrics.translation import corpus_scores
@@ -118,9 +120,44 @@ def test_text_scores_use_sacrebleus_paired_bootstrap():
     bleu, ter = by_metric(rows, "sacrebleu"), by_metric(rows, "ter")
     assert bleu["p_bootstrap"] < 0.01 and bleu["difference"] > 50 and bleu["paired_b"] == pytest.approx(100)
     assert ter["difference"] < 0 and ter["p_bootstrap"] < 0.01  # TER: better lower
-    assert bleu["ci95_low"] is None  # sacreBLEU keeps its resampled differences
+    assert bleu["ci95_low"] <= bleu["difference"] <= bleu["ci95_high"] and bleu["ci95_low"] > 0
+    assert ter["ci95_low"] <= ter["difference"] <= ter["ci95_high"] < 0
+    assert by_metric(rows, "chrf")["ci95_low"] is None  # chrF's statistics are sacreBLEU's own
     same = significance_rows([group("a", [right]), group("b", [right])], 200, seed=12345)
     assert all(row["p_bootstrap"] == 1.0 for row in same)
+
+
+def test_the_text_intervals_resample_what_sacrebleus_own_bootstrap_resamples(monkeypatch):
+    """BLEU and TER redrawn from each sentence's statistics over the same indices: each resample's score is
+    the corpus score of the resampled sentences (sacreBLEU's ``corpus_score``, recomputed here for a few),
+    and the p-value of these differences is the one sacreBLEU's paired test reports (same seed)."""
+    from sacrebleu.metrics import BLEU, TER
+
+    rng = np.random.default_rng(5)
+    words = [f"w{i}" for i in range(30)]
+    references = [" ".join(rng.choice(words, rng.integers(4, 12))) for _ in range(60)]
+
+    def noisy(keep: float) -> tuple[str, ...]:
+        return tuple(" ".join(w for w in r.split() if rng.random() < keep) or "w0" for r in references)
+
+    tokens = np.full(60, 4)
+    a = outcomes(tokens, tokens, hypotheses=noisy(0.80), references=tuple(references))
+    b = outcomes(tokens, tokens, hypotheses=noisy(0.83), references=tuple(references))
+    differences = text_differences(a, b, 300, seed=12345)
+    draws = np.random.default_rng(12345).choice(60, size=(300, 60), replace=True)
+    for k in (0, 1, 299):
+        picked = draws[k]
+        for name, metric in (("sacrebleu", BLEU()), ("ter", TER())):
+            score = [metric.corpus_score([h.hypotheses[i] for i in picked], [[references[i] for i in picked]]).score
+                     for h in (a, b)]
+            assert differences[name][k] == pytest.approx(score[1] - score[0], abs=1e-9), (name, k)
+    monkeypatch.delenv("SACREBLEU_SEED", raising=False)  # sacreBLEU's default seed, 12345
+    rows = significance_rows([group("a", [a]), group("b", [b])], 300, seed=12345)
+    for name in ("sacrebleu", "ter"):
+        row = by_metric(rows, name)
+        assert bootstrap_p(differences[name], row["difference"]) == pytest.approx(row["p_bootstrap"], abs=2 / 301)
+        assert 0.01 < row["p_bootstrap"] < 1  # a small difference: neither end of the scale
+        assert row["ci95_low"] < row["difference"] < row["ci95_high"]
 
 
 def test_runs_pair_only_on_the_same_sequences():

@@ -18,7 +18,11 @@ The p-value is sacreBLEU's: with ``d*`` the resampled differences and ``d`` the 
 ``p = (1 + #{|d*| − mean|d*| > |d|}) / (samples + 1)``. Where both groups' outcomes are equal on
 every pooled sequence there is nothing to test and p is 1 (sacreBLEU's strict count would give
 ``1 / (samples + 1)``). The 95% interval of the difference is the 2.5th and 97.5th percentiles of
-``d*`` (exact match and accuracy; sacreBLEU does not return its resampled differences).
+``d*``. sacreBLEU does not return its resampled differences, so for BLEU and TER they are redrawn
+here from each sequence's own statistics, which sacreBLEU's public ``sentence_score`` gives (BLEU's
+n-gram matches, n-gram totals and lengths; TER's edits and reference length) and which sum to the
+corpus score's, over the same resampled indices (``seed``: sacreBLEU's own resamples when the seeds
+agree). chrF keeps its statistics private: no interval.
 
 **Welch's t over the seeds.** Where both groups have at least two runs, the runs' own overall
 values (``eval/<metric>``) are compared with Welch's unequal-variance t-test
@@ -126,9 +130,9 @@ def counted_bootstrap(numer_a: np.ndarray, numer_b: np.ndarray, denom: np.ndarra
     return Bootstrap(a, b, b - a, float(low), float(high), bootstrap_p(differences, b - a))
 
 
-def text_bootstrap(a: SequenceOutcomes, b: SequenceOutcomes, samples: int) -> dict[str, Bootstrap]:
-    """sacreBLEU's paired bootstrap of BLEU, chrF and TER, ``a`` the baseline; no interval of the
-    difference (sacreBLEU keeps its resamples to itself)."""
+def text_bootstrap(a: SequenceOutcomes, b: SequenceOutcomes, samples: int, seed: int | None) -> dict[str, Bootstrap]:
+    """sacreBLEU's paired bootstrap of BLEU, chrF and TER, ``a`` the baseline, with the interval of the
+    difference for BLEU and TER (``text_intervals``; none for chrF)."""
     from sacrebleu.metrics import BLEU, CHRF, TER
     from sacrebleu.significance import PairedTest
 
@@ -138,9 +142,49 @@ def text_bootstrap(a: SequenceOutcomes, b: SequenceOutcomes, samples: int) -> di
     _, scores = test()
     results = [scores[metric] for metric in scores if metric != "System"]  # in the order of the metrics given
     same = a.hypotheses == b.hypotheses  # nothing to test: p 1 (see the module's docstring)
-    return {name: Bootstrap(result_a.score, result_b.score, result_b.score - result_a.score, None, None,
-                            1.0 if same else float(result_b.p_value))
+    intervals = text_intervals(a, b, samples, seed)
+    return {name: Bootstrap(result_a.score, result_b.score, result_b.score - result_a.score,
+                            *intervals.get(name, (None, None)), 1.0 if same else float(result_b.p_value))
             for name, (result_a, result_b) in zip(TEXT, results, strict=True)}
+
+
+def text_differences(a: SequenceOutcomes, b: SequenceOutcomes, samples: int, seed: int | None) -> dict[str, np.ndarray]:
+    """``(samples,)`` resampled differences b − a of BLEU and TER, each resample's corpus score recomputed
+    from the sequences' summed statistics (the module's docstring)."""
+    from sacrebleu.metrics import BLEU, TER
+
+    corpus, sentence, ter = BLEU(), BLEU(effective_order=True), TER()  # effective order changes no statistic
+
+    def bleu_stats(o: SequenceOutcomes) -> np.ndarray:
+        scores = [sentence.sentence_score(h, [r]) for h, r in zip(o.hypotheses, o.references, strict=True)]
+        return np.array([[s.sys_len, s.ref_len, *s.counts, *s.totals] for s in scores], dtype=np.int64)  # (N, 10)
+
+    def ter_stats(o: SequenceOutcomes) -> np.ndarray:
+        scores = [ter.sentence_score(h, [r]) for h, r in zip(o.hypotheses, o.references, strict=True)]
+        return np.array([[s.num_edits, s.ref_length] for s in scores], dtype=np.float64)  # (N, 2)
+
+    def bleu(sums: np.ndarray) -> float:
+        order = corpus.max_ngram_order
+        return corpus.compute_bleu(list(sums[2:2 + order]), list(sums[2 + order:]), int(sums[0]), int(sums[1]),
+                                   smooth_method=corpus.smooth_method, smooth_value=corpus.smooth_value,
+                                   max_ngram_order=order).score
+
+    def ter_score(sums: np.ndarray) -> float:
+        return 100 * sums[0] / sums[1] if sums[1] > 0 else 100.0 * (sums[0] > 0)  # sacreBLEU's corpus TER
+
+    idx = resample_indices(len(a), samples, seed)  # (S, N)
+    differences = {}
+    for name, stats, score in (("sacrebleu", bleu_stats, bleu), ("ter", ter_stats, ter_score)):
+        stats_a, stats_b = stats(a), stats(b)  # (N, K) each
+        differences[name] = np.array([score(stats_b[row].sum(0)) - score(stats_a[row].sum(0)) for row in idx])  # (S,)
+    return differences
+
+
+def text_intervals(a: SequenceOutcomes, b: SequenceOutcomes, samples: int,
+                   seed: int | None) -> dict[str, tuple[float, float]]:
+    """The 95% interval of b − a for BLEU and TER (``text_differences``' 2.5th and 97.5th percentiles)."""
+    return {name: tuple(float(q) for q in np.percentile(d, [2.5, 97.5]))
+            for name, d in text_differences(a, b, samples, seed).items()}
 
 
 def welch_p(a: Sequence[float], b: Sequence[float]) -> float | None:
@@ -183,7 +227,7 @@ def pair_rows(a: GroupRuns, b: GroupRuns, samples: int, seed: int) -> list[dict]
         found["acc"] = counted_bootstrap(pooled_a.correct, pooled_b.correct, pooled_a.tokens, samples, seed)
         found["exact_match"] = counted_bootstrap(pooled_a.exact, pooled_b.exact, ones, samples, seed)
         if pooled_a.hypotheses is not None and pooled_b.hypotheses is not None:
-            found |= text_bootstrap(pooled_a, pooled_b, samples)
+            found |= text_bootstrap(pooled_a, pooled_b, samples, seed)
     rows = []
     for metric in (*COUNTED, *TEXT):
         values_a = [s[metric] for s in a.scores if s.get(metric) is not None]
