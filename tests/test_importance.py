@@ -17,6 +17,7 @@ from torch import nn
 from attnseq.faithfulness.importance import gradient_importance, leave_one_out, step_importance
 from attnseq.metrics.faithfulness import MEASURES, ImportanceSettings, agreement, step_agreement, summarize
 from attnseq.model import ModelConfig, build_seq2seq
+from attnseq.model.conventions import DECODER_CONVENTIONS
 
 A = 5
 """The one token the hand-built model reads."""
@@ -132,6 +133,26 @@ def test_gradient_times_input_and_integrated_gradients_equal_autograd_through_th
             path = sum(embedding_gradient(model, src, src_lengths, tgt_in, row, step, token, (j + 0.5) / points)[ids]
                        for j in range(points)) / points  # (n, E)
             torch.testing.assert_close(ig[k, :n], (path * embeddings[ids]).sum(-1).abs(), rtol=1e-3, atol=1e-7)
+
+
+@pytest.mark.parametrize("decoder", sorted(DECODER_CONVENTIONS))
+def test_each_steps_gradient_is_the_full_sequences_for_every_decoder_convention(decoder):
+    """``gradient_importance`` runs step t's rows on the decoder inputs up to t only (a decoder's step t reads
+    no later input): the same importance as autograd through the whole teacher-forced sequence."""
+    torch.manual_seed(4)
+    model = build_seq2seq(ModelConfig(11, 13, embedding_dim=8, hidden_size=8, scorer="multihead", heads=2,
+                                      decoder=decoder)).double().eval()
+    src, src_lengths, tgt_in, _ = distinct_batch()
+    rows, steps = torch.tensor([0, 1, 0, 2, 0]), torch.tensor([3, 2, 0, 1, 1])  # steps out of order, shared
+    with torch.no_grad():
+        tokens = model(src, src_lengths, tgt_in)[0].argmax(-1)[rows, steps]  # (N,)
+    gx = gradient_importance(model, src, src_lengths, tgt_in, rows, steps, tokens, "grad_x_input",
+                             ImportanceSettings(batch_size=1))  # one row per forward pass
+    embeddings = model.encoder.embedding.weight.detach()  # (V_src, E)
+    for k, (row, step, token) in enumerate(zip(rows.tolist(), steps.tolist(), tokens.tolist())):
+        ids = src[row, : int(src_lengths[row])]
+        grad = embedding_gradient(model, src, src_lengths, tgt_in, row, step, token)[ids]  # (n, E)
+        torch.testing.assert_close(gx[k, : len(ids)], (grad * embeddings[ids]).sum(-1).abs(), rtol=1e-9, atol=1e-12)
 
 
 def total_variation(p, q):

@@ -103,12 +103,14 @@ def gradient_importance(model: nn.Module, src: Tensor, src_lengths: Tensor, tgt_
     def forward(embedded: Tensor, *args: Tensor) -> Tensor:
         return _predicted_probabilities(model, embedded, *args)  # (N', V)
 
-    found = []
-    for chunk in torch.arange(len(rows), device=rows.device).split(settings.batch_size):
-        picked = rows[chunk]  # (N',)
+    found: Tensor | None = None  # (N, T_enc), in the attributions' dtype
+    chunks = [chunk for step in steps.unique() for chunk in (steps == step).nonzero(as_tuple=True)[0].split(
+        settings.batch_size)]  # rows of one step together: step t's output reads only the decoder inputs up to t
+    for chunk in chunks:
+        picked, step = rows[chunk], int(steps[chunk[0]])  # (N',)
         with torch.no_grad():
             embedded = model.encoder.embedding(src[picked]).requires_grad_()  # (N', T_enc, E): a leaf
-        args = (src[picked], src_lengths[picked], tgt_in[picked], steps[chunk])
+        args = (src[picked], src_lengths[picked], tgt_in[picked, :step + 1], steps[chunk])  # (N', t + 1) inputs
         if measure == "grad_x_input":
             attributions = InputXGradient(forward).attribute(embedded, target=tokens[chunk],
                                                              additional_forward_args=args)  # (N', T_enc, E)
@@ -120,8 +122,10 @@ def gradient_importance(model: nn.Module, src: Tensor, src_lengths: Tensor, tgt_
         else:
             raise ValueError(f"gradient_importance: measure {measure!r} is not grad_x_input or integrated_gradients")
         valid = lengths_to_valid_mask(src_lengths[picked], src.shape[1])  # (N', T_enc)
-        found.append(attributions.sum(-1).abs().detach() * valid)  # (N', T_enc)
-    return torch.cat(found)  # (N, T_enc)
+        values = attributions.sum(-1).abs().detach() * valid  # (N', T_enc)
+        found = values.new_zeros(len(rows), src.shape[1]) if found is None else found  # (N, T_enc)
+        found[chunk] = values
+    return found if found is not None else src.new_zeros(0, src.shape[1], dtype=torch.float)  # (N, T_enc)
 
 
 def leave_one_out(model: nn.Module, src: Tensor, src_lengths: Tensor, tgt_in: Tensor,
