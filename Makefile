@@ -9,7 +9,7 @@ PIP_INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check
 STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: train lint system-deps test test-fast test-slow test-gpu ui bottleneck bottleneck-transformer bottleneck-local reverse-alignment joey-reverse messages-corpus messages-results bench docker-check clean
+.PHONY: train lint system-deps test test-fast test-slow test-gpu gpu-check ui bottleneck bottleneck-transformer bottleneck-local reverse-alignment joey-reverse messages-corpus messages-results bench docker-check clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,9 @@ test-slow: $(DEV_STAMP) system-deps  ## only the tests marked slow
 
 test-gpu: $(DEV_STAMP)  ## only the tests that need a CUDA device
 	$(PY) -m pytest -m gpu $(PYTEST_ARGS)
+
+gpu-check: $(STAMP)  ## on a CUDA machine: every scorer × decoder in fp32 and bf16 (tolerances), the kernels taken, tok/s, one train.py trainer=gpu into MLflow; exits 2 without CUDA (GPU_CHECK_ARGS=--dry-run: the same on CPU)
+	$(PY) benchmarks/gpu_check.py $(GPU_CHECK_ARGS)
 
 bottleneck: $(STAMP)  ## no attention vs every scorer in conf/scorer/, 3 seeds each (2 trainings at a time), evaluation to length 80, comparison with 95% intervals
 	$(PY) train.py -m experiment=bottleneck

@@ -121,8 +121,13 @@ def composed(case: Case) -> DictConfig:
 @functools.cache
 def is_valid(case: Case) -> bool:
     """Whether the model config accepts the case (the check train.py runs before training)."""
+    return accepts(composed(case))
+
+
+def accepts(cfg: DictConfig) -> bool:
+    """Whether the model config accepts a composed config (``ModelConfig.validate``)."""
     try:
-        model_config(validate_train(composed(case)), src_vocab_size=1, tgt_vocab_size=1).validate()
+        model_config(validate_train(cfg), src_vocab_size=1, tgt_vocab_size=1).validate()
     except ConfigError:
         return False
     return True

@@ -104,9 +104,11 @@ def loss_fn(logits: Tensor, target: Tensor) -> Tensor:
 
 class Loop:
     """A minimal training loop over one model, stepped from outside: ``step()`` fetches its next
-    batch from its own DataLoader and trains on it; ``durations`` holds each step's seconds."""
+    batch from its own DataLoader and trains on it; ``durations`` holds each step's seconds;
+    ``bf16``: under bf16 autocast (by default on CUDA only)."""
 
-    def __init__(self, model: nn.Module, loader, cfg, device: str) -> None:
+    def __init__(self, model: nn.Module, loader, cfg, device: str, bf16: bool | None = None) -> None:
+        self.bf16 = device == "cuda" if bf16 is None else bf16
         self.model = model.to(device).train()
         self.optimizer = partial("optimizer._target_", validate_train(cfg).optimizer)(model.parameters())  # as train()
         self.clip = cfg.trainer.gradient_clip_val
@@ -122,7 +124,7 @@ class Loop:
         began = time.perf_counter()
         fetched = next(self.batches)
         batch = fetched.to(self.device)
-        with torch.autocast(self.device, dtype=torch.bfloat16, enabled=self.device == "cuda"):
+        with torch.autocast(self.device, dtype=torch.bfloat16, enabled=self.bf16):
             logits, _ = self.model(batch.src, batch.src_lengths, batch.tgt_in)
             loss = loss_fn(logits, batch.tgt_out)
         self.optimizer.zero_grad(set_to_none=True)
