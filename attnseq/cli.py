@@ -112,23 +112,29 @@ def compose_command_line(config_name: str, argv: list[str], conf_dir: Path = CON
     if parsed is None:
         return []
     overrides, multirun = parsed
-    jobs = [overrides]
-    if multirun:
-        jobs = sweep_jobs(OverridesParser.create().parse_overrides(overrides))
     with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3", job_name=config_name):
+        from hydra.core.global_hydra import GlobalHydra
+
+        options = GlobalHydra.instance().config_loader().get_group_options  # a group's options: glob(*)
+        jobs = sweep_jobs(OverridesParser.create().parse_overrides(overrides), options) if multirun else [overrides]
         return [compose(config_name, overrides=job) for job in jobs]
 
 
-def sweep_jobs(overrides: list[Any]) -> list[list[str]]:
+def sweep_jobs(overrides: list[Any], options: Callable[[str], list[str]] | None = None) -> list[list[str]]:
     """The override lists of a sweep's jobs: every combination of the swept values (``a,b``,
-    ``range(1,4)``) up to ``MAX_COMPOSED_JOBS`` jobs, else each swept value once (the other keys at
-    their first value). A sweeper's search space (``interval(0,1)``, ``hydra.sweeper.params``) is the
-    sweeper's to sample; those keys are left at the config's value."""
+    ``range(1,4)``, ``glob(*)`` over the group's ``options``) up to ``MAX_COMPOSED_JOBS`` jobs, else each
+    swept value once (the other keys at their first value). A sweeper's search space (``interval(0,1)``,
+    ``hydra.sweeper.params``) is the sweeper's to sample; those keys are left at the config's value."""
+    from hydra.core.override_parser.types import ValueType
+
     choices = []  # per override, in the command line's order: its one value, or the swept ones
     for override in overrides:
         key = override.get_key_element()
         if not override.is_sweep_override():
             choices.append([override.input_line])
+        elif override.value_type == ValueType.GLOB_CHOICE_SWEEP:  # a group's options, as Hydra's sweeper lists them
+            names = sorted(options(override.key_or_group)) if options is not None else []
+            choices.append([f"{key}={name}" for name in override.value().filter(names)])
         elif override.is_choice_sweep() or override.is_range_sweep():
             choices.append([f"{key}={value}" for value in override.sweep_string_iterator()])
     if math.prod(len(values) for values in choices) <= MAX_COMPOSED_JOBS:

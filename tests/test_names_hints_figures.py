@@ -172,3 +172,20 @@ def test_the_runs_figures_lie_beside_its_checkpoints_as_the_store_holds_them(tin
         stored = tiny_run.client.download_artifacts(run.info.run_id, figure, str(tmp_path))
         assert Path(stored).read_bytes() == local.read_bytes(), figure
     assert str(folder.resolve()) in tiny_run.proc.stdout.split("FINISHED", 1)[1]  # the summary names the folder
+
+
+def test_a_glob_sweep_is_composed_over_the_groups_registered_options():
+    """``-m scorer=glob(*,exclude=none)`` sweeps every scorer but the baseline, as Hydra's sweeper lists them."""
+    from attnseq.attention import SCORERS
+
+    configs = compose_command_line("train", ["-m", "scorer=glob(*,exclude=none)", "seed=0,1"], CONF_DIR)
+    assert sorted((c.scorer.name, c.seed) for c in configs) == sorted((s, seed) for s in SCORERS for seed in (0, 1))
+
+
+def test_a_glob_sweep_with_a_misspelt_key_is_told_before_any_job(tmp_path):
+    """The command line's check composes a glob sweep's jobs too (it used to stop at Hydra's glob)."""
+    proc = run_cli(tmp_path, "-m", "scorer=glob(*)", "modle.heads=2", f"hydra.sweep.dir={tmp_path}/multi",
+                   env=user_env())
+    assert proc.returncode == 2, explain(proc)
+    assert "modle.heads" in proc.stderr + proc.stdout and "Traceback" not in proc.stderr
+    assert not (tmp_path / "multi").exists()
