@@ -5,7 +5,8 @@ reports, and ``benchmarks/evaluation_speed.py`` times the two side by side.
 Per batch it encodes the source four times (decoding, the teacher-forced pass, one replay per
 counterfactual mode), and each replay runs a deep copy of the whole model whose attention scores,
 averages the values, then throws both away for the swapped weights. Decoding goes through
-``greedy_decode``/``beam_search`` without a shared encoding, as it did.
+``greedy_decode``/``beam_search`` without a shared encoding and with ``decoder.step`` at each step
+(``stepwise=True``), as it did.
 """
 
 from __future__ import annotations
@@ -83,8 +84,8 @@ def strip(ids: list[int]) -> list[int]:
 def reference_decode(trained: TrainedRun, batch, beam_size: int) -> Decoded:
     limit = length_limit(trained, batch)
     if beam_size > 1:
-        return beam_search(trained.model, batch.src, batch.src_lengths, beam_size, max_length=limit)
-    return greedy_decode(trained.model, batch.src, batch.src_lengths, max_length=limit)
+        return beam_search(trained.model, batch.src, batch.src_lengths, beam_size, max_length=limit, stepwise=True)
+    return greedy_decode(trained.model, batch.src, batch.src_lengths, max_length=limit, stepwise=True)
 
 
 @torch.no_grad()

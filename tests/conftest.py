@@ -70,6 +70,16 @@ def train_once(root: Path, *overrides: str, env: dict | None = None) -> TrainedR
 
 
 @pytest.fixture(scope="module")
+def one_thread():
+    """One intra-op thread for a module of tiny models: a second only adds contention (100× slower on a
+    busy box); the count is restored after the module."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
 def store(tmp_path_factory):
     """A fresh SQLite store for one module's in-process tracking tests: (client, experiment id)."""
     from cli_helpers import seeded_store

@@ -206,7 +206,7 @@ def test_greedy_decoding_stops_at_eos_and_pads_after_it():
         return logits, weights, state
 
     model.decoder.step = step
-    decoded = greedy_decode(model, src, lengths, max_length=50, check_every=1)
+    decoded = greedy_decode(model, src, lengths, max_length=50, check_every=1, stepwise=True)  # the patched step
     assert decoded.tokens.shape == (4, 3) and calls["n"] == 3
     assert torch.all(decoded.tokens[:, 2] == 2) and torch.all(decoded.lengths == 3)
     assert decoded.attention.shape == (4, 1, 3, 6)

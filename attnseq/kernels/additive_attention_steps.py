@@ -53,6 +53,21 @@ def keeps_sigmas(steps: int, doubled_keys: Tensor) -> bool:
     return steps * doubled_keys.numel() * doubled_keys.element_size() <= KEEP_SIGMA_BYTES
 
 
+def additive_weights(doubled_keys: Tensor, query: Tensor, two_v: Tensor, v_sum: Tensor, invalid: Tensor,
+                     sigma: Tensor | None = None) -> Tensor:
+    """One step's α_t ``(B, H, T_enc)`` from K2 ``(B, H, T_enc, a)`` and q_t ``(B, H·a)``: σ_t = σ(K2 + 2 q_t)
+    (written into ``sigma`` where given), e_t = σ_t (2v) − Σ v with ``two_v`` ``(H, a, 1)`` and ``v_sum``
+    ``(1, H, 1)``, and the softmax over the positions that ``invalid`` ``(B, 1, T_enc)`` leaves (padding: 0)."""
+    batch, heads, t_enc, a = doubled_keys.shape
+    sigma = torch.add(doubled_keys, query.view(batch, heads, 1, a), alpha=2, out=sigma).sigmoid_()  # σ_t
+    if heads == 1:
+        scores = (sigma.view(-1, a) @ two_v.view(a)).view(batch, 1, t_enc)  # (B, 1, T_enc)
+    else:
+        scores = (sigma @ two_v).squeeze(-1)  # (B, H, T_enc)
+    scores = scores.sub_(v_sum).masked_fill_(invalid, torch.finfo(scores.dtype).min)  # e_t = 2 σ_t v − Σ v
+    return torch.softmax(scores, dim=-1).masked_fill_(invalid, 0.0)  # (B, H, T_enc)
+
+
 class AdditiveAttentionSteps:
     """The forward of one fused recurrence's attention: ``step`` per decoder step, writing σ_t
     (when kept), α_t and c_t into buffers for every step."""
@@ -77,7 +92,6 @@ class AdditiveAttentionSteps:
         self.invalid = ~valid[:, None, :]  # (B, 1, T_enc)
         self.two_v = (2 * v).view(heads, a, 1)  # (H, a, 1)
         self.v_sum = v.sum(-1).view(1, heads, 1)  # (1, H, 1): Σ v
-        self.fill = torch.finfo(values.dtype).min
         self.contexts = values.new_empty(steps, batch, groups, d_v)  # c_t
         self.weights = values.new_empty(steps, batch, heads, t_enc)  # α_t
         keep = keeps_sigmas(steps, doubled_keys)
@@ -86,19 +100,9 @@ class AdditiveAttentionSteps:
 
     def step(self, t: int, query: Tensor) -> Tensor:
         """Step t from q_t ``(B, H·a)`` → c_t ``(B, M·d_v)``."""
-        batch, heads, t_enc, a = self.shape
-        sigma = torch.add(
-            self.doubled_keys,
-            query.view(batch, heads, 1, a),
-            alpha=2,
-            out=self.sigma_buffer if self.sigmas is None else self.sigmas[t],
-        ).sigmoid_()  # (B, H, T_enc, a): σ_t
-        if heads == 1:
-            scores = (sigma.view(-1, a) @ self.two_v.view(a)).view(batch, 1, t_enc)  # (B, 1, T_enc)
-        else:
-            scores = (sigma @ self.two_v).squeeze(-1)  # (B, H, T_enc)
-        scores = scores.sub_(self.v_sum).masked_fill_(self.invalid, self.fill)  # e_t = 2 σ_t v − Σ v
-        alpha = torch.softmax(scores, dim=-1).masked_fill_(self.invalid, 0.0)  # (B, H, T_enc)
+        batch = self.shape[0]
+        sigma = self.sigma_buffer if self.sigmas is None else self.sigmas[t]  # (B, H, T_enc, a): σ_t, written here
+        alpha = additive_weights(self.doubled_keys, query, self.two_v, self.v_sum, self.invalid, sigma)  # (B, H, T_enc)
         self.weights[t] = alpha
         groups = self.values.shape[1]
         context = torch.matmul(

@@ -125,6 +125,7 @@ def beam_search(
     check_every: int = 4,
     encoded: Encoded | None = None,
     keep_attention: bool = True,
+    stepwise: bool = False,
 ) -> BeamDecoded:
     """Decode a padded batch with a beam of ``beam_size`` hypotheses per item (see module docstring).
 
@@ -151,14 +152,16 @@ def beam_search(
     every ``check_every`` steps; that changes when the loop ends, never the result. ``encoded``:
     ``model.encode(src, src_lengths)`` when the caller has it; the search and the fallback share it.
     ``keep_attention=False``: no step's weights are kept (``attention`` is None; B·K·H·T_enc floats a step).
+    Each step is the decoder's ``decoding_step`` over all B·K rows (``stepwise=True``: ``decoder.step``,
+    as ``greedy_decode`` has it).
     """
     _check_arguments(beam_size, 1, max_length, length_penalty)
     encoded = encoded if encoded is not None else model.encode(src, src_lengths)
     best = _one(_beam_core(model, encoded, beam_size, max_length, length_penalty, bos_id, eos_id, pad_id,
-                           check_every, keep_attention))
+                           check_every, keep_attention, stepwise=stepwise))
     if greedy_fallback and beam_size > 1:
         best = _pick_better(best, _scored_greedy(model, src, src_lengths, max_length, bos_id, eos_id, pad_id,
-                                                 check_every, encoded, keep_attention), length_penalty)
+                                                 check_every, encoded, keep_attention, stepwise), length_penalty)
     return _trim(best)
 
 
@@ -178,6 +181,7 @@ def beam_search_n_best(
     check_every: int = 4,
     encoded: Encoded | None = None,
     keep_attention: bool = True,
+    stepwise: bool = False,
 ) -> NBestDecoded:
     """The ``n_best ≤ beam_size`` best hypotheses per item, best first (see the module docstring), ranked
     by ``log p / lp(length)`` with ``length_penalty=α`` (by ``log p`` at 0): ``tokens (B, N, T_out)``,
@@ -191,10 +195,10 @@ def beam_search_n_best(
     _check_arguments(beam_size, n_best, max_length, length_penalty)
     encoded = encoded if encoded is not None else model.encode(src, src_lengths)
     found = _beam_core(model, encoded, beam_size, max_length, length_penalty, bos_id, eos_id, pad_id, check_every,
-                       keep_attention, n_best)
+                       keep_attention, n_best, stepwise)
     if greedy_fallback and beam_size > 1:
         greedy = _scored_greedy(model, src, src_lengths, max_length, bos_id, eos_id, pad_id, check_every, encoded,
-                                keep_attention)
+                                keep_attention, stepwise)
         found = _with_greedy(found, greedy, length_penalty)
     rank_scores = found.scores / length_penalty_factor(found.lengths.to(found.scores.dtype), length_penalty)  # (B, N)
     steps = int(found.lengths.max())
@@ -217,11 +221,12 @@ def _check_arguments(beam_size: int, n_best: int, max_length: int, length_penalt
 
 
 def _scored_greedy(model: Seq2Seq, src: Tensor, src_lengths: Tensor, max_length: int, bos_id: int, eos_id: int,
-                   pad_id: int, check_every: int, encoded: Encoded, keep_attention: bool) -> BeamDecoded:
+                   pad_id: int, check_every: int, encoded: Encoded, keep_attention: bool,
+                   stepwise: bool = False) -> BeamDecoded:
     """Greedy decoding's output with its log-probability, from a teacher-forced pass."""
     greedy = greedy_decode(
         model, src, src_lengths, max_length, bos_id, eos_id, pad_id, check_every, encoded=encoded,
-        keep_attention=keep_attention,
+        keep_attention=keep_attention, stepwise=stepwise,
     )
     greedy_scores = sequence_log_prob(
         model, src, src_lengths, greedy.tokens, greedy.lengths, bos_id, encoded=encoded
@@ -247,6 +252,7 @@ def _beam_core(
     check_every: int,
     keep_attention: bool = True,
     n_best: int = 1,
+    stepwise: bool = False,
 ) -> BeamDecoded:
     """The beam search itself: its ``n_best`` best hypotheses per item, best first, as a ``BeamDecoded``
     with an n-best axis after the batch one (tokens ``(B, N, T_out)``, lengths and scores ``(B, N)``,
@@ -257,6 +263,7 @@ def _beam_core(
     expand = torch.arange(batch, device=device).repeat_interleave(width)  # (B*K,): row b*K + k ← item b
     memory = select_memory(memory, expand)  # keys (B*K, T_enc, d_k)
     state = select_state(state, expand)  # rnn (L, B*K, d_s)
+    step = model.decoder.decoding_step(memory, stepwise=stepwise)  # over all B*K rows
     row_base = (torch.arange(batch, device=device) * width)[:, None]  # (B, 1)
 
     prev_tokens = torch.full((batch * width,), bos_id, dtype=torch.long, device=device)  # (B*K,)
@@ -268,7 +275,7 @@ def _beam_core(
     step_weights: list[Tensor] = []  # per step (B, K, H, T_enc)
 
     for t in range(max_length):
-        logits, weights, new_state = model.decoder.step(prev_tokens, state, memory)  # (B*K, V), (B*K, H, T_enc)
+        logits, weights, new_state = step(prev_tokens, state)  # (B*K, V), (B*K, H, T_enc)
         vocab = logits.shape[-1]
         log_probs = _log_probs(logits).view(batch, width, vocab)  # (B, K, V)
         if raw is None:  # step 0: every slot holds BOS alone; expand slot 0 only

@@ -95,6 +95,19 @@ class SequenceDecoder(nn.Module):
         """Whether full teacher forcing runs ``teacher_forced`` rather than ``step`` by step."""
         return False
 
+    def decoding_step(self, memory: Memory, stepwise: bool = False) -> fused_decoders.Stepper:
+        """What greedy and beam decoding call at each step, ``memory`` bound: ``step``, or where
+        ``fused_decoding`` says so (and not ``stepwise``) a fused step that computes the same tokens
+        without autograd. Built once per batch and passed along by the caller; nothing is kept here."""
+        fused = None if stepwise or torch.is_grad_enabled() or self.training else self.fused_decoding(memory)
+        if fused is not None:
+            return fused
+        return lambda prev_tokens, state: self.step(prev_tokens, state, memory)
+
+    def fused_decoding(self, memory: Memory) -> fused_decoders.Stepper | None:
+        """The fused decoding step (``fused_decoders``), or None where this decoder has none."""
+        return None
+
     def project_keys(self, keys: Tensor) -> Tensor | None:
         """What the attention derives from the keys alone, once per batch (``Memory.projected_keys``):
         ``(B, H, T_enc, d_p)``, or None without attention."""
@@ -254,6 +267,11 @@ class BahdanauDecoder(Decoder):
     def teacher_forced(self, tgt_in: Tensor, state: DecoderState, memory: Memory) -> tuple[Tensor, Tensor]:
         return fused_decoders.bahdanau(self, tgt_in, state, memory)
 
+    def fused_decoding(self, memory: Memory) -> fused_decoders.Stepper | None:
+        # the context comes from the scorer's own ``average``: learned values (multihead) included
+        fuses = self.fast_paths.fused_decoder and self.attention_fuses()
+        return fused_decoders.bahdanau_decoding(self, memory) if fuses else None
+
 
 class LuongDecoder(Decoder):
     """Step the RNN first, then query with s_t; h̃_t = tanh(W_c [c_t; s_t]); logits = W_s h̃_t."""
@@ -317,6 +335,10 @@ class LuongDecoder(Decoder):
         outputs = self.run_rnn(embedded, state.rnn)  # (B, T_dec, d_s): s_1..s_T in one call
         logits, weights, _ = self.attend(outputs, memory, state.step)  # (B, T_dec, V), (B, H, T_dec, T_enc)
         return logits, weights
+
+    def fused_decoding(self, memory: Memory) -> fused_decoders.Stepper | None:
+        fuses = self.fast_paths.fused_decoder and self.attention_fuses()
+        return fused_decoders.luong_decoding(self, memory) if fuses else None
 
 
 class PlainDecoder(Decoder):

@@ -12,13 +12,18 @@ backward pass; so does a Luong decoder with input feeding, through ``AdditiveLuo
 Luong without input feeding scores all steps at once; with such a scorer, through
 ``additive_all_steps``.
 
+Decoding (``decoding_step``) takes the same per-step maths one token at a time, without autograd: the
+embeddings' share of the input gates for every vocabulary entry in one matmul (once per batch, then one
+row per token), one matmul of the state for everything that reads it, the scores, the context and the cell.
+
 The decoder (``attnseq.model.decoders``) decides when these apply: one layer, an ``Attention``
 called through its parts with no hooks and declaring it fuses (``Attention.fuses``: no local window),
-full teacher forcing, ``FastPaths.fused_decoder``.
+full teacher forcing (or decoding outside autograd and training), ``FastPaths.fused_decoder``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -27,9 +32,15 @@ from torch.nn import functional as F
 
 from attnseq.attention import Attention, masked_softmax
 from attnseq.kernels import additive_recurrence, additive_scores
+from attnseq.kernels.additive_attention_steps import additive_weights
 from attnseq.kernels.additive_recurrence import AdditiveGRURecurrence, AdditiveLSTMRecurrence
 from attnseq.kernels.cells import gru_cell, layer_parameters, lstm_cell
 from attnseq.kernels.luong_recurrence import AdditiveLuongRecurrence
+from attnseq.model.state import DecoderState, Memory
+
+Stepper = Callable[[Tensor, DecoderState], tuple[Tensor, Tensor | None, DecoderState]]
+"""One decoding step, the memory bound: previous tokens ``(B,)`` and state → logits ``(B, V)``, weights
+``(B, H, T_enc)`` (None without attention) and the next state, as ``SequenceDecoder.step`` returns them."""
 
 
 class StepInputs(NamedTuple):
@@ -213,3 +224,105 @@ def additive_all_steps(attention: Attention, states: Tensor, memory) -> tuple[Te
     weights = masked_softmax(scores, memory.valid_mask[:, None, None, :])  # (B, H, T_dec, T_enc)
     context = attention.average(weights, memory.keys, memory.projected_keys)  # (B, T_dec, d_k)
     return context, weights  # (B, T_dec, d_k), (B, H, T_dec, T_enc)
+
+
+def _rnn_state(state: CellState):
+    """A ``CellState`` back in ``nn.GRU``/``nn.LSTM``'s layout ``(1, B, d)`` (an LSTM's pair of them)."""
+    return state.h[None] if state.c is None else (state.h[None], state.c[None])  # (1, B, d_s)
+
+
+def _token_input_gates(decoder) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``W_ie E y + b_ih`` of every vocabulary entry y ``(V, G·d)`` (one row per token at each step), the
+    RNN's input columns after the embedding's ``(G·d, d_x)``, ``W_hh`` and ``b_hh``."""
+    weight_ih, weight_hh, bias_ih, bias_hh = layer_parameters(decoder.rnn)
+    table = decoder.embedding.weight  # (V, E)
+    emb_dim = table.shape[-1]
+    return F.linear(table, weight_ih[:, :emb_dim], bias_ih), weight_ih[:, emb_dim:], weight_hh, bias_hh  # (V, G·d)
+
+
+def _and_query(weight: Tensor, query_weight: Tensor | None) -> Tensor:
+    """``weight (rows, d_s)`` with the scorer's query map under it: ``(rows [+ rows of W_q], d_s)``, what one
+    matmul of the state computes."""
+    return weight if query_weight is None else torch.cat([weight, query_weight])
+
+
+def _step_weights(attention: Attention, memory: Memory) -> Callable[[Tensor], Tensor]:
+    """One step's weights ``(B, H, T_enc)`` from its query-weight-mapped query ``(B, ·)``: ``attention.forward``'s
+    maths without its checks; for a scorer that declares ``fused_recurrence = "additive"``, the fused
+    recurrences' (``additive_attention_steps.additive_weights``: σ(K2 + 2q) with K2 = 2K doubled here, once)."""
+    if attention.fused_recurrence == "additive":
+        doubled_keys = 2 * memory.projected_keys  # (B, H, T_enc, a): K2 = 2K
+        v = attention.v_a.view(attention.heads, -1)  # (H, a)
+        two_v, v_sum = (2 * v).unsqueeze(-1), v.sum(-1).view(1, -1, 1)  # (H, a, 1), (1, H, 1)
+        invalid = ~memory.valid_mask[:, None, :]  # (B, 1, T_enc)
+        return lambda query: additive_weights(doubled_keys, query, two_v, v_sum, invalid)  # (B, H, T_enc)
+    valid = memory.valid_mask[:, None, None, :]  # (B, 1, 1, T_enc)
+
+    def weigh(query: Tensor) -> Tensor:
+        scores = attention.score_projected(attention.split_query(query.unsqueeze(1)), memory.projected_keys)
+        return masked_softmax(scores, valid).squeeze(2)  # (B, H, T_enc)
+
+    return weigh
+
+
+def bahdanau_decoding(decoder, memory: Memory) -> Stepper:
+    """``BahdanauDecoder.step`` bound to ``memory``, as ``bahdanau``'s loop computes it: per step one matmul
+    of s_{t-1} (hidden gates and W_q s_{t-1}), the scores, the context, its share of the input gates (the
+    embedding's taken from a per-token table) and the cell; the readout of s_t, c_t and E y_{t-1}. The
+    same tokens as ``step`` (tested); values within float rounding of it."""
+    attention: Attention = decoder.attention
+    table, weight_context, weight_hh, bias_hh = _token_input_gates(decoder)
+    query_weight = attention.query_weight()  # (rows, d_s) or None
+    state_weight_t = _and_query(weight_hh, query_weight).T  # (d_s, G·d [+ rows])
+    state_bias = bias_hh if query_weight is None else torch.cat([bias_hh, bias_hh.new_zeros(query_weight.shape[0])])
+    gates = weight_hh.shape[0]  # G·d
+    weight_context_t = weight_context.T  # (d_k, G·d)
+    weigh = _step_weights(attention, memory)
+
+    def step(prev_tokens: Tensor, state: DecoderState):
+        current = split_state(state.rnn)
+        projected = torch.addmm(state_bias, current.h, state_weight_t)  # (B, G·d [+ rows]): W_hh s_{t-1}, W_q s_{t-1}
+        weights = weigh(projected[:, gates:] if query_weight is not None else current.h)  # (B, H, T_enc)
+        context = attention.average(weights.unsqueeze(2), memory.keys, memory.projected_keys).squeeze(1)  # (B, d_k)
+        x_gates = torch.addmm(table.index_select(0, prev_tokens), context, weight_context_t)  # (B, G·d)
+        current = cell(x_gates, projected[:, :gates], current)
+        logits = decoder.read_out(current.h, context, decoder.embedding(prev_tokens))  # (B, V)
+        return logits, weights, DecoderState(_rnn_state(current), step=state.step + 1)
+
+    return step
+
+
+def luong_decoding(decoder, memory: Memory) -> Stepper:
+    """``LuongDecoder.step`` bound to ``memory``, as ``luong_input_feeding``'s loop computes it (with input
+    feeding or without): the embedding's share of the input gates from a per-token table, the feed's by one
+    matmul, the cell; one matmul of s_t for W_cs s_t and W_q s_t; W_cc c_t straight from the weights
+    (``values_through``); h̃_t = tanh(W_cc c_t + W_cs s_t), logits W_s h̃_t. The same tokens as ``step``
+    (tested); values within float rounding of it."""
+    attention: Attention = decoder.attention
+    hidden = decoder.hidden_size
+    table, weight_feed, weight_hh, bias_hh = _token_input_gates(decoder)
+    weight_cc, weight_cs = decoder.W_c.weight[:, : attention.key_dim], decoder.W_c.weight[:, attention.key_dim :]
+    query_weight = attention.query_weight()  # (rows, d_s) or None
+    after_weight_t = _and_query(weight_cs, query_weight).T  # (d_s, d_s [+ rows])
+    through = attention.values_through(memory.keys, weight_cc)  # (B, H, T_enc, d_s): values × W_cc
+    heads = through.shape[1]
+    weight_hh_t, weight_feed_t = weight_hh.T, weight_feed.T  # (d_s, G·d), (d_s, G·d)
+    weigh = _step_weights(attention, memory)
+
+    def step(prev_tokens: Tensor, state: DecoderState):
+        current = split_state(state.rnn)
+        input_gates = table.index_select(0, prev_tokens)  # (B, G·d): W_ie E y_{t-1} + b_ih
+        if decoder.input_feeding:
+            input_gates = torch.addmm(input_gates, state.feed, weight_feed_t)  # (B, G·d): + W_if h̃_{t-1}
+        current = cell(input_gates, torch.addmm(bias_hh, current.h, weight_hh_t), current)  # s_t
+        projected = current.h @ after_weight_t  # (B, d_s [+ rows]): W_cs s_t, W_q s_t
+        weights = weigh(projected[:, hidden:] if query_weight is not None else current.h)  # (B, H, T_enc)
+        context_part = (weights.unsqueeze(2) @ through).view(weights.shape[0], -1)  # (B, H·d_s): Σ_i α_i W_cc v_i
+        if heads > 1:
+            context_part = context_part.view(-1, heads, hidden).sum(1)  # (B, d_s): Σ_h W_cc,h c_t,h
+        attentional = torch.tanh(context_part + projected[:, :hidden])  # (B, d_s): h̃_t = tanh(W_c [c_t; s_t])
+        logits = decoder.W_s(attentional)  # (B, V)
+        feed = attentional if decoder.input_feeding else None
+        return logits, weights, DecoderState(_rnn_state(current), feed, state.step + 1)
+
+    return step
