@@ -207,7 +207,9 @@ def test_a_killed_run_resumed_from_two_shells_at_once_trains_once(tmp_path):
     outputs = [log.read_text() for log in logs]
     assert sorted(codes) == [0, 2], "\n\n".join(f"exit {c}:\n{o[-3000:]}" for c, o in zip(codes, outputs))
     winner, loser = (0, 1) if codes[0] == 0 else (1, 0)
-    assert str(procs[winner].pid) in outputs[loser], outputs[loser][-3000:]  # the loser names the winner
+    # the loser names the winner, or, when it looked only after the winner had ended the run (a busy
+    # machine can start one interpreter a whole training later than the other), the run's end
+    assert str(procs[winner].pid) in outputs[loser] or "FINISHED" in outputs[loser], outputs[loser][-3000:]
     assert "Traceback" not in outputs[loser]
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED"
