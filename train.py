@@ -42,7 +42,7 @@ CONF_DIR = Path(__file__).resolve().parent / "conf"
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
     # the process's runtime, or, in a sweep's worker process, its own
-    with Runtime.joined(keep_freed_memory=True) as job_runtime, user_errors():
+    with Runtime.joined(keep_freed_memory=True) as job_runtime, job_runtime.job(), user_errors():
         job_runtime.configure(cfg)
         from attnseq.training.pipeline import train
 
@@ -50,6 +50,7 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    sys.argv[1:] = runtime.job_command_line(sys.argv[1:])  # a data-parallel worker: its job, not the sweep
     with runtime:  # everything it set is undone at the exit
         if wants_help(sys.argv[1:]):  # answered from the config files: no torch, no MLflow
             print(config_help("train", CONF_DIR))

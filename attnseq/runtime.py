@@ -19,6 +19,7 @@ This module needs only the standard library: the handler is in place before anyt
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -34,6 +35,13 @@ PROGRESS_BAR_ENV = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 download bar is noise."""
 SUPPRESS_URL_ENV = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
 """On when the tracking URI carries credentials: MLflow's own "View run at" lines would print them."""
+JOB_COMMAND_ENV = "ATTNSEQ_JOB_COMMAND"
+"""The overrides of rank 0's job (JSON), handed to the data-parallel workers Lightning starts by running
+the script again: see ``Runtime.job_command_line``."""
+DATA_PARALLEL_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE")
+"""The variables Lightning's launcher sets in the process that starts the data-parallel workers."""
+LIGHTNING_ADDS = ("hydra.job.name=", "hydra.output_subdir=")
+"""What Lightning appends to a worker's command line, kept (no ``.hydra`` folder of its own)."""
 
 
 class Runtime:
@@ -115,6 +123,26 @@ class Runtime:
             return
         with cls(**settings) as runtime:
             yield runtime
+
+    @contextmanager
+    def job(self) -> Iterator[None]:
+        """One job of this process (a sweep runs them one after another in one process). Lightning's
+        data-parallel launcher sets ``DATA_PARALLEL_ENV`` in the process that starts the workers, and
+        torch keeps its process group after the training: left as they are, the next job would take
+        the variables as "started by a launcher", start no workers of its own and train into the last
+        job's group, whose workers have exited. Both are undone when the job ends."""
+        before = {name: os.environ.get(name) for name in DATA_PARALLEL_ENV}
+        try:
+            yield
+        finally:
+            distributed = sys.modules.get("torch.distributed")  # loaded only if the job used it
+            if distributed is not None and distributed.is_available() and distributed.is_initialized():
+                distributed.destroy_process_group()
+            for name, value in before.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
     # -- from the config ------------------------------------------------------------------------
     def configure_tracking(self, configs: Iterable[Any], overrides: Iterable[str] = ()) -> None:
@@ -201,6 +229,17 @@ class Runtime:
         self.set_environment(environment)
         return safe
 
+    @staticmethod
+    def job_command_line(argv: list[str]) -> list[str]:
+        """``argv`` as this process should read it. Lightning starts a data-parallel worker (``LOCAL_RANK``
+        > 0) by running the script again with ``sys.argv``: in a sweep's job that repeats ``-m`` and every
+        swept value, and the worker would start the whole sweep again. A worker handed its job's command
+        (``JOB_COMMAND_ENV``) runs that job instead, keeping what Lightning added."""
+        job = os.environ.get(JOB_COMMAND_ENV)
+        if job is None or os.environ.get("LOCAL_RANK", "0") == "0":
+            return argv
+        return [*json.loads(job), *(argument for argument in argv if argument.startswith(LIGHTNING_ADDS))]
+
     # -- the environment ------------------------------------------------------------------------
     def set_environment(self, values: Mapping[str, str]) -> Callable[[], None]:
         """Set these variables (this process and the ones it starts) until the exit, or until the
@@ -226,9 +265,12 @@ class Runtime:
         return restore
 
     @contextmanager
-    def handed_off(self, values: Mapping[str, str]) -> Iterator[None]:
-        """These variables for the processes started in the block (data-parallel workers)."""
-        restore = self.set_environment(values)
+    def handed_off(self, values: Mapping[str, str], command: list[str] | None = None) -> Iterator[None]:
+        """These variables for the processes started in the block (data-parallel workers), and ``command``,
+        the job's own command line, for the ones Lightning starts by running the script again
+        (``job_command_line``)."""
+        handed = {**values, **({} if command is None else {JOB_COMMAND_ENV: json.dumps(command)})}
+        restore = self.set_environment(handed)
         try:
             yield
         finally:

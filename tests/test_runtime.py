@@ -142,6 +142,35 @@ def test_a_runtime_not_entered_touches_nothing():
     assert_unchanged(before, process_state())
 
 
+def test_a_data_parallel_worker_of_a_sweep_job_runs_its_job_not_the_sweep(monkeypatch):
+    """Lightning starts a worker with the sweep's own command line (``-m``, every swept value) plus
+    its ``hydra.*`` additions: the worker reads its job's command instead, Lightning's additions kept."""
+    runtime = Runtime()
+    sweep = ["-m", "scorer=additive,dot", "trainer=ddp", 'hydra.run.dir="outputs/x"',
+             "hydra.job.name=train_ddp_process_1", "hydra.output_subdir=null"]
+    job = ["scorer=dot", "trainer=ddp", 'hydra.run.dir="/runs/multi/1"']
+    with Runtime() as rank_zero, rank_zero.handed_off({}, command=job):
+        handed = dict(os.environ)
+    monkeypatch.setattr(os, "environ", handed | {"LOCAL_RANK": "1"})
+    assert runtime.job_command_line(sweep) == [*job, "hydra.job.name=train_ddp_process_1", "hydra.output_subdir=null"]
+    monkeypatch.setattr(os, "environ", handed | {"LOCAL_RANK": "0"})  # rank 0 reads its own command line
+    assert runtime.job_command_line(sweep) == sweep
+
+
+def test_a_job_gives_back_what_lightnings_launcher_set_and_the_process_group(monkeypatch, tmp_path):
+    """The next job of a sweep in the same process must start its own workers in a group of its own."""
+    import torch.distributed as dist
+
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    with Runtime() as runtime, runtime.job():
+        os.environ.update(MASTER_PORT="29999", LOCAL_RANK="0", WORLD_SIZE="1", NODE_RANK="0")
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    assert not dist.is_initialized()
+    assert os.environ["MASTER_ADDR"] == "127.0.0.1"  # the user's own, kept
+    assert not {"MASTER_PORT", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK"} & set(os.environ)
+
+
 # -- the command line, composed before anything heavy -----------------------------------------------
 def test_a_reader_that_stops_reading_ends_the_command_quietly():
     """``translate.py … | head -1``: the pipe's reader leaves; the command ends with the shell's SIGPIPE

@@ -4,20 +4,29 @@ through submitit (locally here; the Slurm preset is composed and checked)."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 
 import pytest
 import yaml
 from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
+    CLI_TIMEOUT_S,
+    EXPERIMENT,
     TRAIN_PY,
     all_runs,
     clean_env,
     explain,
+    free_port,
     outputs_under,
     run_cli,
+    seeded_store,
+    stop_group,
     tiny,
     tracking_uri,
+    user_env,
+    wait_until,
 )
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
@@ -84,3 +93,106 @@ def test_the_slurm_preset_asks_for_a_gpu_per_job(tmp_path):
     assert (launcher["nodes"], launcher["tasks_per_node"]) == (1, 1)
     assert cfg["trainer"]["accelerator"] == "gpu" and launcher["gpus_per_node"] == cfg["trainer"]["devices"]
     assert launcher["timeout_min"] > 0
+
+
+# -- several nodes: two "machines" on loopback, each its own train.py with its own NODE_RANK ---------------
+NODE_SET = ("trainer=ddp", "trainer.devices=1", "trainer.num_nodes=2")
+
+
+def start_nodes(root, port, *overrides, store):
+    """Node 0 and node 1 of one training, as a launcher starts them on two machines: the same command
+    and MASTER_ADDR:MASTER_PORT, each its own NODE_RANK and output folder; the store is shared."""
+    procs = []
+    for rank in (0, 1):
+        folder = root / f"node{rank}"
+        folder.mkdir(parents=True, exist_ok=True)
+        env = user_env() | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "NODE_RANK": str(rank)}
+        log = open(folder / "console.log", "a")
+        procs.append(subprocess.Popen(
+            [sys.executable, str(TRAIN_PY), *overrides, f"mlflow.tracking_uri={store}",
+             f"hydra.run.dir={folder}/out"], cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT,
+            text=True, start_new_session=True))
+    return procs
+
+
+def finished(procs, root, timeout=CLI_TIMEOUT_S):
+    codes = [proc.wait(timeout=timeout) for proc in procs]
+    logs = [(root / f"node{rank}" / "console.log").read_text() for rank in (0, 1)]
+    return codes, logs
+
+
+def history(client, run_id, key):
+    return [(m.step, m.value) for m in sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)]
+
+
+@pytest.mark.slow
+def test_two_nodes_on_loopback_train_one_run_with_the_metrics_of_one_node_with_two_processes(tmp_path):
+    """The same global batch (two processes of one batch each, seeded alike) on one node and on two:
+    the same numbers, up to the order of the gradient all-reduce (observed: equal to the last digit)."""
+    overrides = [*tiny(max_epochs=2, heatmaps=False), "dataset.train_size=256", f"dataset.val_size={VAL_SIZE}"]
+    store = seeded_store(tmp_path)
+    codes, logs = finished(start_nodes(tmp_path, free_port(), *overrides, *NODE_SET, store=store), tmp_path)
+    assert codes == [0, 0], "\n\n".join(logs)
+    client = MlflowClient(store)
+    [run] = all_runs(client)  # node 1 trained into node 0's run and made none of its own
+    assert run.info.status == "FINISHED" and run.data.params["trainer.num_nodes"] == "2"
+    assert list((tmp_path / "node0" / "out").rglob("last.ckpt"))  # checkpoints are rank 0's alone,
+    assert not list((tmp_path / "node1").rglob("*.ckpt"))  # and so is every artifact:
+    assert not list((tmp_path / "node1").rglob("mlruns"))  # none under node 1's folder
+
+    one_node, single = train_into(tmp_path / "one-node", "trainer=ddp", "tracking.heatmap_samples=0")
+    [single] = single
+    assert set(run.data.metrics) == set(single.data.metrics)
+    for key in ("train/loss", "val/loss", "val/acc"):
+        ours, theirs = history(client, run.info.run_id, key), history(one_node, single.info.run_id, key)
+        assert [s for s, _ in ours] == [s for s, _ in theirs]
+        assert [v for _, v in ours] == pytest.approx([v for _, v in theirs], rel=1e-5, abs=1e-6), key
+
+
+@pytest.mark.slow
+def test_a_node_killed_mid_epoch_fails_the_run_with_the_resume_command_and_the_resume_finishes_it(tmp_path):
+    epochs = 4
+    overrides = [*tiny(max_epochs=epochs, heatmaps=False), "dataset.train_size=2048", "dataset.val_size=32",
+                 "dataset.batch_size=16", *NODE_SET]
+    store = seeded_store(tmp_path)
+    client = MlflowClient(store)
+    node0, node1 = start_nodes(tmp_path, free_port(), *overrides, store=store)
+    try:
+        wait_until(lambda: client.get_experiment_by_name(EXPERIMENT) and [
+            r for r in all_runs(client) if any(a.path == "checkpoints/last.ckpt"
+                                             for a in client.list_artifacts(r.info.run_id, "checkpoints"))],
+            "the first checkpoint in the run", node0, tmp_path / "node0" / "console.log")
+        os.killpg(node1.pid, signal.SIGKILL)  # the machine went away, mid-way through epoch 2
+        codes, logs = finished([node0, node1], tmp_path)
+    finally:
+        for proc in (node0, node1):
+            stop_group(proc, signal.SIGKILL, grace_s=1)
+    [run] = all_runs(client)
+    run_id = run.info.run_id
+    assert codes[0] not in (0, None) and run.info.status == "FAILED", logs[0]
+    assert len(client.get_metric_history(run_id, "val/acc")) < epochs
+    assert f"resume={run_id}" in logs[0] and "Traceback" not in logs[0], logs[0]
+
+    # both nodes again, on a fresh port (the old one may linger), each resuming the same run
+    codes, logs = finished(start_nodes(tmp_path, free_port(), f"resume={run_id}", store=store), tmp_path)
+    assert codes == [0, 0], "\n\n".join(logs)
+    [run] = all_runs(client)  # no second run
+    assert run.info.status == "FINISHED"
+    steps = [s for s, _ in history(client, run_id, "val/acc")]
+    assert len(steps) == epochs and len(set(steps)) == epochs  # every epoch once: none lost, none twice
+
+
+@pytest.mark.slow
+def test_a_multirun_of_data_parallel_jobs_makes_one_run_per_job_and_no_extra_sweep(tmp_path):
+    """Lightning starts rank 1 by running the script again: it must join its job, not start a sweep."""
+    proc = run_cli(tmp_path, "-m", "trainer=ddp", "scorer=additive,dot", *tiny(max_epochs=1, heatmaps=False),
+                   *outputs_under(tmp_path, seeded=True))
+    assert proc.returncode == 0, explain(proc)
+    runs = all_runs(MlflowClient(tracking_uri(tmp_path)))
+    [parent] = [r for r in runs if MLFLOW_PARENT_RUN_ID not in r.data.tags]
+    children = [r for r in runs if MLFLOW_PARENT_RUN_ID in r.data.tags]
+    assert sorted(r.data.params["scorer.name"] for r in children) == ["additive", "dot"]
+    assert all(r.data.params["trainer.devices"] == "2" for r in children)
+    assert {r.info.status for r in [parent, *children]} == {"FINISHED"}
+    assert sorted(p.name for p in (tmp_path / "multi").iterdir() if p.is_dir()) == ["0", "1"]
+    assert not list(tmp_path.glob("multirun")) and not list(tmp_path.glob("outputs"))  # no sweep of rank 1's

@@ -29,6 +29,9 @@ RESUME_OVERRIDES = "attnseq.resume_overrides"
 RESUME_RUNTIME = "attnseq.resume_runtime"
 """What the latest resume ran with that differs from the run's ``runtime.*`` params (those record its
 first start; a param cannot change), as ``provenance.runtime_changes`` writes it: ``unchanged`` when nothing does."""
+DDP_RENDEZVOUS = "attnseq.ddp_rendezvous"
+"""A multi-node training run's ``MASTER_ADDR:MASTER_PORT``: the other nodes find rank 0's run by it
+(``lifecycle.nodes``)."""
 HEARTBEAT = "attnseq.heartbeat"
 """A training run's last sign of life (Unix time), refreshed while its process trains."""
 FIRST_STEP_S = "attnseq.first_step_s"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any, ContextManager, NamedTuple, Protocol
 
 import lightning as L
+from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from omegaconf import DictConfig
 
@@ -29,6 +31,7 @@ from attnseq.lifecycle.guards import (
     heartbeat_value,
     held_folder,
 )
+from attnseq.lifecycle.nodes import RunAgreement, find_rank_zero_run, node_rank, rendezvous_tags
 from attnseq.lifecycle.resume import Resumption, prepare_resume, reopen_claimed
 from attnseq.lifecycle.signals import Signals, exit_code, release_interrupted_frames
 from attnseq.tracking import paths, tags
@@ -65,7 +68,7 @@ class ProcessRuntime(Protocol):
 
     signals: Signals
 
-    def handed_off(self, values: Mapping[str, str]) -> ContextManager[None]: ...
+    def handed_off(self, values: Mapping[str, str], command: list[str] | None = None) -> ContextManager[None]: ...
 
 
 class Detached:
@@ -74,7 +77,7 @@ class Detached:
     def __init__(self) -> None:
         self.signals = Signals()
 
-    def handed_off(self, values: Mapping[str, str]) -> ContextManager[None]:
+    def handed_off(self, values: Mapping[str, str], command: list[str] | None = None) -> ContextManager[None]:
         return nullcontext()
 
 
@@ -102,8 +105,10 @@ def _train(cfg: DictConfig, runtime: ProcessRuntime, signals: Signals) -> float 
     shown = not data_parallel_worker()  # a start-up phase over a second gets a line (rank 0's)
     with phase("Loaded the libraries and checked the config", shown):
         config, record, resumption = prepare(cfg)
-    # a data-parallel worker shares rank 0's folder; any other training gets it alone (a resume too)
-    with nullcontext() if data_parallel_worker() else held_folder(Path(config.paths.output_dir)):
+    # a data-parallel worker shares its node's first process's folder; any other training (another
+    # node's first process, a resume too) gets it alone
+    with nullcontext() if RUN_ID_ENV in os.environ and data_parallel_worker() else \
+            held_folder(Path(config.paths.output_dir)):
         return _train_in_folder(config, record, resumption, runtime, signals, shown)
 
 
@@ -118,8 +123,9 @@ def _train_in_folder(config: TrainConfig, record: dict[str, Any], resumption: Re
             run = open_run(config, resumption)  # created and its id kept, or not created at all
         interrupts = InterruptCheckpoint(Path(config.paths.output_dir) / paths.LAST_CHECKPOINT, run.tracked, signals)
         # inherited by data-parallel workers, which fit starts
-        with runtime.handed_off({RUN_ID_ENV: run.tracked.run_id,
-                                 OUTPUT_DIR_ENV: str(Path(config.paths.output_dir).resolve())}):
+        folder = str(Path(config.paths.output_dir).resolve())
+        with runtime.handed_off({RUN_ID_ENV: run.tracked.run_id, OUTPUT_DIR_ENV: folder},
+                                command=[*job_overrides(), f'hydra.run.dir="{folder}"']):
             if resumption is None and run.owned:
                 run.tracked.log_params(config_params(record))
             result = fit(config, config_yaml(record), run, module, datamodule, resumption, interrupts, signals)
@@ -133,10 +139,55 @@ def _train_in_folder(config: TrainConfig, record: dict[str, Any], resumption: Re
             stopped(run, error, signals, config)
             raise
         raise not_written(error, config, run, signals) from None
+    except RuntimeError as error:  # torch.distributed's backends raise it when a process of the group is gone
+        stopped(run, error, signals, config)
+        if run is None or not spans_processes(config):
+            raise
+        raise peer_lost(error, run, Path(config.paths.output_dir) / paths.LAST_CHECKPOINT) from None
     except BaseException as error:
         stopped(run, error, signals, config)
         raise
     return result
+
+
+def job_overrides() -> list[str]:
+    """The overrides that composed this job's config (in a sweep, its own values; none outside Hydra)."""
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+
+
+def spans_processes(config: TrainConfig) -> bool:
+    """Data parallel over several processes (on one machine or several)."""
+    strategy = str(arguments(config.trainer).get("strategy", ""))
+    return (config.trainer.num_nodes or 1) > 1 or (strategy.startswith("ddp") and config.trainer.devices != 1)
+
+
+def peer_lost(error: RuntimeError, run: TrainingRun, checkpoint: Path) -> TrainingError:
+    """A data-parallel process stopped: what was lost (the backend's own first line) and the command that
+    continues the run from its newest checkpoint on every node, or, before the first one (rank 0's
+    ``checkpoint``), the command that starts it again."""
+    run_id = run.tracked.run_id
+    nodes = "(the same MASTER_ADDR and MASTER_PORT, each node its own NODE_RANK)"
+    if not run.owned:  # rank 0 marks the run and says whether a checkpoint was written
+        return TrainingError(f"data-parallel training stopped: {backend_reason(error)}; rank 0 marks MLflow run "
+                             f"{run_id} FAILED.",
+                             f"once every node is back, follow rank 0's message on each node {nodes}.")
+    if not checkpoint.is_file():
+        return TrainingError(f"data-parallel training stopped: {backend_reason(error)}, before its first "
+                             f"checkpoint; MLflow run {run_id} is marked FAILED.",
+                             f"once every node is back, start the same command again on each node {nodes}.")
+    return TrainingError(
+        f"data-parallel training stopped: {backend_reason(error)}; MLflow run {run_id} is marked FAILED, its "
+        f"newest checkpoint kept ({checkpoint}).",
+        f"once every node is back, continue it on each with `python train.py resume={run_id}` {nodes}.")
+
+
+def backend_reason(error: RuntimeError) -> str:
+    """The backend's own reason, without the source location it starts with or the advice after it:
+    ``[…/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:41701: Connection reset by peer. This
+    is typically …`` → ``Read error [127.0.0.1]:41701: Connection reset by peer``."""
+    first = (str(error).splitlines() or [type(error).__name__])[0]
+    first = re.sub(r"^\[[^\]]*\.\w+:\d+\]\s*", "", first)  # [file.cc:537]
+    return first.split(". ", 1)[0].rstrip(".")
 
 
 def resumable(lost: TrackingUnavailable, config: TrainConfig, run: TrainingRun) -> TrackingUnavailable:
@@ -209,6 +260,7 @@ def prepare(cfg: DictConfig) -> tuple[TrainConfig, dict[str, Any], Resumption | 
         record_failed_sweep_job(cfg, error)
         raise
     record = config_record(cfg)
+    composed_folder = config.paths.output_dir  # this process's own, whatever the resumed run's config says
     if config.resume:
         check_tracking_uri(config.mlflow.tracking_uri)
         client = TrackingClient(config.mlflow.tracking_uri)
@@ -217,8 +269,10 @@ def prepare(cfg: DictConfig) -> tuple[TrainConfig, dict[str, Any], Resumption | 
                                            stale_after_s=config.heartbeat.stale_after_s,
                                            check_alive=not data_parallel_worker())
         config, record = validate_train(saved), config_record(saved)
-    if data_parallel_worker() and OUTPUT_DIR_ENV in os.environ:  # rank 0's folder, whatever this process composed
-        folder = os.environ[OUTPUT_DIR_ENV]
+    # a worker trains in its node's folder: the one its node's first process was handed, else (another
+    # node's first process, a resume too) the one it composed — rank 0's is on another machine
+    folder = os.environ.get(OUTPUT_DIR_ENV, composed_folder) if data_parallel_worker() else None
+    if folder is not None:
         config = config.model_copy(update={"paths": config.paths.model_copy(update={"output_dir": folder})})
         record["paths"]["output_dir"] = folder
     try:
@@ -242,15 +296,20 @@ def build_data_and_model(cfg: TrainConfig) -> tuple[Seq2SeqDataModule, Seq2SeqLi
 def open_run(cfg: TrainConfig, resumption: Resumption | None) -> TrainingRun:
     """A new run; the resumed run, RUNNING again; or, in a data-parallel worker, rank 0's run."""
     client = TrackingClient(cfg.mlflow.tracking_uri)  # for SQLite this creates the store
+    if data_parallel_worker():  # rank 0 made the experiment and the run (where they are made decides
+        # where their artifacts go): a worker only finds them
+        run_id = os.environ.get(RUN_ID_ENV) or find_rank_zero_run(client, cfg.mlflow.experiment_name,
+                                                                  cfg.heartbeat.stale_after_s)
+        experiment_id = client.run(run_id).info.experiment_id
+        return TrainingRun(client.attach_run(run_id, "ddp worker"), experiment_id, owned=False)
     experiment_id = client.ensure_experiment(cfg.mlflow.experiment_name)
-    if data_parallel_worker():
-        return TrainingRun(client.attach_run(os.environ[RUN_ID_ENV], "ddp worker"), experiment_id, owned=False)
+    rendezvous = rendezvous_tags(cfg.trainer.num_nodes)  # other nodes find the run by it
     if resumption is None:
         name, run_tags, parent = run_identity(cfg)
-        run_tags[tags.HEARTBEAT] = heartbeat_value()
+        run_tags |= {tags.HEARTBEAT: heartbeat_value(), **rendezvous}
         return TrainingRun(client.create_run(experiment_id, name, run_tags, parent), experiment_id, owned=True)
     tracked = reopen_claimed(client, resumption)  # one resume at a time: another holding it wins
-    resumed = {tags.RESUMED_FROM: str(resumption.checkpoint), tags.HEARTBEAT: heartbeat_value()}
+    resumed = {tags.RESUMED_FROM: str(resumption.checkpoint), tags.HEARTBEAT: heartbeat_value(), **rendezvous}
     if resumption.overrides:
         resumed[tags.RESUME_OVERRIDES] = " ".join(resumption.overrides)
     tracked.set_tags(resumed)
@@ -258,8 +317,9 @@ def open_run(cfg: TrainConfig, resumption: Resumption | None) -> TrainingRun:
 
 
 def data_parallel_worker() -> bool:
-    """A process Lightning started for data-parallel training (rank 0 created the run)."""
-    return os.environ.get("LOCAL_RANK", "0") != "0" and RUN_ID_ENV in os.environ
+    """A data-parallel process other than rank 0, which creates the run: one Lightning started beside
+    rank 0 or another node's first process (handed the run), or any process of another node."""
+    return node_rank() > 0 or (os.environ.get("LOCAL_RANK", "0") != "0" and RUN_ID_ENV in os.environ)
 
 
 def fit(
@@ -312,7 +372,7 @@ def fit(
         **trainer_args,
         logger=RunLogger(run.tracked, run.experiment_id, logged_through),
         callbacks=[FirstStepClock(run.tracked), RuntimeRecord(run, resumed=resumption is not None),
-                   SignalBridge(signals), guard, best, last, artifacts, interrupts,
+                   SignalBridge(signals), RunAgreement(run.tracked.run_id), guard, best, last, artifacts, interrupts,
                    Heartbeat(run.tracked, cfg.heartbeat.every_s),
                    *stop_at(cfg), *bar, TrainingReport(run.tracked),
                    *([averaging] if averaging else [])],  # its line under the report
