@@ -319,7 +319,7 @@ def fit(
         default_root_dir=cfg.paths.output_dir,
         plugins=[NamedCheckpointIO()],  # a checkpoint that cannot be written is named
     )
-    # Lightning's SIGTERM handler, while its loops run, calls ours after its own (see signals)
+    # Lightning's SIGTERM handler, while its loops run, calls ours after its own; ours goes in front of it (see signals)
     trainer.fit(module, datamodule=datamodule, weights_only=True,  # never unpickle objects
                 ckpt_path=str(resumption.checkpoint) if resumption else None)
     signals.raise_pending()
