@@ -191,7 +191,7 @@ def test_in_a_sweep_a_failing_job_is_failed_the_others_finish_and_the_sweep_says
     assert parent.info.status == "FAILED"
     summary = proc.stdout + proc.stderr
     assert "NaN or infinite" in summary and "1 not finished" in summary
-    [row] = [line for line in summary.splitlines() if line.startswith("scheduler.gamma=1e30 (#")]  # the job table
+    [row] = [line for line in summary.splitlines() if line.startswith("scheduler.gamma=1e+30 (#")]  # the job table
     assert row.split()[2] == "FAILED", row
 
 
