@@ -156,16 +156,32 @@ def checked_command_line(config_name: str, argv: list[str], conf_dir: Path = CON
         if full_error():
             raise
         report(as_config_error(error, config_name, conf_dir))
-    parsed = command_line_overrides(argv)
-    if configs and parsed is not None and not parsed[1]:
-        # one run: the typed config's stage one, still before torch, Lightning or MLflow load. A sweep's jobs
-        # are each checked as they start, so that one bad job fails alone and the others run.
+    if configs:
+        # the typed config's stage one, still before torch, Lightning or MLflow load: the one run's, or every
+        # job's of a sweep, so that a bad value stops the sweep before any job runs or any run is recorded
         from attnseq.config import validate_evaluate, validate_train, validate_translate
 
         validate = {"train": validate_train, "translate": validate_translate}.get(config_name, validate_evaluate)
         with user_errors():
-            validate(configs[0])
+            check_every_job(validate, configs)
     return configs
+
+
+def check_every_job(check: Callable[[DictConfig], object], configs: list[DictConfig]) -> None:
+    """``check`` on every config (one run's, or a sweep's jobs), the ``ConfigError`` of all of them raised
+    at once: each problem once, however many jobs share it (``-m scorer=dot,additive model.heads=-1``
+    names model.heads once), and one that only some jobs have (``-m model.heads=1,-1``) too."""
+    from attnseq.problems import raise_all
+
+    problems: list[ConfigError] = []
+    for config in configs:
+        try:
+            check(config)
+        except ConfigError as error:
+            for problem in getattr(error, "problems", None) or [error]:
+                if all((problem.problem, problem.fix) != (seen.problem, seen.fix) for seen in problems):
+                    problems.append(problem)
+    raise_all(problems)
 
 
 OVERRIDE = re.compile(r"^(?:\+{0,2}[A-Za-z_][\w.@/-]*=|~[A-Za-z_][\w.@/-]*(?:=|$))")
@@ -190,24 +206,28 @@ def overrides_and_texts(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def check_before_the_run(config_name: str, configs: list[DictConfig], argv: list[str]) -> None:
-    """The checks that need torch, Lightning or MLflow, for one run, once they are imported and before
-    Hydra makes the run's folder, so a bad value there leaves nothing on disk either: for training the
-    keys handed on to Lightning and torch (``trainer.*``, ``optimizer.*``, ``scheduler.*``), the
-    learning rate each epoch and a TSV corpus; for evaluation the filter's search syntax. A sweep's
-    jobs and a resumed run (its own stored config) are checked as they start."""
-    parsed = command_line_overrides(argv)
-    if len(configs) != 1 or parsed is None or parsed[1] or configs[0].get("resume"):
+    """The checks that need torch, Lightning or MLflow, for one run or every job of a sweep, once they are
+    imported and before Hydra makes the run's (or the sweep's) folder, so a bad value there leaves nothing
+    on disk either: for training the keys handed on to Lightning and torch (``trainer.*``, ``optimizer.*``,
+    ``scheduler.*``), the learning rate each epoch and a TSV corpus; for evaluation the filter's search
+    syntax. A resumed run (its own stored config) is checked as it starts, and so is a value a sweeper
+    samples (``interval(0,1)``, left at the config's value here)."""
+    if command_line_overrides(argv) is None:
         return
-    with user_errors():
-        if config_name == "evaluate":
-            from attnseq.evaluation.validation import check_config
-
-            check_config(configs[0])
-            return
+    jobs = [config for config in configs if not config.get("resume")]
+    if not jobs:
+        return
+    if config_name == "evaluate":
+        from attnseq.evaluation.validation import check_config as check
+    else:
         from attnseq.config import validate_train
         from attnseq.training.build import check_with_libraries
 
-        check_with_libraries(validate_train(configs[0]))
+        def check(config: DictConfig) -> None:
+            check_with_libraries(validate_train(config))
+
+    with user_errors():
+        check_every_job(check, jobs)
 
 
 def as_config_error(error: Exception, config_name: str, conf_dir: Path = CONF_DIR) -> ConfigError:

@@ -136,9 +136,10 @@ def nan_run(tmp_path_factory) -> TrainedRun:
 
 @pytest.fixture(scope="session")
 def sweep_with_a_bad_job(tmp_path_factory) -> TrainedRun:
-    """A three-job sweep whose middle job (``model.heads=3``: 16 is not divisible by 3) is rejected
-    by validation while the other two train."""
+    """A three-job sweep whose middle job fails mid-way, after its MLflow run exists (``scheduler.gamma=1e30``:
+    its loss becomes NaN in epoch 1, as ``nan_run``'s), while the other two train. (A value that validation
+    rejects stops the whole sweep before any job: ``test_train_cli.py``.)"""
     from cli_helpers import tiny
 
-    return train_once(tmp_path_factory.mktemp("bad_job_sweep"), "-m", "model.heads=1,3,2",
-                      *tiny(max_epochs=1, heatmaps=False))
+    return train_once(tmp_path_factory.mktemp("bad_job_sweep"), "-m", "scheduler.gamma=0.5,1e30,0.9",
+                      *tiny(max_epochs=2, heatmaps=False))

@@ -29,7 +29,7 @@ def validation(score: float | None, step: int, epoch: int) -> SimpleNamespace:
     """What ``CheckpointAverage`` reads of a Trainer at a validation's end."""
     return SimpleNamespace(sanity_checking=False, current_epoch=epoch, global_step=step,
                            callback_metrics={} if score is None else {MONITOR: torch.tensor(score)},
-                           fit_loop=SimpleNamespace(epoch_loop=SimpleNamespace(_batches_that_stepped=step)))
+                           lightning_module=SimpleNamespace(steps_before_batch=step))
 
 
 def train_and_save(callback: CheckpointAverage, scores: list[float | None], folder: Path) -> list[Path]:

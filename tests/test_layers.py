@@ -4,6 +4,7 @@ library in a fresh interpreter, from which packages one import pulls into ``sys.
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import subprocess
 import sys
@@ -110,3 +111,149 @@ def test_only_the_entry_points_reach_the_runtime():
         if attnseq_imports(path) & {"runtime", "cli"}
     }
     assert not offending, offending
+
+
+# -- no private API of a dependency ---------------------------------------------------------------
+ENTRY_POINTS = ("train.py", "evaluate.py", "translate.py", "build_corpus.py")
+PUBLIC_UNDERSCORED = {"_replace", "_asdict", "_fields", "_make", "_field_defaults"}
+"""Names that start with ``_`` and are public API all the same (a namedtuple's methods)."""
+LIBRARY_OBJECTS = {"trainer"}
+"""Names that hold another library's object wherever our code uses them (Lightning's ``Trainer``:
+``trainer``, ``self.trainer``, ``pl_module.trainer``)."""
+ATTRIBUTE_BY_NAME = {"getattr", "setattr", "hasattr", "delattr"}
+
+
+def is_private(name: str) -> bool:
+    dunder = name.startswith("__") and name.endswith("__")
+    return name.startswith("_") and not dunder and name not in PUBLIC_UNDERSCORED
+
+
+def is_third_party(module: str) -> bool:
+    top = module.split(".")[0]
+    return top != "attnseq" and top not in sys.stdlib_module_names
+
+
+def reaches_a_library(node: ast.expr, bound: set[str]) -> bool:
+    """Whether ``node`` (what an attribute is read from) is, or is reached from, a name an import of a
+    third-party package binds (``torch``, ``L``, ``MlflowClient``) or a library object (``trainer``)."""
+    while True:
+        if isinstance(node, ast.Name):
+            return node.id in bound or node.id in LIBRARY_OBJECTS
+        if isinstance(node, ast.Attribute):
+            if node.attr in LIBRARY_OBJECTS:
+                return True
+            node = node.value
+        elif isinstance(node, ast.Call):
+            node = node.func
+        elif isinstance(node, ast.Subscript):
+            node = node.value
+        else:
+            return False
+
+
+@functools.cache
+def inherited_private_names() -> frozenset[str]:
+    """The private names the library classes ours derive from give their instances (torch's ``nn.Module``
+    and optimizers, Lightning's ``LightningModule`` and ``Callback``): ``_forward_hooks``, ``_modules``, …,
+    private wherever they are read, ``self`` included (our code defines none of them)."""
+    import lightning as L
+    import torch
+
+    instances = (torch.nn.Linear(1, 1), L.LightningModule(), L.Callback(),
+                 torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1))
+    return frozenset(name for instance in instances for name in {*dir(instance), *vars(instance)} if is_private(name))
+
+
+def private_api_uses(source: str, filename: str = "<source>", inherited: frozenset[str] = frozenset()) -> list[str]:
+    """Where ``source`` uses a private name of another package: an import of a module path or a name with
+    a part starting with ``_`` from a third-party package (``hydra._internal``, ``from mlflow.server import
+    _X``); ``X._y`` where ``X`` is bound by an import of a third-party package or is a library object
+    (``trainer``), however deep (``trainer.fit_loop.epoch_loop._y``); and ``getattr(obj, "_y")`` (and
+    ``setattr``, ``hasattr``, ``delattr``) on anything but ``self`` or ``cls``, the way to hide such a
+    read; ``X._y`` for any ``X`` where ``_y`` is one of the ``inherited`` names (a library base class's
+    private, ``attention._forward_hooks``). Our own objects' private names (``self._x``, ``other._tokens``)
+    and the standard library's are not a dependency's."""
+    tree = ast.parse(source, filename=filename)
+    found: list[str] = []
+    bound: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if is_third_party(alias.name):
+                    if any(is_private(part) for part in alias.name.split(".")):
+                        found.append(f"{filename}:{node.lineno}: import {alias.name}")
+                    bound.add(alias.asname or alias.name.split(".")[0])
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and is_third_party(node.module):
+            for alias in node.names:
+                if any(is_private(part) for part in [*node.module.split("."), alias.name]):
+                    found.append(f"{filename}:{node.lineno}: from {node.module} import {alias.name}")
+                bound.add(alias.asname or alias.name)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and is_private(node.attr) and (
+                node.attr in inherited or reaches_a_library(node.value, bound)):
+            found.append(f"{filename}:{node.lineno}: {ast.unparse(node)}")
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ATTRIBUTE_BY_NAME
+              and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
+              and isinstance(node.args[1].value, str) and is_private(node.args[1].value)
+              and not (isinstance(node.args[0], ast.Name) and node.args[0].id in ("self", "cls"))):
+            found.append(f"{filename}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_private_api_of_a_dependency_is_used():
+    """The package and the entry points use every library through its public API only."""
+    repo = PACKAGE_ROOT.parent
+    paths = [*sorted(PACKAGE_ROOT.rglob("*.py")), *(repo / name for name in ENTRY_POINTS)]
+    inherited = inherited_private_names()
+    assert {"_forward_hooks", "_modules"} <= inherited
+    found = [use for path in paths
+             for use in private_api_uses(path.read_text(), str(path.relative_to(repo)), inherited)]
+    assert found == []
+
+
+PLANTED = {
+    "a private module path": "from hydra._internal.utils import get_args_parser",
+    "a private module imported": "import hydra._internal.utils as hydra_utils",
+    "a private name imported": "from mlflow.server import _UVICORN_LOG_CONFIG",
+    "a module's private attribute": "import torch\n\ndef f():\n    return torch.nn.functional._canonical_mask",
+    "an aliased module's": "import lightning as L\n\nL.pytorch._graveyard",
+    "an imported class's": "from mlflow.tracking import MlflowClient\n\nMlflowClient._tracking_client",
+    "the trainer's, deep": "def step(trainer):\n    return trainer.fit_loop.epoch_loop._batches_that_stepped",
+    "the trainer's, through self": "def stop(self):\n    self.trainer.strategy._launcher.kill(15)",
+    "read by name": "def f(self):\n    return getattr(self.trainer, '_signal_connector', None)",
+    "read by name from a local": "def f(operations):\n    return getattr(operations, '_operation_futures', [])",
+}
+OWN_PRIVATE = '''
+import os
+from collections import namedtuple
+from attnseq.problems import _pair
+from . import _local
+
+Pair = namedtuple("Pair", "a b")
+
+
+class Vocab:
+    def __init__(self):
+        self._tokens = []
+
+    def __eq__(self, other):
+        return self._tokens == other._tokens and getattr(self, "_tokens") is not None
+
+    def moved(self, pair):
+        return pair._replace(a=1), pair._asdict(), type(self).__name__, os._exit
+'''
+
+
+@pytest.mark.parametrize("source", PLANTED.values(), ids=PLANTED)
+def test_the_private_api_check_catches_a_planted_use(source):
+    assert len(private_api_uses(source)) == 1, private_api_uses(source)
+
+
+def test_the_private_api_check_catches_a_library_base_classs_private_name_on_our_objects():
+    source = "def fuses(self):\n    attention = self.attention\n    return not attention._forward_hooks"
+    assert private_api_uses(source) == []  # a local of ours: only the base classes' names tell
+    assert len(private_api_uses(source, inherited=frozenset({"_forward_hooks"}))) == 1
+
+
+def test_the_private_api_check_leaves_our_own_private_names_and_the_standard_librarys_alone():
+    assert private_api_uses(OWN_PRIVATE, inherited=inherited_private_names()) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 
 import pytest
@@ -294,6 +295,19 @@ def test_a_hooked_or_wrapped_attention_is_called_at_every_step():
     assert not model.decoder.takes_fast_path()
     model(src, lengths, tgt_in)
     assert calls == [torch.Size([4, 12])] * tgt_in.shape[1]
+
+
+def test_a_removed_hook_gives_the_fused_loop_back_and_a_copy_keeps_its_hooks():
+    model = make_model("gru", "additive", "bahdanau", heads=1)
+    assert model.decoder.attention_fuses()
+    handle = model.attention.register_forward_pre_hook(lambda module, args: None)
+    assert not model.decoder.attention_fuses()
+    assert not copy.deepcopy(model).decoder.attention_fuses()  # the copy has the hook too
+    handle.remove()
+    assert model.decoder.attention_fuses()
+    with model.attention.register_forward_hook(lambda module, args, out: None):
+        assert not model.decoder.attention_fuses()
+    assert model.decoder.attention_fuses()
 
 
 def test_several_layers_and_scheduled_sampling_run_step_by_step():

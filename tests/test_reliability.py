@@ -185,14 +185,13 @@ def test_in_a_sweep_a_failing_job_is_failed_the_others_finish_and_the_sweep_says
     proc = sweep_with_a_bad_job.proc
     assert proc.returncode != 0
     runs = sweep_with_a_bad_job.runs
-    children = {r.data.params.get("model.heads"): r for r in runs if r.data.tags.get("attnseq.kind") == "train"}
-    assert {k: r.info.status for k, r in children.items()} == {"1": "FINISHED", "3": "FAILED", "2": "FINISHED"}
-    assert "model.heads=3" in children["3"].data.tags["attnseq.error"]
+    children = {r.data.params.get("scheduler.gamma"): r for r in runs if r.data.tags.get("attnseq.kind") == "train"}
+    assert {k: r.info.status for k, r in children.items()} == {"0.5": "FINISHED", "1e+30": "FAILED", "0.9": "FINISHED"}
     [parent] = [r for r in runs if r.data.tags.get("attnseq.kind") == "sweep"]
     assert parent.info.status == "FAILED"
     summary = proc.stdout + proc.stderr
-    assert "1 not finished" in summary
-    [row] = [line for line in summary.splitlines() if line.startswith("model.heads=3 (#")]  # the sweep's job table
+    assert "NaN or infinite" in summary and "1 not finished" in summary
+    [row] = [line for line in summary.splitlines() if line.startswith("scheduler.gamma=1e+30 (#")]  # the job table
     assert row.split()[2] == "FAILED", row
 
 

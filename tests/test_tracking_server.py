@@ -413,6 +413,18 @@ def test_ui_server_sets_what_mlflow_server_sets():
     }
 
 
+def test_ui_server_logs_as_mlflow_server_does():
+    """Its uvicorn logging config is the one ``mlflow server`` ships (read here as a package resource)."""
+    from importlib.resources import files
+
+    import yaml
+
+    from attnseq.tracking.ui_server import UVICORN_LOG_CONFIG
+
+    shipped = yaml.safe_load(files("mlflow.server").joinpath("uvicorn_log_config.yaml").read_text())
+    assert UVICORN_LOG_CONFIG == shipped
+
+
 def test_ui_server_serves_the_store_its_ui_and_artifacts(tmp_path):
     """``make ui``'s command on a store that already holds a run: the UI page, the API listing that
     run, a new run logged through it with its artifact proxied into ./mlartifacts; a request naming

@@ -36,8 +36,10 @@ from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
     is_child,
     outputs_under,
     run_cli,
+    runs_in,
     tiny,
     tracking_uri,
+    user_env,
 )
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_GIT_DIRTY, MLFLOW_PARENT_RUN_ID
@@ -344,13 +346,13 @@ def test_failing_run_is_marked_failed(nan_run):
 
 @pytest.mark.slow
 def test_sweep_with_a_failing_job_marks_the_parent_failed(sweep_with_a_bad_job):
-    """The sweep's middle job is rejected by validation (conftest); the others train."""
+    """The sweep's middle job fails mid-way (its loss becomes NaN: conftest); the others train."""
     proc = sweep_with_a_bad_job.proc
     assert proc.returncode != 0, explain(proc)
     runs = sweep_with_a_bad_job.runs
     [parent] = [r for r in runs if not is_child(r)]
-    status = {r.data.params["model.heads"]: r.info.status for r in runs if is_child(r)}
-    assert status == {"1": "FINISHED", "3": "FAILED", "2": "FINISHED"}
+    status = {r.data.params["scheduler.gamma"]: r.info.status for r in runs if is_child(r)}
+    assert status == {"0.5": "FINISHED", "1e+30": "FAILED", "0.9": "FINISHED"}
     assert parent.info.status == "FAILED"
 
 
@@ -362,6 +364,23 @@ def test_print_config_creates_nothing(tmp_path):
     printed = yaml.safe_load(proc.stdout)
     assert printed["scorer"]["name"] == "additive" and printed["model"]["heads"] == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("sweep, key", [
+    (["scorer=dot,additive", "model.heads=-1"], "model.heads"),  # every job has it: told once
+    (["model.heads=1,-1"], "model.heads"),  # only the second job has it
+    (["seed=0,1", "+trainer.foo=1"], "trainer.foo"),  # found by the checks that need Lightning
+], ids=["every-job", "one-job", "lightning-check"])
+def test_a_sweep_with_a_bad_value_exits_2_before_any_job(tmp_path, sweep, key):
+    """Every job's composed config is checked before the first runs: one message per problem (not one per
+    job) naming the key and its fix, nothing in MLflow, no sweep folder."""
+    proc = run_cli(tmp_path, "-m", *sweep, *outputs_under(tmp_path), env=user_env())
+    assert proc.returncode == 2, explain(proc)
+    told = proc.stderr + proc.stdout
+    assert "Traceback" not in told and "Fix:" in told, explain(proc)
+    assert len([line for line in told.splitlines() if key in line and "Fix:" not in line]) == 1, explain(proc)
+    assert runs_in(tmp_path) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no store, no multi/, no out/
 
 
 # -- an Optuna search --------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from lightning.pytorch.loggers import Logger
 from attnseq.config import validate_train
 from attnseq.data.sampler import padding_fraction
 from attnseq.training import build
+from attnseq.training.artifacts import metric_step
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 BATCHES_PER_EPOCH = 4
@@ -44,7 +45,7 @@ class RecordingLogger(Logger):
         return [(step, metrics[key]) for step, metrics in self.calls if key in metrics]
 
 
-def fit(tmp_path: Path, log_every_n_steps: int):
+def fit(tmp_path: Path, log_every_n_steps: int, callbacks: list | None = None, **trainer_args):
     overrides = [
         f"dataset.train_size={16 * BATCHES_PER_EPOCH}",
         "dataset.batch_size=16",
@@ -64,11 +65,11 @@ def fit(tmp_path: Path, log_every_n_steps: int):
     datamodule.setup()
     module = build.build_module(config, datamodule)
     logger = RecordingLogger()
-    trainer = L.Trainer(
-        max_epochs=EPOCHS, log_every_n_steps=log_every_n_steps, logger=logger, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
-        default_root_dir=tmp_path,
-    )
+    trainer = L.Trainer(**{
+        "max_epochs": EPOCHS, "log_every_n_steps": log_every_n_steps, "logger": logger, "enable_checkpointing": False,
+        "enable_progress_bar": False, "enable_model_summary": False, "num_sanity_val_steps": 0,
+        "limit_val_batches": 0, "default_root_dir": tmp_path, "callbacks": callbacks, **trainer_args,
+    })
     trainer.fit(module, datamodule=datamodule)
     return logger, datamodule
 
@@ -96,3 +97,25 @@ def test_the_step_loss_is_logged_only_on_the_steps_the_logger_writes(tmp_path):
     logged = [step for step, _ in logger.history("train/loss_step")]
     assert logged == [s for s in range(EPOCHS * BATCHES_PER_EPOCH) if (s + 1) % every == 0]
     assert all(math.isfinite(v) for _, v in logger.history("train/loss"))
+
+
+class ValidationSteps(L.Callback):
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self.steps.append(metric_step(trainer))
+
+
+def test_the_images_step_is_the_one_lightning_logs_the_validation_metrics_at(tmp_path):
+    """``metric_step`` (the step of the heatmaps and figures) against the step the logger is given: with
+    gradients accumulated over 3 batches and a validation every 2, one validation follows a batch that
+    did not step (the step is ``global_step``) and the next one that did (one behind it)."""
+    probe = ValidationSteps()
+    logger, _ = fit(tmp_path, log_every_n_steps=1, callbacks=[probe], accumulate_grad_batches=3,
+                    val_check_interval=2, limit_val_batches=1)
+    logged = [step for step, _ in logger.history("val/loss")]
+    assert len(logged) == EPOCHS * 2
+    assert probe.steps == logged
+    assert len(set(logged)) == len(logged)  # one validation per step on the axis

@@ -29,6 +29,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from pydantic import create_model
 from torch import Tensor, nn
+from torch.utils.hooks import RemovableHandle
 
 from attnseq.attention.local import LocalWindow
 from attnseq.attention.masking import masked_softmax
@@ -127,6 +128,24 @@ class Attention(nn.Module):
         self.window: LocalWindow | None = None
         """Luong's local attention (``attnseq.attention.local``, ``attention.local``), or None: global.
         Set after construction (``build_attention(..., local=...)``), so that any scorer takes it."""
+        self.hook_handles: list[RemovableHandle] = []
+        """The handles of the forward hooks and pre-hooks registered on it (``hooked``)."""
+
+    # -- hooks ----------------------------------------------------------------------------
+    def register_forward_hook(self, hook: Any, *args: Any, **kwargs: Any) -> RemovableHandle:
+        handle = super().register_forward_hook(hook, *args, **kwargs)
+        self.hook_handles.append(handle)
+        return handle
+
+    def register_forward_pre_hook(self, hook: Any, *args: Any, **kwargs: Any) -> RemovableHandle:
+        handle = super().register_forward_pre_hook(hook, *args, **kwargs)
+        self.hook_handles.append(handle)
+        return handle
+
+    def hooked(self) -> bool:
+        """Whether a forward hook or pre-hook registered on it is still on (not removed), read through
+        the handles' public ``id`` and hook dictionary: a hooked attention must see every call."""
+        return any(handle.id in (handle.hooks_dict_ref() or {}) for handle in self.hook_handles)
 
     # -- what a scorer defines ------------------------------------------------------------
     def project_keys(self, keys: Tensor) -> Tensor:

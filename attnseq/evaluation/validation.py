@@ -22,7 +22,8 @@ def check_config(cfg: DictConfig) -> EvalConfig:
 
 
 def check_filter(cfg: EvalConfig) -> None:
-    """``filter`` goes with ``experiment_name`` and is MLflow search syntax (parsed here, not by the store)."""
+    """``filter`` goes with ``experiment_name`` and is MLflow search syntax (parsed by MLflow on an empty store
+    in memory, not by the run's store: ``tracking.store.runs_filter_problem``)."""
     search = cfg.filter
     if search is None:
         return
@@ -31,14 +32,12 @@ def check_filter(cfg: EvalConfig) -> None:
             f"filter={shown(search)} selects among an experiment's runs, but experiment_name is not set.",
             "add experiment_name=<name>, or drop the filter.",
         )
-    from mlflow.exceptions import MlflowException
-    from mlflow.utils.search_utils import SearchUtils
+    from attnseq.tracking.store import runs_filter_problem
 
-    try:
-        SearchUtils.parse_search_filter(search)
-    except MlflowException as error:
+    problem = runs_filter_problem(search)
+    if problem is not None:
         raise ConfigError(
-            f"filter={shown(search)} is not MLflow search syntax: {error.message}",
+            f"filter={shown(search)} is not MLflow search syntax: {problem}",
             f"write it like {EXAMPLE_FILTER} (pasted as printed: for MLflow, values and names with dots or "
             "slashes in double quotes).",
-        ) from None
+        )

@@ -91,7 +91,7 @@ class InterruptCheckpoint(Callback):
 
 class SignalBridge(Callback):
     """Tells ``signals`` while Lightning's loops run and while validation runs (a signal then waits
-    for validation to end)."""
+    for validation to end), and puts its handler in front of Lightning's once that is installed."""
 
     def __init__(self, signals: Signals) -> None:
         self.signals = signals
@@ -102,7 +102,14 @@ class SignalBridge(Callback):
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self.signals.unwatch()
 
+    def on_sanity_check_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.signals.take_over()  # Lightning's SIGTERM handler is on now: ours goes in front of it
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.signals.take_over()
+
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.signals.take_over()
         self.signals.set_validating(True)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -7,12 +7,14 @@ moment the signal lands:
   130 (SIGINT), so even a signal before the MLflow run exists exits non-zero, without a
   traceback; ``train()`` turns it into a KILLED run;
 - while Lightning runs its loops, Lightning's SIGTERM handler is installed and calls this one
-  after its own (it keeps whatever handler was there): this one only records the signal, and
-  Lightning stops at the next training batch boundary, after which ``InterruptCheckpoint`` saves
-  the newest state. A Ctrl-C is made to stop the same way. A signal that lands during validation
-  is held back until validation has ended, so an epoch's validation is never cut in half (a
-  checkpoint taken mid-validation cannot be resumed exactly); one recorded after Lightning's
-  last check is raised as soon as Lightning hands control back (``raise_pending``);
+  after its own (it keeps whatever handler was there); once its loops start (``SignalBridge``), a
+  handler of ours is put in front of it (``take_over``, public ``signal`` calls only), which passes
+  the signal on to Lightning's handler, and Lightning stops at the next training batch boundary,
+  after which ``InterruptCheckpoint`` saves the newest state. A Ctrl-C is passed on the same way. A
+  signal that lands during validation reaches Lightning only once validation has ended, so an
+  epoch's validation is never cut in half (a checkpoint taken mid-validation cannot be resumed
+  exactly); one recorded after Lightning's last check is raised as soon as Lightning hands control
+  back (``raise_pending``);
 - inside ``held()`` (while the run is being created) it only records; the block's end raises;
 - once an interrupt has been raised, later signals are recorded and not raised, so the cleanup
   (the checkpoint, its upload, the KILLED mark) finishes.
@@ -55,7 +57,10 @@ class Signals:
         self.holding = 0  # depth of held() blocks
         self.trainer: Any = None  # the Trainer whose loops Lightning runs, while they run
         self.validating = False
+        self.lightning: Any = None  # Lightning's SIGTERM handler, once ours is in front of it (``take_over``)
+        self.told = False  # Lightning's handler has seen this process's signal: it stops at its next check
         self.handler = self._handle  # one bound method, so ``signal.getsignal`` can be compared with it
+        self.ahead = self._ahead  # the one in front of Lightning's
         self.owner: Any = None  # the runtime that installs it (``attnseq.runtime``), which hydra callbacks reach
         self._previous: dict[int, Any] = {}
 
@@ -86,22 +91,42 @@ class Signals:
                   "kill -9 stops at once, losing what is not saved yet)", file=sys.stderr, flush=True)
             return
         if self._lightning_in_charge():
-            self._tell_lightning()
+            self._tell_lightning(signum, frame)
             return
         if self.holding:
             return
         self._raise()
 
+    def _ahead(self, signum: int, frame) -> None:
+        self._handle(signum, frame)
+
     def _lightning_in_charge(self) -> bool:
         """Lightning's handler chains to this one only while its loops run (it restores ours after)."""
         return self.trainer is not None and signal.getsignal(signal.SIGTERM) is not self.handler
 
-    def _tell_lightning(self) -> None:
-        """Lightning stops at its next check when its connector says a SIGTERM came; not during
-        validation, which must finish first (``SignalBridge.on_validation_end`` tells it then)."""
-        connector = getattr(self.trainer, "_signal_connector", None)
-        if connector is not None:
-            connector.received_sigterm = not self.validating
+    def _tell_lightning(self, signum: int | None = None, frame=None) -> None:
+        """Lightning stops at its next check once its SIGTERM handler has run (``Trainer.received_sigterm``);
+        not during validation, which must finish first (``SignalBridge.on_validation_end`` tells it then).
+        Its handler calls ours after its own (``told`` by then: nothing more)."""
+        if signum == signal.SIGTERM and signal.getsignal(signal.SIGTERM) not in (self.handler, self.ahead):
+            self.told = True  # Lightning's own handler got it first (ours not in front of it yet)
+        if self.validating or self.told or self.lightning is None:
+            return
+        self.told = True
+        self.lightning(signal.SIGTERM, frame)
+
+    def take_over(self) -> None:
+        """Put ours in front of the SIGTERM handler Lightning installed when its loops started (it calls
+        ours after its own, and restores ours when they end), so that a signal during validation reaches
+        it only after validation (``SignalBridge``, as validation or training starts; main thread only)."""
+        current = signal.getsignal(signal.SIGTERM)
+        if (self.trainer is None or current in (self.handler, self.ahead) or not callable(current)
+                or threading.current_thread() is not threading.main_thread()):
+            return
+        self.lightning = current
+        signal.signal(signal.SIGTERM, self.ahead)
+        if self.received is not None and not self.raised:  # a Ctrl-C before: Lightning has not seen it
+            self._tell_lightning()
 
     def _raise(self) -> None:
         self.raised = True
@@ -140,10 +165,10 @@ class Signals:
 
     def watch(self, trainer: Any) -> None:
         """Lightning's loops for ``trainer`` start (``SignalBridge``)."""
-        self.trainer, self.validating = trainer, False
+        self.trainer, self.validating, self.lightning, self.told = trainer, False, None, False
 
     def unwatch(self) -> None:
-        self.trainer, self.validating = None, False
+        self.trainer, self.validating, self.lightning, self.told = None, False, None, False
 
     def set_validating(self, validating: bool) -> None:
         self.validating = validating

@@ -201,7 +201,7 @@ class Decoder(SequenceDecoder):
             self.rnn.num_layers == 1
             and isinstance(attention, Attention)
             and attention.fuses
-            and not (attention._forward_hooks or attention._forward_pre_hooks)
+            and not attention.hooked()
         )
 
     def run_rnn(self, inputs: Tensor, rnn_state: RNNState) -> Tensor:

@@ -13,8 +13,10 @@ Creating a run is the one call that must not be made twice: each attempt is sent
 another the store is searched for the run the last one may have made (``create``).
 
 To a tracking server (``http(s)://``), where every call is an HTTP round trip, params, tags and
-metrics go through MLflow's asynchronous logging (``logs_asynchronously``): the call queues them and
-returns, MLflow's worker threads send them, with the same retries. Nothing queued is lost or fails
+metrics are sent asynchronously (``logs_asynchronously``): the call queues them and returns, and the
+run's one sender thread sends them in order through MLflow's public ``log_batch``, with the same
+retries (a queue of our own, whose futures are ours to read: MLflow's ``RunOperations`` keeps its
+futures private). Nothing queued is lost or fails
 silently: a batch whose answer was cut off (a server stopped mid-response) is sent again, and
 each call first raises the error of any earlier record that failed (``TrackingUnavailable``
 when the store stopped answering), and ``flush`` waits for every queued record and raises the first
@@ -26,8 +28,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -63,8 +65,9 @@ class TrackedRun:
         self.name = name
         self.lost: TrackingUnavailable | None = None  # set when the store stopped answering
         self.asynchronous = logs_asynchronously(client.tracking_uri)
-        # (action, the batch, MLflow's RunOperations) not yet known to have succeeded
-        self.queued: list[tuple[str, dict[str, list], Any]] = []
+        # (action, the batch, its send) not yet known to have succeeded
+        self.queued: list[tuple[str, dict[str, list], Future]] = []
+        self.sender: ThreadPoolExecutor | None = None  # sends the queued batches, one at a time, in order
 
     @classmethod
     def create(
@@ -147,8 +150,12 @@ class TrackedRun:
             self._call(action, self.client.log_batch, self.run_id, synchronous=True, **batch)
             return
         self._raise_failed(wait=False)
-        operations = self._call(action, self.client.log_batch, self.run_id, synchronous=False, **batch)
-        self.queued.append((action, batch, operations))
+        if self.lost is not None:
+            raise self.lost
+        if self.sender is None:
+            self.sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnseq-tracking")
+        sent = self.sender.submit(self.client.log_batch, self.run_id, synchronous=True, **batch)
+        self.queued.append((action, batch, sent))
 
     def flush(self) -> None:
         """Wait until every queued record is in the store; raise the first that failed."""
@@ -161,16 +168,15 @@ class TrackedRun:
         failure: tuple[str, BaseException] | None = None
         still_queued = []
         resend = []
-        for action, batch, operations in self.queued:
-            futures = list(_futures(operations))
-            if not wait and not all(future.done() for future in futures):
-                still_queued.append((action, batch, operations))
+        for action, batch, sent in self.queued:
+            if not wait and not sent.done():
+                still_queued.append((action, batch, sent))
                 continue
-            errors = [error for future in futures if (error := future.exception()) is not None]
-            if errors and all(answer_cut_off(error) for error in errors):
+            error = sent.exception()
+            if error is not None and answer_cut_off(error):
                 resend.append((action, batch))
-            elif errors and failure is None:
-                failure = (action, errors[0])
+            elif error is not None and failure is None:
+                failure = (action, error)
         self.queued = still_queued
         for action, batch in resend:
             self._call(action, self.client.log_batch, self.run_id, synchronous=True, **batch)
@@ -250,11 +256,6 @@ def logs_asynchronously(tracking_uri: str) -> bool:
     if MLFLOW_ENABLE_ASYNC_LOGGING.is_set():
         return MLFLOW_ENABLE_ASYNC_LOGGING.get()
     return str(tracking_uri).lower().startswith(("http://", "https://"))
-
-
-def _futures(operations: Any) -> Iterator[Future]:
-    """The futures of MLflow's ``RunOperations`` (one per queued batch)."""
-    yield from getattr(operations, "_operation_futures", None) or []
 
 
 def _raise(error: BaseException) -> None:

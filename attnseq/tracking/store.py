@@ -256,6 +256,23 @@ so the experiment reads as model training wherever the tag is honoured.
 """
 
 
+FILTER_CHECK_STORE = "sqlite:///:memory:"
+"""An empty store in memory, where a filter's syntax is checked (``runs_filter_problem``)."""
+
+
+def runs_filter_problem(search: str) -> str | None:
+    """What MLflow finds wrong with ``search`` as a runs filter (its own message), or None: MLflow's
+    search through its public client, on an empty store in memory, so that neither the user's store
+    is opened (nor created) for it nor a file written. Its schema takes about a second to make, once
+    per process (MLflow keeps the store per URI)."""
+    client = MlflowClient(tracking_uri=FILTER_CHECK_STORE)
+    try:
+        client.search_runs(["0"], search, max_results=1)  # "0": the default experiment, in every store
+    except MlflowException as error:
+        return error.message
+    return None
+
+
 def ensure_experiment(client: MlflowClient, name: str) -> str:
     """The experiment's id, created if missing (tolerating a concurrent creator), tagged as model
     training (``EXPERIMENT_KIND``) unless it already says what it is."""

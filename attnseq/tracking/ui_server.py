@@ -106,6 +106,29 @@ def experiment_links(store_uri: str, address: str) -> list[str]:
     return [f"  {e.name}: {ui_url(store_uri, e.experiment_id, ui_address=address, runs_filter='')}" for e in with_runs]
 
 
+UVICORN_LOG_CONFIG = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "default": {"()": "uvicorn.logging.DefaultFormatter", "fmt": "%(asctime)s %(levelprefix)s %(message)s",
+                    "datefmt": "%Y/%m/%d %H:%M:%S"},
+        "access": {"()": "uvicorn.logging.AccessFormatter",
+                   "fmt": '%(asctime)s %(levelprefix)s %(client_addr)s - "%(request_line)s" %(status_code)s',
+                   "datefmt": "%Y/%m/%d %H:%M:%S"},
+    },
+    "handlers": {
+        "default": {"formatter": "default", "class": "logging.StreamHandler", "stream": "ext://sys.stderr"},
+        "access": {"formatter": "access", "class": "logging.StreamHandler", "stream": "ext://sys.stdout"},
+    },
+    "loggers": {
+        "uvicorn": {"handlers": ["default"], "level": "INFO"},
+        "uvicorn.access": {"handlers": ["access"], "level": "INFO", "propagate": False},
+    },
+}
+"""uvicorn's logging as ``mlflow server`` sets it (its ``uvicorn_log_config.yaml``, which MLflow names only
+privately): timestamped lines, requests on stdout, the rest on stderr."""
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if not port_is_free(args.host, args.port):
@@ -117,7 +140,6 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.update(server_environment(args.backend_store_uri, destination))
 
     import uvicorn  # after the environment: importing the app reads it
-    from mlflow.server import _UVICORN_LOG_CONFIG
     from mlflow.server.fastapi_app import app
     from mlflow.server.handlers import initialize_backend_stores
 
@@ -125,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
     address = f"http://{args.host}:{args.port}"
     print(f"MLflow UI on {redact('', args.backend_store_uri)}: {address}\n"
           + "\n".join(experiment_links(args.backend_store_uri, address)), flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, workers=1, log_config=str(_UVICORN_LOG_CONFIG))
+    uvicorn.run(app, host=args.host, port=args.port, workers=1, log_config=UVICORN_LOG_CONFIG)
 
 
 if __name__ == "__main__":

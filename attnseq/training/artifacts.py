@@ -155,10 +155,11 @@ def run_note(data: Seq2SeqDataModule, module: Seq2SeqLitModule, heatmap_labels: 
 
 
 def metric_step(trainer: L.Trainer) -> int:
-    """The step Lightning gives the metrics it logs now: the count of batches the optimizer has
-    stepped on, which during a validation run inside a training epoch is one behind ``global_step``
-    (Lightning counts the epoch's last batch after validating)."""
-    return trainer.fit_loop.epoch_loop._batches_that_stepped
+    """The step Lightning gives the metrics it logs now: the count of batches that stepped before the
+    training batch now running, which a validation run after that batch shares; it is one behind
+    ``global_step`` when that batch stepped (Lightning counts a batch after the validation that follows
+    it). Counted by the module itself (``Seq2SeqLitModule.steps_before_batch``), with public API only."""
+    return trainer.lightning_module.steps_before_batch
 
 
 def length_curves_of(rows: list[dict]) -> dict[str, list[dict]]:
@@ -243,7 +244,7 @@ class RunArtifacts(Callback):
         """The heatmaps before any training, at step 0 (MLflow's image cards open on step 0), are of
         the untrained model: a copy of it is kept here and drawn after the first step, at the first
         validation's end, so that drawing does not delay the start of training."""
-        if self.samples and trainer.is_global_zero and metric_step(trainer) == 0:  # not on a resume
+        if self.samples and trainer.is_global_zero and trainer.global_step == 0:  # not on a resume
             self.untrained = copy.deepcopy(pl_module.model)
 
     def log_untrained_heatmaps(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:

@@ -252,7 +252,8 @@ def lightning_seed_environment() -> Iterator[None]:
 def prepare(cfg: DictConfig) -> tuple[TrainConfig, dict[str, Any], Resumption | None]:
     """The typed config to train (a resumed run's own, validated again), its record (what the run
     stores as params and resolved YAML: ``tracking.params``), and this process set up for it. A bad
-    config fails here, before any data or run is made (in a sweep, as a FAILED run of its own)."""
+    config fails here, before any data or run is made (in a sweep, one the command line could not check up
+    front, such as a value a sweeper samples, as a FAILED run of its own: ``attnseq.cli.check_every_job``)."""
     resumption = None
     try:
         config = validate_train(cfg)
@@ -379,7 +380,7 @@ def fit(
         default_root_dir=cfg.paths.output_dir,
         plugins=[NamedCheckpointIO()],  # a checkpoint that cannot be written is named
     )
-    # Lightning's SIGTERM handler, while its loops run, calls ours after its own (see signals)
+    # Lightning's SIGTERM handler, while its loops run, calls ours after its own; ours goes in front of it (see signals)
     trainer.fit(module, datamodule=datamodule, weights_only=True,  # never unpickle objects
                 ckpt_path=str(resumption.checkpoint) if resumption else None)
     signals.raise_pending()
