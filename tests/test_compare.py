@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import csv
 import math
+from dataclasses import replace
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_rgba
@@ -27,6 +29,8 @@ from attnseq.evaluation.compare import (
 from attnseq.evaluation.evaluator import EvalResult
 from attnseq.evaluation.pipeline import GROUPS_PARAM, log_comparison
 from attnseq.evaluation.trained_runs import TrainedRun
+from attnseq.metrics.declarations import METRICS, MetricDeclaration, SuiteSpec, names
+from attnseq.metrics.faithfulness import FaithRecords, step_agreement
 from attnseq.tracking import tags
 from attnseq.tracking.client import TrackingClient
 from attnseq.tracking.plots import accuracy_vs_length, metrics_vs_length
@@ -56,7 +60,7 @@ def trained(run_id: str, seed: int, scorer: str = "dot", minutes: float = 2.0, b
     data = RunData(metrics=[Metric("val/acc_best", best, 0, 0)], params=[Param(k, v) for k, v in params.items()],
                    tags=[RunTag(tags.CHOICES, CHOICES if scorer == "dot" else f"copy-gru-{scorer}")])
     config = {"scorer": {"name": scorer}, "encoder": {"name": "gru"}, "decoder": {"convention": "bahdanau"},
-              "model": {"heads": 1}, "dataset": {"train_lengths": [1, 6]}, "seed": seed}
+              "model": {"heads": 1}, "dataset": {"task": "copy", "train_lengths": [1, 6]}, "seed": seed}
     return TrainedRun(Run(info, data), config, src_vocab=None, tgt_vocab=None, model=CountedModel())
 
 
@@ -237,6 +241,66 @@ def test_the_diagnostics_table_lists_attending_groups_per_bucket(tmp_path):
     assert whole["attn_margin_mean"] == ""  # no overall margin was logged
     assert "scorer=none" not in written["diagnostics_markdown"].read_text()
     assert written["diagnostics_figure"].read_bytes()[:4] == b"\x89PNG"
+
+
+# -- the faithfulness columns ------------------------------------------------------------------
+FAITH_SPEC = SuiteSpec("eval", max_length=10, bucket_width=5, train_lengths=(1, 6), attention=True,
+                       gold_alignment=True, text=False, faith=("grad_x_input", "counterfactual", "adversarial"))
+
+
+def faith_metrics(shift: float) -> dict[str, float]:
+    """``eval/faith/...`` as the registry's faithfulness metric computes them from a probe's records: two steps,
+    of sources of 3 and 7 tokens (buckets 01-05 and 06-10); the permuted attention replayed on the second only."""
+    records = FaithRecords(
+        agreements=[(3, {"grad_x_input": step_agreement(np.array([[0.7, 0.2, 0.1]]), np.array([3.0, 1.0, 2.0]))}),
+                    (7, {"grad_x_input": step_agreement(np.array([[0.1, 0.3, 0.6]]), np.array([1.0, 2.0, 3.0]))})],
+        flips=[("uniform", 3, 4, 1), ("uniform", 7, 4, 2), ("permute", 7, 5, 2)],
+        jsd=[(3, 0.1 + shift), (7, 0.3 + shift)],
+    )
+    member = METRICS["faithfulness"](FAITH_SPEC)
+    member.add(records)
+    return {f"eval/{name}": float(value) for name, value in member.compute().items()}
+
+
+def test_comparison_csv_has_the_faithfulness_columns_the_metric_registry_declares(tmp_path):
+    """Every ``eval/faith/...`` name the registry's faithfulness metrics declare for the evaluation, overall and
+    per bucket, a plugin's too, is a column (mean and interval), its values the seeds' own; none more."""
+
+    class ProbeCost(MetricDeclaration):  # a plugin's faithfulness metric, declared only: the comparison reads names
+        name = "faith_probe_cost"
+        needs_attention = needs_faith = True
+        stages = ("eval",)
+
+        @classmethod
+        def overall_names(cls, spec):
+            return ["faith/probe_seconds"]
+
+    try:
+        declared = names(FAITH_SPEC, needs_faith=True)
+        assert "eval/faith/probe_seconds" in declared and "eval/faith/adversarial_jsd_len/06-10" in declared
+        rows = [bucket(1, 5, 0.9), bucket(6, 10, 0.7)]
+        results = []
+        for shift in (0.0, 0.1):
+            metrics = faith_metrics(shift) | {"eval/faith/probe_seconds": 2.0 + shift}
+            results.append(replace(result(0.8, rows, **metrics), spec=FAITH_SPEC))
+        groups = group_runs([trained("r0", 0), trained("r1", 1)], results)
+        written = write_comparison(groups, tmp_path, "faith")
+        [row] = read_csv(written["csv"])
+    finally:
+        del METRICS["faith_probe_cost"]
+    faith_columns = [column for column in row if column.startswith("eval/faith/")]
+    assert sorted(faith_columns) == sorted(f"{name}{suffix}" for name in declared for suffix in ("_mean", "_ci95"))
+    assert float(row["eval/faith/adversarial_jsd_mean"]) == pytest.approx((0.2 + 0.3) / 2)  # each run's 0.2, 0.3
+    assert float(row["eval/faith/adversarial_jsd_len/01-05_mean"]) == pytest.approx((0.1 + 0.2) / 2)
+    assert float(row["eval/faith/cf_uniform_flip_rate_mean"]) == pytest.approx(3 / 8)
+    assert float(row["eval/faith/grad_x_input/tau_mean"]) == pytest.approx((1 / 3 + 1) / 2)  # τ by hand: 1/3 and 1
+    assert row["eval/faith/cf_permute_flip_rate_len/01-05_mean"] == ""  # no permuted step there
+    assert float(row["eval/faith/probe_seconds_mean"]) == pytest.approx(2.05)
+    per_run = read_csv(written["runs_csv"])
+    assert [float(r["eval/faith/adversarial_jsd"]) for r in per_run] == pytest.approx([0.2, 0.3])
+    off = group_runs([trained("r0", 0)], [result(0.8, rows)])  # no spec (faith.samples=0 reports none): no column
+    [row] = read_csv(write_comparison(off, tmp_path / "off", "off")["csv"])
+    assert not [column for column in row if column.startswith("eval/faith/")]
 
 
 # -- figures ---------------------------------------------------------------------------------

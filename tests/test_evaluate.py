@@ -28,6 +28,8 @@ from attnseq.data import Example, Vocabulary
 from attnseq.evaluation.compare import Compared
 from attnseq.evaluation.pipeline import GROUPS_PARAM, same_sample_figure
 from attnseq.metrics import DIAGNOSTICS
+from attnseq.metrics.declarations import SuiteSpec, names
+from attnseq.metrics.faithfulness import FaithSettings
 from attnseq.model import ModelConfig
 from attnseq.model.decoding import Decoded
 from attnseq.tracking.explorer import explorer_data
@@ -38,6 +40,8 @@ WIDTH = 5
 SENTENCES = ("s1 s2 s3", "s4 s0 s4 s9")  # eval.sentences: the copy task's source text is its symbols
 SCORERS = (NO_ATTENTION, ModelConfig.scorer)
 """The fixed-vector baseline and the default scorer: the pair the README compares first."""
+FAITH = ("faith.samples=2", "faith.ig_steps=4", "faith.adversarial=null")
+"""A cheap faithfulness probe: the three measures' τ and the flip rates on 2 sequences, no adversarial search."""
 
 
 def expected_buckets(lo_hi=EVAL_LENGTHS, width=WIDTH) -> list[str]:
@@ -57,7 +61,7 @@ def evaluated(tmp_path_factory):
     proc = run_cli(
         root, f"parent_run_id={parent.info.run_id}", f"eval.lengths=[{EVAL_LENGTHS[0]},{EVAL_LENGTHS[1]}]",
         "eval.size=120", f"mlflow.tracking_uri={tracking_uri(root)}", f"hydra.run.dir={root}/eval",
-        f"eval.sentences=[{','.join(repr(text) for text in SENTENCES)}]", script=EVALUATE_PY,
+        f"eval.sentences=[{','.join(repr(text) for text in SENTENCES)}]", *FAITH, script=EVALUATE_PY,
     )
     assert proc.returncode == 0, explain(proc)
     runs = all_runs(client)
@@ -189,6 +193,18 @@ def test_comparison_has_one_row_per_run_and_a_figure(evaluated):
     assert comparison.data.params[GROUPS_PARAM] == "; ".join(r["group"] for r in rows)
     for scorer in SCORERS:
         assert 0.0 <= comparison.data.metrics[f"eval/acc/scorer_{scorer}"] <= 1.0
+    # the eval/faith/... columns: the names the metric registry declares for the attending run's evaluation
+    spec = SuiteSpec("eval", max_length=EVAL_LENGTHS[1], bucket_width=WIDTH, train_lengths=(1, 6), attention=True,
+                     gold_alignment=True, text=False,
+                     faith=FaithSettings(samples=2, adversarial=None).groups())
+    declared = names(spec, needs_faith=True)
+    assert "eval/faith/leave_one_out/tau" in declared and "eval/faith/cf_uniform_flip_rate_len/01-05" in declared
+    assert sorted(c for c in rows[0] if c.startswith("eval/faith/")) == sorted(
+        f"{name}{suffix}" for name in declared for suffix in ("_mean", "_ci95"))
+    by_scorer = {r["scorer"]: r for r in rows}
+    assert 0.0 <= float(by_scorer[ModelConfig.scorer]["eval/faith/cf_uniform_flip_rate_mean"]) <= 1.0
+    assert all(by_scorer[NO_ATTENTION][c] == "" for c in rows[0] if c.startswith("eval/faith/"))  # nothing to probe
+    assert 0.0 <= comparison.data.metrics[f"eval/faith/cf_uniform_flip_rate/scorer_{ModelConfig.scorer}"] <= 1.0
     # readable without the UI: the terminal shows the same table
     assert "| scorer=additive | 1 |" in evaluated["stdout"] and "| scorer=none | 1 |" in evaluated["stdout"]
     # significance: every pair of scorers, paired on the same 120 sequences (one seed: no Welch)

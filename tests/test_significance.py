@@ -37,10 +37,11 @@ def outcomes(correct, tokens, seed: int = 0, hypotheses=None, references=None) -
     return SequenceOutcomes(keys, np.asarray(correct), np.asarray(tokens), hypotheses, references)
 
 
-def group(name: str, runs: list[SequenceOutcomes]) -> GroupRuns:
+def group(name: str, runs: list[SequenceOutcomes], text: bool | None = None) -> GroupRuns:
+    """Compared as text where the runs have text (``text``: say otherwise)."""
     scores = [{"acc": o.correct.sum() / o.tokens.sum(), "exact_match": o.exact.mean()}
               | (corpus_scores(o.hypotheses, o.references) if o.hypotheses else {}) for o in runs]
-    return GroupRuns(name, scores, runs)
+    return GroupRuns(name, scores, runs, all(o.hypotheses for o in runs) if text is None else text)
 
 
 def by_metric(rows, metric):
@@ -171,11 +172,14 @@ def test_runs_pair_only_on_the_same_sequences():
     assert np.isnan(matrix).all()
 
 
-def seed_group(label: str, runs: list[SequenceOutcomes]) -> SeedGroup:
+def seed_group(label: str, runs: list[SequenceOutcomes], task: str = "copy") -> SeedGroup:
     members = []
     for seed, run in enumerate(runs):
-        trained = SimpleNamespace(run=SimpleNamespace(data=SimpleNamespace(params={"seed": str(seed)})))
+        trained = SimpleNamespace(run=SimpleNamespace(data=SimpleNamespace(params={"seed": str(seed)})),
+                                  config={"dataset": {"task": task}})
         metrics = {"eval/acc": run.correct.sum() / run.tokens.sum(), "eval/exact_match": run.exact.mean()}
+        if run.hypotheses is not None:  # scored as text, whether or not the comparison tests it so
+            metrics |= {f"eval/{name}": value for name, value in corpus_scores(run.hypotheses, run.references).items()}
         members.append(Compared(trained, EvalResult(metrics, [], outcomes=run)))
     return SeedGroup(label, members)
 
@@ -198,3 +202,70 @@ def test_the_comparison_writes_the_table_and_the_p_value_matrix(tmp_path):
     assert paths["significance_figure"].stat().st_size > 0
     assert paths["significance_markdown"].read_text().count("| scorer=dot (2 seeds) |") == 4
     assert write_significance(groups[:1], tmp_path / "one", 200, 12345, "1 group") == {}
+
+
+def sentence_runs(rng: np.random.Generator, seeds: int, keep: float) -> list[SequenceOutcomes]:
+    """Runs whose outputs drop words of their references with probability 1 − ``keep``: text outcomes; the
+    runs of one seed share their references (they decoded the same sequences)."""
+    words = [f"w{i}" for i in range(20)]
+    runs = []
+    for seed in range(seeds):
+        drawn = np.random.default_rng(100 + seed)
+        references = [" ".join(drawn.choice(words, drawn.integers(3, 9))) for _ in range(40)]
+        hypotheses = [" ".join(w for w in r.split() if rng.random() < keep) or "w0" for r in references]
+        tokens = np.array([len(r.split()) + 1 for r in references])
+        correct = np.array([t if h == r else t // 2 for h, r, t in zip(hypotheses, references, tokens)])
+        runs.append(outcomes(correct, tokens, seed, tuple(hypotheses), tuple(references)))
+    return runs
+
+
+@pytest.mark.parametrize("task", ["copy", "reverse", "sort"])
+def test_a_symbol_task_has_only_its_exact_match_and_accuracy_tested(task, tmp_path, monkeypatch):
+    """Whatever its runs carry (``reverse`` is scored with sacreBLEU, and these outcomes have text): the task
+    registry says symbols, so sacreBLEU's bootstrap never runs and no text score gets a row or a panel."""
+    from attnseq.data.tasks import TASKS
+    from attnseq.metrics import significance
+
+    assert TASKS.lookup(task).is_symbolic and TASKS.lookup("reverse").is_text
+
+    def no_text_bootstrap(*args, **kwargs):
+        raise AssertionError("the text bootstrap ran on a symbol task")
+
+    monkeypatch.setattr(significance, "text_bootstrap", no_text_bootstrap)
+    monkeypatch.setattr(significance, "text_differences", no_text_bootstrap)
+    rng = np.random.default_rng(4)
+    groups = [seed_group(name, sentence_runs(rng, 2, keep), task) for name, keep in (("a", 0.6), ("b", 0.95))]
+    assert all(member.result.metrics.get("eval/sacrebleu") is not None for g in groups for member in g.members)
+    paths = write_significance(groups, tmp_path, 200, 12345, "symbols")
+    rows = list(csv.DictReader(open(paths["significance_csv"])))
+    assert sorted(row["metric"] for row in rows) == ["acc", "exact_match"]
+    assert all(float(row["p_bootstrap"]) < 0.01 for row in rows)  # the gap is there, and tested
+    markdown = paths["significance_markdown"].read_text()
+    assert "sacreBLEU |" not in markdown and "chrF |" not in markdown and "TER |" not in markdown
+
+
+def test_a_text_task_has_its_text_scores_tested_with_sacrebleus_bootstrap(tmp_path, monkeypatch):
+    from attnseq.metrics import significance
+
+    calls = []
+    text_bootstrap = significance.text_bootstrap
+    monkeypatch.setattr(significance, "text_bootstrap", lambda *args: calls.append(args) or text_bootstrap(*args))
+    rng = np.random.default_rng(4)
+    groups = [seed_group(name, sentence_runs(rng, 2, keep), "translate") for name, keep in (("a", 0.6), ("b", 0.95))]
+    paths = write_significance(groups, tmp_path, 200, 12345, "text")
+    rows = list(csv.DictReader(open(paths["significance_csv"])))
+    assert sorted(row["metric"] for row in rows) == ["acc", "chrf", "exact_match", "sacrebleu", "ter"]
+    assert len(calls) == 1  # one pair of groups
+    for metric in ("sacrebleu", "chrf"):
+        [row] = [r for r in rows if r["metric"] == metric]
+        assert float(row["difference"]) > 0 and float(row["p_bootstrap"]) < 0.01
+        assert row["bootstrap_seed"] == significance.sacrebleu_seed()
+
+
+def test_text_scores_are_tested_only_where_both_groups_are_compared_as_text():
+    rng = np.random.default_rng(6)
+    a, b = sentence_runs(rng, 1, 0.6), sentence_runs(rng, 1, 0.95)
+    both = significance_rows([group("a", a), group("b", b)], 100, seed=12345)
+    assert {row["metric"] for row in both} == {"acc", "exact_match", "sacrebleu", "chrf", "ter"}
+    one = significance_rows([group("a", a), group("b", b, text=False)], 100, seed=12345)
+    assert {row["metric"] for row in one} == {"acc", "exact_match"}

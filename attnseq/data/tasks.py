@@ -16,7 +16,7 @@ and every ADJ NOUN pair is swapped ("black cat" -> "chat noir"), so the gold ali
 permutation of source positions that is not monotonic whenever an adjective occurs.
 
 Every task (the TSV corpus too) is a ``Task``: a settings model registered by its ``task`` name with
-its capabilities (``has_gold_alignment``, ``is_text``, ``generated``), so adding one is one class
+its capabilities (``has_gold_alignment``, ``is_text``, ``is_symbolic``, ``generated``), so adding one is one class
 and one ``conf/dataset/<name>.yaml``; ``dataset_model`` adds the keys every dataset has.
 """
 
@@ -75,6 +75,9 @@ class Task(Choice):
     """Its examples are generated from a seed (``example``); False: read from a corpus (``dataset.path``)."""
     shares_vocabulary: ClassVar[bool] = False
     """Its source and target are one token set, one ``Vocabulary``: ``model.share_embeddings`` can work."""
+    is_symbolic: ClassVar[bool] = False
+    """Its tokens are symbols, not words: a text score of its outputs (``reverse``'s sacreBLEU) moves with their
+    exact match and token accuracy, so a comparison tests those alone (no text bootstrap)."""
 
     def source_tokens(self) -> list[str]:
         raise NotImplementedError
@@ -90,6 +93,7 @@ class SymbolTask(Task):
     """Base of copy/reverse/sort: the target is the source read in ``target_order``."""
 
     shares_vocabulary: ClassVar[bool] = True
+    is_symbolic: ClassVar[bool] = True
 
     num_symbols: int = Field(10, ge=1, le=MAX_VOCABULARY, description="the alphabet's size: symbols s0 … "
                              "s{num_symbols-1}")

@@ -24,6 +24,7 @@ from scipy import stats
 
 from attnseq.evaluation.evaluator import EvalResult
 from attnseq.evaluation.trained_runs import TrainedRun
+from attnseq.metrics.declarations import names
 from attnseq.tracking import tags
 from attnseq.tracking.plots import accuracy_vs_length, curve_colours, metrics_vs_length, save_figure
 
@@ -100,13 +101,25 @@ class Compared:
         return self.trained.run.data.params.get(SEED_PARAM, "-")
 
     def overall(self) -> dict[str, float | None]:
-        """Training minutes, best validation accuracy, and every overall ``eval/`` metric (the
-        per-bucket ones, ``eval/acc_len/01-05``, are in the bucket rows)."""
+        """Training minutes, best validation accuracy, every overall ``eval/`` metric (the per-bucket
+        ones, ``eval/acc_len/01-05``, are in the bucket rows) and the overall ``faith``."""
         run = self.trained.run
         minutes = (run.info.end_time - run.info.start_time) / 60000 if run.info.end_time else None
         values = {TRAIN_MINUTES: minutes, BEST_VAL_ACC: run.data.metrics.get(BEST_VAL_ACC)}
         values.update({key: value for key, value in self.result.metrics.items() if key.count("/") == 1})
-        return values
+        return values | self.faith()
+
+    def faith(self, buckets: bool = False) -> dict[str, float | None]:
+        """``eval/faith/...``: every name the metric registry's faithfulness metrics declare for this
+        evaluation (``names(spec, needs_faith=True)``), overall or, with ``buckets``, per length bucket
+        (``eval/faith/adversarial_jsd_len/01-05``), with its value; None where the run reports none (a τ
+        whose every step was NaN). Nothing for a result without its spec."""
+        spec = self.result.spec
+        if spec is None:
+            return {}
+        overall = names(spec, buckets=False, needs_faith=True)
+        picked = overall if not buckets else [n for n in names(spec, needs_faith=True) if n not in overall]
+        return {name: self.result.metrics.get(name) for name in picked}
 
     def buckets(self) -> dict[tuple[int, int], dict]:
         return {(row["lo"], row["hi"]): row for row in self.result.bucket_rows}
@@ -138,6 +151,11 @@ class SeedGroup:
     def overall(self) -> dict[str, Interval | None]:
         """Every overall quantity (``Compared.overall``) across the group's seeds."""
         per_run = [member.overall() for member in self.members]
+        return {key: mean_interval(values.get(key) for values in per_run) for key in _ordered_keys(per_run)}
+
+    def faith_buckets(self) -> dict[str, Interval | None]:
+        """The members' per-bucket ``Compared.faith`` across the group's seeds."""
+        per_run = [member.faith(buckets=True) for member in self.members]
         return {key: mean_interval(values.get(key) for values in per_run) for key in _ordered_keys(per_run)}
 
     def buckets(self) -> list[dict]:
@@ -275,7 +293,8 @@ def table_rows(groups: Sequence[SeedGroup]) -> tuple[list[str], list[list[str]]]
 
 def group_csv_rows(groups: Sequence[SeedGroup]) -> list[dict]:
     """``comparison.csv``: one row per group, ``<quantity>_mean`` and ``<quantity>_ci95`` for every
-    overall quantity and every bucket column (``acc/01-05_mean``), empty where there is none."""
+    overall quantity, every bucket column (``acc/01-05_mean``) and every ``eval/faith/...`` name the metric
+    registry declares per bucket (``SeedGroup.faith_buckets``), empty where there is none."""
     rows = []
     for group in groups:
         row = {"group": group.label, "n_seeds": len(group.members), "seeds": " ".join(group.seeds)}
@@ -285,6 +304,7 @@ def group_csv_rows(groups: Sequence[SeedGroup]) -> list[dict]:
         for bucket in group.buckets():
             row |= _flat({f"{column}/{bucket_label(bucket)}": bucket[column] for column in bucket
                           if column not in BUCKET_KEYS})
+        row |= _flat(group.faith_buckets())
         rows.append(row)
     return rows
 
@@ -300,6 +320,7 @@ def run_csv_rows(groups: Sequence[SeedGroup]) -> list[dict]:
             for bucket in member.result.bucket_rows:
                 row |= {f"{column}/{bucket_label(bucket)}": bucket[column]
                         for column in numeric_columns([bucket])}
+            row |= member.faith(buckets=True)
             rows.append(row)
     return rows
 

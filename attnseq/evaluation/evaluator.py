@@ -74,6 +74,7 @@ class EvalResult:
     outcomes: SequenceOutcomes | None = None  # per test sequence, for the comparison's paired tests (in memory)
     explorer: list[dict] = field(default_factory=list)  # the attention explorer's samples (explorer_samples)
     explorer_examples: list[Example] = field(default_factory=list)  # the examples they are of
+    spec: SuiteSpec | None = None  # what the evaluation measured: the metric registry's names for it (names(spec))
 
 
 def evaluation_examples(trained: TrainedRun, settings: EvalSettings) -> list[Example]:
@@ -217,7 +218,7 @@ def evaluate_run(trained: TrainedRun, settings: EvalSettings, examples: list[Exa
         metrics, rows, totals, long_samples=_longest(trained, ordered, settings), signatures=scored,
         predictions=predictions, n_best=sorted(n_best, key=lambda row: (row["example"], row["rank"])),
         sentence_samples=sentence_samples(trained, settings.sentences, settings.beam_size, settings.length_penalty),
-        outcomes=sequence_outcomes(ordered, hits, suite), **explorer_of(trained, ordered, settings),
+        outcomes=sequence_outcomes(ordered, hits, suite), **explorer_of(trained, ordered, settings), spec=suite.spec,
     )
 
 

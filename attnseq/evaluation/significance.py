@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from attnseq.data.tasks import TASKS
 from attnseq.evaluation.compare import SeedGroup, markdown_table, write_csv
 from attnseq.metrics.significance import ALPHA, COUNTED, TEXT, GroupRuns, p_matrix, significance_rows
 from attnseq.tracking.plots import save_figure
@@ -15,17 +16,30 @@ from attnseq.tracking.significance_plot import p_value_matrices
 METRIC_NAMES = {"acc": "token accuracy", "exact_match": "exact match", "sacrebleu": "sacreBLEU", "chrf": "chrF",
                 "ter": "TER"}
 NOTE = (f"difference: b − a on the sequences both decoded (paired runs pooled); interval: 95% bootstrap "
-        f"percentiles (exact match, accuracy); p (bootstrap): sacreBLEU's paired bootstrap; p (Welch): over the "
-        f"seeds' own values, where both groups have ≥ 2 runs. Call a difference only where p < {ALPHA:g}.")
+        f"percentiles (exact match, accuracy); p (bootstrap): sacreBLEU's paired bootstrap (text scores, on text "
+        f"tasks of words only); p (Welch): over the seeds' own values, where both groups have ≥ 2 runs. Call a "
+        f"difference only where p < {ALPHA:g}.")
+
+
+def compared_as_text(task: str) -> bool:
+    """Whether the registry's ``task`` has its text scores tested: a text task (``is_text``) of words, not
+    symbols (``is_symbolic``: ``reverse`` reports sacreBLEU as JoeyNMT does, but its exact match and token
+    accuracy, tested anyway, say what its BLEU says, at a fraction of the cost)."""
+    declared = TASKS.lookup(task)
+    return declared.is_text and not declared.is_symbolic
 
 
 def group_runs_of(groups: Sequence[SeedGroup]) -> list[GroupRuns]:
-    """Each group's runs as the tests read them: their overall ``eval/`` values and sequence outcomes."""
-    names = (*COUNTED, *TEXT)
-    return [GroupRuns(group.name,
-                      [{name: m.result.metrics.get(f"eval/{name}") for name in names} for m in group.members],
-                      [m.result.outcomes for m in group.members])
-            for group in groups]
+    """Each group's runs as the tests read them: their overall ``eval/`` values and sequence outcomes, and
+    whether every run's task is compared as text (``compared_as_text``)."""
+    found = []
+    for group in groups:
+        text = all(compared_as_text(m.trained.config["dataset"]["task"]) for m in group.members)
+        names = (*COUNTED, *TEXT) if text else COUNTED
+        found.append(GroupRuns(group.name,
+                               [{name: m.result.metrics.get(f"eval/{name}") for name in names} for m in group.members],
+                               [m.result.outcomes for m in group.members], text))
+    return found
 
 
 def markdown_rows(rows: Sequence[dict]) -> tuple[list[str], list[list[str]]]:

@@ -168,13 +168,14 @@ def applicable(spec: SuiteSpec) -> list[type[MetricDeclaration]]:
     return [cls for cls in METRICS.values() if cls.applies(spec)]
 
 
-def names(spec: SuiteSpec) -> list[str]:
+def names(spec: SuiteSpec, buckets: bool = True, **capabilities: object) -> list[str]:
     """Every name a ``spec.stage`` of such a run reports, with its stage prefix: the scores of the
-    outputs, then those of the attention, then each length bucket's."""
-    classes = applicable(spec)
+    outputs, then those of the attention, then each length bucket's (``buckets=False``: none of those).
+    ``capabilities``: of the metrics with those alone (``needs_faith=True``: the faithfulness ones)."""
+    classes = [c for c in applicable(spec) if all(getattr(c, k) == v for k, v in capabilities.items())]
     ordered = [c for c in classes if not c.needs_attention] + [c for c in classes if c.needs_attention]
     found = [name for cls in ordered for name in cls.overall_names(spec)]
-    for bucket in spec.bucket_names:
+    for bucket in spec.bucket_names if buckets else ():
         found += [f"{name}/{bucket}" for cls in classes for name in cls.bucket_names(spec)]
     return [f"{spec.stage}/{name}" for name in found]
 

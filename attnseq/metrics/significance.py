@@ -9,7 +9,9 @@ sequences, with replacement, the same indices for both groups, and recomputes ea
 
 - text scores (sacreBLEU, chrF, TER) with sacreBLEU's own paired bootstrap
   (``sacrebleu.significance.PairedTest``, ``test_type="bs"``: Koehn's test as Moses' script does it),
-  with sacreBLEU's seed (``SACREBLEU_SEED``, default 12345);
+  with sacreBLEU's seed (``SACREBLEU_SEED``, default 12345), only where both groups are compared as
+  text (``GroupRuns.text``: the task registry's say, read by the caller); elsewhere no text score is
+  tested at all;
 - exact match (per sequence, 0/1) and token accuracy (per sequence: correct and real target tokens,
   pooled as a ratio of sums, the way ``eval/acc`` pools them) with the same resampling, seeded by
   ``seed``: the index draws are sacreBLEU's when the two seeds agree.
@@ -89,6 +91,9 @@ class GroupRuns:
     scores: list[dict[str, float]]
     """Per run: ``{"acc": …, "exact_match": …, "sacrebleu": …}`` (the run's ``eval/`` values)."""
     outcomes: list[SequenceOutcomes | None]
+    text: bool
+    """Whether the group's task is compared as text (``attnseq.evaluation.significance.compared_as_text``):
+    only then are its text scores tested, whatever its outcomes carry."""
 
 
 @dataclass(frozen=True)
@@ -217,7 +222,9 @@ def sacrebleu_seed() -> str:
 
 def pair_rows(a: GroupRuns, b: GroupRuns, samples: int, seed: int) -> list[dict]:
     """One row per metric both groups report: the paired bootstrap's difference (b − a), interval
-    and p, the seed means' difference and Welch's p."""
+    and p, the seed means' difference and Welch's p; the text scores only where both groups are
+    compared as text (``GroupRuns.text``)."""
+    text = a.text and b.text
     pairs = paired_runs(a, b)
     found: dict[str, Bootstrap] = {}
     if pairs:
@@ -226,10 +233,10 @@ def pair_rows(a: GroupRuns, b: GroupRuns, samples: int, seed: int) -> list[dict]
         ones = np.ones(len(pooled_a), dtype=np.int64)
         found["acc"] = counted_bootstrap(pooled_a.correct, pooled_b.correct, pooled_a.tokens, samples, seed)
         found["exact_match"] = counted_bootstrap(pooled_a.exact, pooled_b.exact, ones, samples, seed)
-        if pooled_a.hypotheses is not None and pooled_b.hypotheses is not None:
+        if text and pooled_a.hypotheses is not None and pooled_b.hypotheses is not None:
             found |= text_bootstrap(pooled_a, pooled_b, samples, seed)
     rows = []
-    for metric in (*COUNTED, *TEXT):
+    for metric in (*COUNTED, *TEXT) if text else COUNTED:
         values_a = [s[metric] for s in a.scores if s.get(metric) is not None]
         values_b = [s[metric] for s in b.scores if s.get(metric) is not None]
         if not values_a or not values_b:
