@@ -29,6 +29,9 @@ RESUME_OVERRIDES = "attnseq.resume_overrides"
 RESUME_RUNTIME = "attnseq.resume_runtime"
 """What the latest resume ran with that differs from the run's ``runtime.*`` params (those record its
 first start; a param cannot change), as ``provenance.runtime_changes`` writes it: ``unchanged`` when nothing does."""
+SLURM_JOB = "attnseq.slurm_job"
+"""The Slurm job (``SLURM_JOB_ID``) a training run was started in: the job, when Slurm requeues it,
+continues the run it finds by this tag (``lifecycle.requeue``)."""
 HEARTBEAT = "attnseq.heartbeat"
 """A training run's last sign of life (Unix time), refreshed while its process trains."""
 FIRST_STEP_S = "attnseq.first_step_s"
