@@ -7,7 +7,10 @@ and stopped at its end, and nothing of it may be left running. Jobs go through H
 - ``scancel`` of a running job leaves its run KILLED with the ``resume=`` command in the job's log (the
   command works), and the sweep's parent FAILED;
 - a job preempted with SIGUSR1 (Lightning's SLURMEnvironment saves a checkpoint and requeues it) or
-  requeued by ``scontrol requeue`` (SIGTERM) runs again and continues the same MLflow run.
+  requeued by ``scontrol requeue`` (SIGTERM) runs again and continues the same MLflow run;
+- stopping the cluster ends its jobs and daemons.
+
+One quick test (not slow, no cluster) checks which run a restarted job takes (``lifecycle.requeue``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
+    EXPERIMENT,
     REPO,
     TRAIN_PY,
     all_runs,
@@ -29,14 +33,13 @@ from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
     outputs_under,
     run_cli,
     runs_in,
+    seeded_store,
     stop_group,
     tiny,
     tracking_uri,
 )
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
-
-pytestmark = pytest.mark.slow
 
 SLURM_TAG = "attnseq.slurm_job"  # attnseq.tracking.tags.SLURM_JOB
 RESUMED_FROM_TAG = "attnseq.resumed_from"
@@ -147,6 +150,35 @@ def sweep_runs(root: Path):
 
 
 # -- the tests -------------------------------------------------------------------------------------
+def test_a_restarted_slurm_job_finds_the_run_it_left_unfinished(tmp_path, monkeypatch):
+    from attnseq.lifecycle.requeue import requeued_run
+    from attnseq.tracking.client import TrackingClient
+
+    client = TrackingClient(seeded_store(tmp_path))
+    experiment = client.ensure_experiment(EXPERIMENT)
+
+    def run(job: str, status: str, kind: str = "train") -> str:
+        made = client.create_run(experiment, f"job {job}", {"attnseq.kind": kind, SLURM_TAG: job})
+        made.finish(status)
+        return made.run_id
+
+    run("41", "FINISHED")  # an earlier job that happened to get the same id: finished, never continued
+    left = run("41", "KILLED")
+    run("41", "KILLED", kind="sweep")
+    run("42", "FAILED")
+    monkeypatch.setenv("SLURM_JOB_ID", "41")
+    monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
+    assert requeued_run(client, EXPERIMENT) is None  # the job's first start makes a new run
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    assert requeued_run(client, EXPERIMENT) == left
+    assert requeued_run(client, "another experiment") is None
+    monkeypatch.setenv("SLURM_JOB_ID", "43")
+    assert requeued_run(client, EXPERIMENT) is None  # restarted, but its first start made no run
+    monkeypatch.delenv("SLURM_JOB_ID")
+    assert requeued_run(client, EXPERIMENT) is None  # not in Slurm
+
+
+@pytest.mark.slow
 def test_a_sweep_through_slurm_lands_under_one_parent(cluster, tmp_path):
     proc = run_cli(tmp_path, "-m", *LAUNCHER, "scorer=additive,general", *tiny(max_epochs=1, heatmaps=False),
                    *outputs_under(tmp_path, seeded=True), env=slurm_env(cluster), timeout=SWEEP_TIMEOUT_S)
@@ -162,6 +194,7 @@ def test_a_sweep_through_slurm_lands_under_one_parent(cluster, tmp_path):
     assert "#SBATCH --array=0-1" in script.read_text()  # one sbatch array, one task a job
 
 
+@pytest.mark.slow
 def test_scancel_leaves_the_run_killed_with_its_resume_command_and_the_sweep_failed(cluster, tmp_path):
     proc = start_sweep(cluster, tmp_path, "scorer=additive", *tiny(max_epochs=500, heatmaps=False), *LONG)
     run = training_run(tmp_path, proc, epochs=2)
@@ -186,6 +219,7 @@ def test_scancel_leaves_the_run_killed_with_its_resume_command_and_the_sweep_fai
     assert again.info.status == "FINISHED" and RESUMED_FROM_TAG in again.data.tags
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preempt", ["scancel --signal=USR1", "scontrol requeue"])
 def test_a_preempted_job_is_requeued_and_continues_its_run(cluster, tmp_path, preempt):
     epochs = 12
@@ -213,6 +247,7 @@ def test_a_preempted_job_is_requeued_and_continues_its_run(cluster, tmp_path, pr
     assert len(epochs_logged) == epochs and len(set(epochs_logged)) == epochs  # every epoch once, none replayed
 
 
+@pytest.mark.slow
 def test_stopping_the_cluster_ends_its_jobs_and_daemons(tmp_path):
     missing = slurm_cluster.missing_binaries()
     if missing:
