@@ -302,19 +302,26 @@ class SlurmCluster:
         self.pid_file(daemon).unlink(missing_ok=True)
 
     def leftovers(self) -> list[int]:
-        """Live processes of this cluster: a daemon whose command line names this folder, or a job's
-        (its environment holds this cluster's ``SLURM_CONF``)."""
+        """Live processes of this cluster: its daemons (munged, slurmctld, slurmd naming this folder), their
+        helpers (slurmstepd, slurmscriptd) and its jobs' processes (``SLURM_JOB_ID`` set), found by this
+        cluster's ``SLURM_CONF`` in their environment. Not the processes that only use the cluster (a
+        shell that exported ``SLURM_CONF``, a sweep waiting for its jobs), nor this process or its parents."""
         marker = f"SLURM_CONF={self.conf}".encode()
+        spared = {os.getpid(), *ancestors()}
         found = []
         for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit() or int(entry.name) == os.getpid() or not alive(int(entry.name)):
+            if not entry.name.isdigit() or int(entry.name) in spared or not alive(int(entry.name)):
                 continue
             try:
-                cmdline = (entry / "cmdline").read_bytes()
-                environ = (entry / "environ").read_bytes()
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+                environ = (entry / "environ").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if str(self.folder).encode() in cmdline or marker in environ.split(b"\0"):
+            daemon = os.path.basename(argv[0]).decode(errors="replace") in DAEMONS and any(
+                str(self.folder).encode() in arg for arg in argv)
+            helper = argv[0].startswith((b"slurmstepd", b"slurmctld:"))
+            job = any(variable.startswith(b"SLURM_JOB_ID=") for variable in environ)
+            if daemon or (marker in environ and (helper or job)):
                 found.append(int(entry.name))
         return found
 
@@ -332,6 +339,18 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def ancestors() -> list[int]:
+    """This process's parent, its parent's parent, … up to PID 1."""
+    found, pid = [], os.getpid()
+    while pid > 1:
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+        found.append(pid)
+    return found
 
 
 def exports(cluster: SlurmCluster) -> str:
