@@ -9,7 +9,7 @@ PIP_INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check
 STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: train lint system-deps test test-fast test-slow test-gpu gpu-check ui bottleneck bottleneck-transformer bottleneck-local reverse-alignment joey-reverse messages-corpus messages-results bench docker-check clean
+.PHONY: train lint system-deps slurm-up slurm-down test test-fast test-slow test-gpu gpu-check ui bottleneck bottleneck-transformer bottleneck-local reverse-alignment joey-reverse messages-corpus messages-results bench docker-check clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -28,10 +28,17 @@ train: $(STAMP)  ## the main job; pass Hydra overrides as ARGS="scorer=dot model
 	$(PY) train.py $(ARGS)
 
 lint: $(DEV_STAMP)
-	$(VENV)/bin/ruff check attnseq tests benchmarks train.py evaluate.py translate.py build_corpus.py
+	$(VENV)/bin/ruff check attnseq tests benchmarks scripts/slurm_cluster.py train.py evaluate.py translate.py build_corpus.py
 
-system-deps:  ## Debian packages the tests need (PostgreSQL server); a no-op once installed
+system-deps:  ## Debian packages the tests need (PostgreSQL server, chromium, Slurm and munge); a no-op once installed
 	scripts/install-system-deps
+
+SLURM_DIR ?= .slurm
+slurm-up: system-deps  ## a one-node Slurm cluster on this machine, everything in $(SLURM_DIR)/ (root, no systemd); prints what to export
+	@$(PYTHON) scripts/slurm_cluster.py up $(SLURM_DIR)
+
+slurm-down:  ## stop it: cancels its jobs, stops munged, slurmctld and slurmd, checks nothing of it is left running
+	@$(PYTHON) scripts/slurm_cluster.py down $(SLURM_DIR)
 
 # workers for `make test`: more than the cores, since many end-to-end tests wait on servers, signals and timeouts
 TEST_WORKERS ?= 3

@@ -63,12 +63,14 @@ class Resumption:
 
 def prepare_resume(
     client: TrackingClient, run_id: str, current: Mapping[str, Any], *, force: bool, stale_after_s: float,
-    check_alive: bool = True,
+    check_alive: bool = True, requeued: bool = False,
 ) -> tuple[DictConfig, Resumption]:
     """The run's saved config (with ``resume`` and the allowed overrides set), for the caller to validate
     again, and where to resume from. ``current`` is this process's validated config as composed (its
     record: the values copied keep their spelling); ``force`` and ``stale_after_s`` are its
-    ``resume_force`` and ``heartbeat.stale_after_s``."""
+    ``resume_force`` and ``heartbeat.stale_after_s``. ``requeued``: this process is the Slurm job that
+    made the run, started again (``lifecycle.requeue``): its command line is the one the run was made
+    with, so none of its overrides is checked or applied."""
     try:
         run = client.run(run_id)
     except NoSuchRun:
@@ -87,8 +89,7 @@ def prepare_resume(
             f"resume={run_id}: run '{run.info.run_name}' already FINISHED.",
             "start a new run instead; to train longer, pass trainer.max_epochs to a new run.",
         )
-    overrides = command_line_overrides()
-    applied = check_overrides(run_id, overrides)
+    applied = [] if requeued else check_overrides(run_id, command_line_overrides())
     if check_alive:
         check_free(run, stale_after_s, force)
     current = OmegaConf.create(dict(current))

@@ -32,6 +32,9 @@ first start; a param cannot change), as ``provenance.runtime_changes`` writes it
 DDP_RENDEZVOUS = "attnseq.ddp_rendezvous"
 """A multi-node training run's ``MASTER_ADDR:MASTER_PORT``: the other nodes find rank 0's run by it
 (``lifecycle.nodes``)."""
+SLURM_JOB = "attnseq.slurm_job"
+"""The Slurm job (``SLURM_JOB_ID``) a training run was started in: the job, when Slurm requeues it,
+continues the run it finds by this tag (``lifecycle.requeue``)."""
 HEARTBEAT = "attnseq.heartbeat"
 """A training run's last sign of life (Unix time), refreshed while its process trains."""
 FIRST_STEP_S = "attnseq.first_step_s"

@@ -14,6 +14,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from attnseq.config import TrainConfig, resolvers  # noqa: F401  (resolvers registers ${attnseq.unique:})
+from attnseq.lifecycle.requeue import slurm_job_id
 from attnseq.tracking import tags
 from attnseq.tracking.redaction import redact_overrides
 from attnseq.training.sweep import sweep_context
@@ -57,6 +58,8 @@ def run_identity(cfg: TrainConfig | DictConfig, now: datetime | None = None) -> 
     parent, keys = sweep_context()
     choices = describe_choices(cfg)
     run_tags = {tags.KIND: tags.TRAIN, tags.CHOICES: choices}
+    if job := slurm_job_id():  # a requeued job finds its run by it
+        run_tags[tags.SLURM_JOB] = job
     name = cfg.mlflow.run_name or single_run_name(choices, cfg.seed, now or datetime.now())
     if HydraConfig.initialized():
         hydra = HydraConfig.get()

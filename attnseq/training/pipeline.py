@@ -32,6 +32,7 @@ from attnseq.lifecycle.guards import (
     held_folder,
 )
 from attnseq.lifecycle.nodes import RunAgreement, find_rank_zero_run, node_rank, rendezvous_tags
+from attnseq.lifecycle.requeue import requeued_run, restart_count, slurm_job_id
 from attnseq.lifecycle.resume import Resumption, prepare_resume, reopen_claimed
 from attnseq.lifecycle.signals import Signals, exit_code, release_interrupted_frames
 from attnseq.tracking import paths, tags
@@ -262,13 +263,15 @@ def prepare(cfg: DictConfig) -> tuple[TrainConfig, dict[str, Any], Resumption | 
         raise
     record = config_record(cfg)
     composed_folder = config.paths.output_dir  # this process's own, whatever the resumed run's config says
-    if config.resume:
+    requeued = None if config.resume or data_parallel_worker() else requeued_slurm_run(config)
+    if config.resume or requeued:
         check_tracking_uri(config.mlflow.tracking_uri)
         client = TrackingClient(config.mlflow.tracking_uri)
         # a data-parallel worker follows rank 0, which reopened the run and keeps it alive
-        saved, resumption = prepare_resume(client, config.resume, record, force=config.resume_force,
+        saved, resumption = prepare_resume(client, config.resume or requeued, record,
+                                           force=config.resume_force or requeued is not None,
                                            stale_after_s=config.heartbeat.stale_after_s,
-                                           check_alive=not data_parallel_worker())
+                                           check_alive=not data_parallel_worker(), requeued=requeued is not None)
         config, record = validate_train(saved), config_record(saved)
     # a worker trains in its node's folder: the one its node's first process was handed, else (another
     # node's first process, a resume too) the one it composed — rank 0's is on another machine
@@ -285,6 +288,18 @@ def prepare(cfg: DictConfig) -> tuple[TrainConfig, dict[str, Any], Resumption | 
     L.seed_everything(config.seed, workers=True, verbose=False)  # the run's params hold the seed
     Path(config.paths.output_dir).mkdir(parents=True, exist_ok=True)
     return config, record, resumption
+
+
+def requeued_slurm_run(config: TrainConfig) -> str | None:
+    """The run to continue when this process is a Slurm job started again (``lifecycle.requeue``)."""
+    if restart_count() < 1 or slurm_job_id() is None:
+        return None  # not a restarted Slurm job: no store is opened for this
+    check_tracking_uri(config.mlflow.tracking_uri)
+    run_id = requeued_run(TrackingClient(config.mlflow.tracking_uri), config.mlflow.experiment_name)
+    if run_id is not None:
+        print(f"Slurm job {slurm_job_id()} started again (restart {restart_count()}): continuing its MLflow run "
+              f"{run_id}", file=sys.stderr, flush=True)
+    return run_id
 
 
 def build_data_and_model(cfg: TrainConfig) -> tuple[Seq2SeqDataModule, Seq2SeqLitModule]:
