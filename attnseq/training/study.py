@@ -135,6 +135,11 @@ def check_storage_url(url: str, key: str = "hydra.sweeper.storage") -> None:
 # -- the storage and the study ------------------------------------------------------------------------
 
 
+STORAGE_TRIES = 5
+"""How many times a worker opens the storage: two workers that open a new database in the same instant
+both make Optuna's tables, and the second's insert of the schema's version fails once the first's is in."""
+
+
 def open_storage(
     url: str,
     heartbeat_interval_s: int | None = None,
@@ -142,19 +147,26 @@ def open_storage(
     on_stale: Callable[[Any, Any], None] | None = None,
 ) -> Any:
     """Optuna's RDB storage at ``url``; with a heartbeat when ``heartbeat_interval_s`` is given. SQLite
-    waits up to a minute for another worker's write instead of failing at once."""
+    waits up to a minute for another worker's write instead of failing at once. A new database made by
+    another worker in the same instant (its tables or its schema version half there) is opened again."""
     import optuna
+    from sqlalchemy.exc import IntegrityError, OperationalError
 
     engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else None
-    if heartbeat_interval_s is None:
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
-    return optuna.storages.RDBStorage(
-        url,
-        engine_kwargs=engine_kwargs,
-        heartbeat_interval=heartbeat_interval_s,
-        grace_period=grace_period_s,
-        heartbeat_stale_trial_callback=on_stale,
-    )
+    heartbeat: dict[str, Any] = {}
+    if heartbeat_interval_s is not None:
+        heartbeat = {"heartbeat_interval": heartbeat_interval_s, "grace_period": grace_period_s,
+                     "heartbeat_stale_trial_callback": on_stale}  # fmt: skip
+    for attempt in range(STORAGE_TRIES):
+        try:
+            with warnings.catch_warnings():  # heartbeat_interval: experimental in Optuna since 2.9, in use since
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **heartbeat)
+        except (IntegrityError, OperationalError, optuna.exceptions.StorageInternalError):
+            if attempt == STORAGE_TRIES - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def open_study(storage: Any, name: str, directions: Sequence[str], sampler: Any = None) -> tuple[Any, bool]:
@@ -395,6 +407,12 @@ class StudySweep:
         params = [f"{key}={value}" for key, value in self.params.items()]
         space, fixed = search_space([*params, *arguments])
         study, storage = self._open()
+        if self.storage_url is not None and not study.user_attrs.get(PARENT_ATTR):
+            # Hydra only warns when a callback fails: no trial runs outside the study's one parent
+            raise RuntimeError(
+                f"the study {study.study_name!r} has no MLflow parent run: this worker's sweep callback could "
+                "neither make nor join it (Hydra's warning above says why); no trial was started"
+            )
         study_id = storage.get_study_id_from_name(study.study_name)
         log.info(
             "Study %r in %s: %d trials in all, %d counted so far",
@@ -407,7 +425,9 @@ class StudySweep:
             fail_the_silent(study)
             batch = []
             for _ in range(min(self.n_jobs, self.n_trials - counted_trials(study))):
-                trial = study.ask(space)
+                with warnings.catch_warnings():  # this loop records the heartbeat itself, as optimize() does
+                    warnings.filterwarnings("ignore", "Heartbeat of storage is supposed to be used with Study.optimize")
+                    trial = study.ask(space)
                 if trial.number >= self.n_trials:  # another worker asked between this one's count and its ask
                     trial.set_user_attr(SURPLUS, True)
                     study.tell(trial, state=TrialState.FAIL)

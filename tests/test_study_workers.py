@@ -1,0 +1,135 @@
+"""One Optuna study shared by two workers (``hparams_search=optuna`` with ``hydra.sweeper.storage`` and
+``study_name``): two ``train.py -m`` processes started at once, each in a folder of its own, sharing only
+the study's SQLite database and an ``mlflow server`` started here. What they leave is read back from the
+study (Optuna's own ``load_study``) and from the server's store: trial numbers unique, the requested
+number of trials in total, one study parent run, every trial's run its child; a worker killed mid-trial
+(SIGKILL) leaves its trial FAIL and its run KILLED, and the other worker finishes the study."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+from cli_helpers import TRAIN_PY, clean_env, is_child, mlflow_server, stop_group, tiny, wait_until
+from mlflow.entities import ViewType
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+STUDY = "shared"
+JOB_NUM = "attnseq.job_num"  # the tag a sweep's job carries its number in (here: its trial's number)
+SURPLUS = "attnseq.surplus"  # a trial asked past n_trials in a race between the workers, never run
+WORKER_S = 600
+
+
+def start_worker(folder: Path, storage: str, server_url: str, n_trials: int, *extra: str) -> subprocess.Popen:
+    """The same command a user starts on each machine; only its folders are its own."""
+    folder.mkdir(parents=True)
+    argv = [
+        sys.executable, str(TRAIN_PY), "-m", "hparams_search=optuna",
+        f"hydra.sweeper.storage={storage}", f"hydra.sweeper.study_name={STUDY}", f"hydra.sweeper.n_trials={n_trials}",
+        "hydra.sweeper.heartbeat_interval_s=1", "hydra.sweeper.grace_period_s=3",
+        f"mlflow.tracking_uri={server_url}", f"hydra.run.dir={folder}/out", f"hydra.sweep.dir={folder}/multi",
+        *tiny(max_epochs=1, heatmaps=False), *extra,
+    ]  # fmt: skip
+    log = (folder / "worker.log").open("w")
+    return subprocess.Popen(argv, cwd=folder, env=clean_env(), stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)  # fmt: skip
+
+
+def ended(proc: subprocess.Popen, folder: Path) -> int:
+    try:
+        return proc.wait(timeout=WORKER_S)
+    except subprocess.TimeoutExpired:
+        stop_group(proc, signal.SIGKILL)
+        raise AssertionError(f"worker in {folder} still running after {WORKER_S} s:\n{log_of(folder)}") from None
+
+
+def log_of(folder: Path) -> str:
+    return (folder / "worker.log").read_text()[-4000:]
+
+
+def trials_of(storage: str) -> tuple[list, list]:
+    """The study's trials that ran, and those told FAIL at once as surplus."""
+    trials = optuna.load_study(study_name=STUDY, storage=storage).get_trials(deepcopy=False)
+    return [t for t in trials if not t.user_attrs.get(SURPLUS)], [t for t in trials if t.user_attrs.get(SURPLUS)]
+
+
+def runs_of(server) -> tuple[list, list]:
+    client = server.backend
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    runs = client.search_runs(experiments, run_view_type=ViewType.ALL, max_results=1000)
+    return [r for r in runs if not is_child(r)], [r for r in runs if is_child(r)]
+
+
+def job_folders(folder: Path) -> set[int]:
+    """The trial numbers whose job folder (``<sweep dir>/<trial number>``) is under this worker's folder."""
+    multi = folder / "multi"
+    return {int(p.name) for p in multi.iterdir() if p.is_dir() and p.name.isdigit()} if multi.exists() else set()
+
+
+@pytest.mark.slow
+def test_two_workers_share_one_study_its_total_and_one_parent(tmp_path):
+    trials = 4
+    storage = f"sqlite:///{tmp_path}/study.db"
+    (tmp_path / "server").mkdir()
+    with mlflow_server(tmp_path / "server") as server:
+        folders = [tmp_path / "machine-a", tmp_path / "machine-b"]
+        workers = [start_worker(folder, storage, server.url, trials) for folder in folders]  # the same second
+        codes = [ended(proc, folder) for proc, folder in zip(workers, folders)]
+        assert codes == [0, 0], "\n".join(log_of(folder) for folder in folders)
+
+        ran, surplus = trials_of(storage)
+        assert sorted(t.number for t in ran) == list(range(trials))  # unique numbers, the total, not per worker
+        assert all(t.state == optuna.trial.TrialState.COMPLETE for t in ran)
+        assert all(t.state == optuna.trial.TrialState.FAIL and t.number >= trials for t in surplus)
+
+        [parent], children = runs_of(server)  # one study parent, whichever worker made it
+        assert parent.data.tags["attnseq.study"] == STUDY and parent.info.status == "FINISHED"
+        assert {r.data.tags[MLFLOW_PARENT_RUN_ID] for r in children} == {parent.info.run_id}
+        assert sorted(int(r.data.tags[JOB_NUM]) for r in children) == list(range(trials))
+        assert all(r.info.status == "FINISHED" for r in children)
+        # each trial ran in exactly one worker's folder; both folders together hold them all
+        a, b = (job_folders(folder) for folder in folders)
+        assert not a & b and a | b == set(range(trials))
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_trial_leaves_its_trial_failed_its_run_killed_and_the_other_finishes(tmp_path):
+    trials = 3
+    storage = f"sqlite:///{tmp_path}/study.db"
+    longer = ["trainer.max_epochs=4", "dataset.train_size=256"]  # a trial long enough to be killed in
+    (tmp_path / "server").mkdir()
+    with mlflow_server(tmp_path / "server") as server:
+        doomed_folder, survivor_folder = tmp_path / "machine-a", tmp_path / "machine-b"
+        doomed = start_worker(doomed_folder, storage, server.url, trials, *longer)
+        survivor = start_worker(survivor_folder, storage, server.url, trials, *longer)
+
+        def doomed_mid_trial() -> bool:  # a run of the study RUNNING whose job is in the doomed worker's folder
+            mine = job_folders(doomed_folder)
+            return any(r.info.status == "RUNNING" and int(r.data.tags.get(JOB_NUM, -1)) in mine
+                       for r in runs_of(server)[1])  # fmt: skip
+
+        wait_until(doomed_mid_trial, "a trial running in the first worker", doomed, doomed_folder / "worker.log",
+                   timeout=WORKER_S, poll_s=0.3)  # fmt: skip
+        [killed_number] = [n for n in job_folders(doomed_folder)
+                           if any(int(r.data.tags.get(JOB_NUM, -1)) == n and r.info.status == "RUNNING"
+                                  for r in runs_of(server)[1])]  # fmt: skip
+        stop_group(doomed, signal.SIGKILL)  # no handler, no atexit: only the heartbeat can tell
+
+        assert ended(survivor, survivor_folder) == 0, log_of(survivor_folder)
+        ran, _ = trials_of(storage)
+        assert sorted(t.number for t in ran) == list(range(trials))
+        states = {t.number: t.state for t in ran}
+        assert states.pop(killed_number) == optuna.trial.TrialState.FAIL
+        assert set(states.values()) == {optuna.trial.TrialState.COMPLETE}  # the survivor finished the total
+
+        [parent], children = runs_of(server)
+        by_number = {int(r.data.tags[JOB_NUM]): r for r in children}
+        assert sorted(by_number) == list(range(trials))
+        assert {r.data.tags[MLFLOW_PARENT_RUN_ID] for r in children} == {parent.info.run_id}
+        assert by_number.pop(killed_number).info.status == "KILLED"
+        assert {r.info.status for r in by_number.values()} == {"FINISHED"}
+        assert parent.info.status == "FAILED"  # closed by the last worker: one of its trials did not finish
