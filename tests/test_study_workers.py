@@ -14,7 +14,18 @@ from pathlib import Path
 
 import optuna
 import pytest
-from cli_helpers import TRAIN_PY, clean_env, is_child, mlflow_server, stop_group, tiny, wait_until
+from cli_helpers import (
+    TRAIN_PY,
+    clean_env,
+    explain,
+    is_child,
+    mlflow_server,
+    run_cli,
+    stop_group,
+    tiny,
+    user_env,
+    wait_until,
+)
 from mlflow.entities import ViewType
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
@@ -133,3 +144,23 @@ def test_a_worker_killed_mid_trial_leaves_its_trial_failed_its_run_killed_and_th
         assert by_number.pop(killed_number).info.status == "KILLED"
         assert {r.info.status for r in by_number.values()} == {"FINISHED"}
         assert parent.info.status == "FAILED"  # closed by the last worker: one of its trials did not finish
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("hydra.sweeper.storage=mongodb://localhost/optuna", "hydra.sweeper.storage"),  # not a database Optuna keeps
+        ("hydra.sweeper.storage=sqlite:///{root}/no/such/folder/study.db", "hydra.sweeper.storage"),  # cannot open
+        ("hydra.sweeper.storage=sqlite://", "hydra.sweeper.storage"),  # in memory: no other worker can join
+        ("hydra.sweeper.n_trials=0", "hydra.sweeper.n_trials"),
+        ("hydra.sweeper.grace_period_s=1", "hydra.sweeper.grace_period_s"),  # not longer than the heartbeat
+    ],
+)
+def test_a_bad_study_setting_fails_before_any_run_naming_its_key(tmp_path, override, key):
+    proc = run_cli(tmp_path, "-m", "hparams_search=optuna", "hydra.sweeper.study_name=s",
+                   "hydra.sweeper.heartbeat_interval_s=2", override.format(root=tmp_path),
+                   f"mlflow.tracking_uri=sqlite:///{tmp_path}/mlflow.db", f"hydra.sweep.dir={tmp_path}/multi",
+                   env=user_env())  # fmt: skip
+    assert proc.returncode == 2, explain(proc)
+    assert key in proc.stderr and "Fix:" in proc.stderr and "Traceback" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no store, no sweep folder
