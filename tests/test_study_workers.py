@@ -10,6 +10,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
@@ -35,7 +36,8 @@ SURPLUS = "attnseq.surplus"  # a trial asked past n_trials in a race between the
 WORKER_S = 600
 
 
-def start_worker(folder: Path, storage: str, server_url: str, n_trials: int, *extra: str) -> subprocess.Popen:
+def start_worker(folder: Path, storage: str, server_url: str, n_trials: int, *extra: str,
+                 env: dict | None = None) -> subprocess.Popen:  # fmt: skip
     """The same command a user starts on each machine; only its folders are its own."""
     folder.mkdir(parents=True)
     argv = [
@@ -46,7 +48,7 @@ def start_worker(folder: Path, storage: str, server_url: str, n_trials: int, *ex
         *tiny(max_epochs=1, heatmaps=False), *extra,
     ]  # fmt: skip
     log = (folder / "worker.log").open("w")
-    return subprocess.Popen(argv, cwd=folder, env=clean_env(), stdout=log, stderr=subprocess.STDOUT,
+    return subprocess.Popen(argv, cwd=folder, env=clean_env() | (env or {}), stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)  # fmt: skip
 
 
@@ -62,9 +64,12 @@ def log_of(folder: Path) -> str:
     return (folder / "worker.log").read_text()[-4000:]
 
 
-def trials_of(storage: str) -> tuple[list, list]:
+def trials_of(storage: str, env: dict | None = None) -> tuple[list, list]:
     """The study's trials that ran, and those told FAIL at once as surplus."""
-    trials = optuna.load_study(study_name=STUDY, storage=storage).get_trials(deepcopy=False)
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in (env or {}).items():
+            patch.setenv(key, value)
+        trials = optuna.load_study(study_name=STUDY, storage=storage).get_trials(deepcopy=False)
     return [t for t in trials if not t.user_attrs.get(SURPLUS)], [t for t in trials if t.user_attrs.get(SURPLUS)]
 
 
@@ -81,18 +86,31 @@ def job_folders(folder: Path) -> set[int]:
     return {int(p.name) for p in multi.iterdir() if p.is_dir() and p.name.isdigit()} if multi.exists() else set()
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def study_storage(request, tmp_path) -> Iterator[tuple[str, dict]]:
+    """The study's storage URL and what its workers' environment adds: an SQLite file (one machine), or
+    a PostgreSQL server started here, its password in ``PGPASSWORD`` as docs/operations.md has it."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/study.db", {}
+        return
+    from test_tracking_server import postgres_server
+
+    with postgres_server("study_user", "s3cret-study", "studies") as port:
+        yield f"postgresql+psycopg://study_user@127.0.0.1:{port}/studies", {"PGPASSWORD": "s3cret-study"}
+
+
 @pytest.mark.slow
-def test_two_workers_share_one_study_its_total_and_one_parent(tmp_path):
+def test_two_workers_share_one_study_its_total_and_one_parent(tmp_path, study_storage):
     trials = 4
-    storage = f"sqlite:///{tmp_path}/study.db"
+    storage, env = study_storage
     (tmp_path / "server").mkdir()
     with mlflow_server(tmp_path / "server") as server:
         folders = [tmp_path / "machine-a", tmp_path / "machine-b"]
-        workers = [start_worker(folder, storage, server.url, trials) for folder in folders]  # the same second
+        workers = [start_worker(folder, storage, server.url, trials, env=env) for folder in folders]  # one instant
         codes = [ended(proc, folder) for proc, folder in zip(workers, folders)]
         assert codes == [0, 0], "\n".join(log_of(folder) for folder in folders)
 
-        ran, surplus = trials_of(storage)
+        ran, surplus = trials_of(storage, env)
         assert sorted(t.number for t in ran) == list(range(trials))  # unique numbers, the total, not per worker
         assert all(t.state == optuna.trial.TrialState.COMPLETE for t in ran)
         assert all(t.state == optuna.trial.TrialState.FAIL and t.number >= trials for t in surplus)
