@@ -182,3 +182,26 @@ def test_a_bad_study_setting_fails_before_any_run_naming_its_key(tmp_path, overr
     assert proc.returncode == 2, explain(proc)
     assert key in proc.stderr and "Fix:" in proc.stderr and "Traceback" not in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no store, no sweep folder
+
+
+def test_the_search_space_is_the_sweep_overrides_a_fixed_value_winning():
+    """``params`` then the command line, as the sweeper reads them: each sweep override an Optuna
+    distribution over the values Hydra's own sweeper would list; a key fixed later leaves the space."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    from attnseq.training.study import search_space
+
+    space, fixed = search_space([
+        "model.hidden_size=choice(64, 128)", "optimizer.lr=tag(log, interval(0.0003, 0.01))",
+        "model.dropout=interval(0.0, 0.5)", "model.heads=range(1, 9, 3)", "seed=range(0.5, 2.0, 0.5)",
+        "model.hidden_size=16", "trainer.max_epochs=1",
+    ])  # fmt: skip
+    assert fixed == ["model.hidden_size=16", "trainer.max_epochs=1"]
+    assert space["optimizer.lr"] == FloatDistribution(0.0003, 0.01, log=True)
+    assert space["model.dropout"] == FloatDistribution(0.0, 0.5)
+    [heads] = OverridesParser.create().parse_overrides(["model.heads=range(1, 9, 3)"])
+    grid = [int(v) for v in heads.sweep_string_iterator()]  # Hydra's own listing of the range
+    assert grid == [1, 4, 7] and space["model.heads"] == IntDistribution(grid[0], grid[-1], step=3)
+    assert space["seed"] == CategoricalDistribution([0.5, 1.0, 1.5])  # a float range: its values, as Hydra lists them
+    assert sorted(space) == ["model.dropout", "model.heads", "optimizer.lr", "seed"]
