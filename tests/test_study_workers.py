@@ -43,7 +43,7 @@ def start_worker(folder: Path, storage: str, server_url: str, n_trials: int, *ex
     argv = [
         sys.executable, str(TRAIN_PY), "-m", "hparams_search=optuna",
         f"hydra.sweeper.storage={storage}", f"hydra.sweeper.study_name={STUDY}", f"hydra.sweeper.n_trials={n_trials}",
-        "hydra.sweeper.heartbeat_interval_s=1", "hydra.sweeper.grace_period_s=3",
+        "hydra.sweeper.heartbeat_interval_s=1", "hydra.sweeper.grace_period_s=4",
         f"mlflow.tracking_uri={server_url}", f"hydra.run.dir={folder}/out", f"hydra.sweep.dir={folder}/multi",
         *tiny(max_epochs=1, heatmaps=False), *extra,
     ]  # fmt: skip

@@ -257,6 +257,19 @@ def close_orphans(
     return marked
 
 
+def told(study: Any, trial: Any, values: Sequence[float] | None = None, state: Any = None) -> None:
+    """``study.tell``, skipped when the trial is over already: another worker failed it as silent (its
+    heartbeats were late past the grace period: a starved or paused worker), and the study keeps that."""
+    from optuna.trial import TrialState
+
+    state = TrialState.COMPLETE if state is None else state
+    kept = study.tell(trial, values, state=state, skip_if_finished=True)
+    if kept.state != state:
+        log.warning("trial %d was failed by another worker (no heartbeat for the grace period): it stays %s; "
+                    "raise hydra.sweeper.grace_period_s if this worker was only slow", trial.number,
+                    kept.state.name)  # fmt: skip
+
+
 # -- the search space ---------------------------------------------------------------------------------
 
 
@@ -437,18 +450,18 @@ class StudySweep:
                 break
             overrides = [tuple(fixed + [f"{key}={value}" for key, value in trial.params.items()]) for trial in batch]
             ids = [storage.get_trial_id_from_study_id_trial_number(study_id, trial.number) for trial in batch]
-            told: set[int] = set()
+            done: set[int] = set()
             try:
                 with heartbeat(storage, ids if self.storage_url else [], self.heartbeat_interval_s):
                     # one job per trial, numbered by the trial: unique across the workers (folders, run names)
                     returns = self._launch_numbered(batch, overrides)
                 for trial, ret in zip(batch, returns, strict=True):
                     self._tell(study, trial, ret)
-                    told.add(trial.number)
+                    done.add(trial.number)
             finally:  # a signal or a launcher's failure: the trials it took fail now, not after the grace period
                 for trial in batch:
-                    if trial.number not in told:
-                        study.tell(trial, state=TrialState.FAIL)
+                    if trial.number not in done:
+                        told(study, trial, state=TrialState.FAIL)
         self._wait_for_the_silent(study)
         self._save_best(study)
 
@@ -482,9 +495,9 @@ class StudySweep:
                 raise ValueError(f"the job returned {value!r}")
         except Exception as error:  # noqa: BLE001 - a failed trial: the study goes on
             log.warning("trial %d failed: %s", trial.number, redact_text(str(error)))
-            study.tell(trial, state=TrialState.FAIL)
+            told(study, trial, state=TrialState.FAIL)
             return
-        study.tell(trial, values)
+        told(study, trial, values)
 
     def _save_best(self, study: Any) -> None:
         from optuna.trial import TrialState
