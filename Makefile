@@ -28,7 +28,7 @@ train: $(STAMP)  ## the main job; pass Hydra overrides as ARGS="scorer=dot model
 	$(PY) train.py $(ARGS)
 
 lint: $(DEV_STAMP)
-	$(VENV)/bin/ruff check attnseq tests benchmarks scripts/slurm_cluster.py train.py evaluate.py translate.py build_corpus.py
+	$(VENV)/bin/ruff check attnseq hydra_plugins tests benchmarks scripts/slurm_cluster.py train.py evaluate.py translate.py build_corpus.py
 
 system-deps:  ## Debian packages the tests need (PostgreSQL server, chromium, Slurm and munge); a no-op once installed
 	scripts/install-system-deps

@@ -156,6 +156,10 @@ def checked_command_line(config_name: str, argv: list[str], conf_dir: Path = CON
         if full_error():
             raise
         report(as_config_error(error, config_name, conf_dir))
+    parsed = command_line_overrides(argv)
+    if configs and parsed is not None and parsed[1]:
+        with user_errors():
+            check_sweeper(config_name, parsed[0], conf_dir)
     if configs:
         # the typed config's stage one, still before torch, Lightning or MLflow load: the one run's, or every
         # job's of a sweep, so that a bad value stops the sweep before any job runs or any run is recorded
@@ -182,6 +186,27 @@ def check_every_job(check: Callable[[DictConfig], object], configs: list[DictCon
                 if all((problem.problem, problem.fix) != (seen.problem, seen.fix) for seen in problems):
                     problems.append(problem)
     raise_all(problems)
+
+
+def check_sweeper(config_name: str, overrides: list[str], conf_dir: Path = CONF_DIR) -> None:
+    """A sweep's sweeper settings, before anything heavy: a shared Optuna study's storage opens, its name,
+    total of trials and heartbeat times make sense (``attnseq.training.study.check_study``)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from attnseq.training.study import check_study
+
+    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3", job_name=config_name):
+        from hydra.core.global_hydra import GlobalHydra
+
+        options = GlobalHydra.instance().config_loader().get_group_options
+        first = sweep_jobs(OverridesParser.create().parse_overrides(overrides), options)[0]
+        sweeper = compose(config_name, overrides=first, return_hydra_config=True).hydra.sweeper
+    try:
+        settings = OmegaConf.to_container(sweeper, resolve=True)
+    except Exception:  # noqa: BLE001 - an interpolation only Hydra's run resolves: the sweeper checks itself then
+        return
+    check_study(settings)
 
 
 OVERRIDE = re.compile(r"^(?:\+{0,2}[A-Za-z_][\w.@/-]*=|~[A-Za-z_][\w.@/-]*(?:=|$))")

@@ -142,9 +142,9 @@ def test_hparams_search_optuna_sweeper_instantiates(tmp_path):
     sweeper itself instantiates, its search space names real keys, and every point of the
     ``choice`` grid is a valid model (a sweep must not waste trials on a ConfigError)."""
     cfg = compose_train(["hparams_search=optuna", *outputs(tmp_path)], return_hydra_config=True)
-    assert cfg.hydra.runtime.choices["hydra/sweeper"] == "optuna"
+    assert cfg.hydra.runtime.choices["hydra/sweeper"] == "study"
     sweeper = instantiate(cfg.hydra.sweeper)
-    assert type(sweeper).__name__ == "OptunaSweeper"
+    assert type(sweeper).__name__ == "StudySweeper"
 
     params = dict(cfg.hydra.sweeper.params)
     missing = object()

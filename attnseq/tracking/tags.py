@@ -56,6 +56,9 @@ SWEEP_DIR = "attnseq.sweep_dir"
 SWEEP_OVERRIDES = "attnseq.sweep_overrides"
 SWEEP_KEYS = "attnseq.sweep_keys"
 """The override keys whose values vary across the sweep, comma-separated."""
+STUDY = "attnseq.study"
+"""A shared Optuna study's name, on its one parent run (``training.study``); its jobs' ``JOB_NUM`` is
+their trial number."""
 
 EVALUATED_RUN = "attnseq.evaluated_run"
 COMPARED_RUNS = "attnseq.compared_runs"

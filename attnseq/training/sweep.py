@@ -12,6 +12,13 @@ the sweep's optimized metric, the job's URL) and the sweep's URL. Whatever else 
 failed launch, a worker's death, SIGTERM or Ctrl-C) closes it the same way at the runtime's exit,
 the parent FAILED (KILLED after a signal), and so is every child still RUNNING then: its process
 is gone. What a launcher pickles of the callback (joblib, submitit) is its settings only.
+
+A study shared by several workers (``hparams_search=optuna`` with ``hydra.sweeper.storage``,
+``training.study``) has one parent for all of them, tagged ``tags.STUDY`` with the study's name and
+named ``study <name> · <when it was made>``: the worker whose ``create_study`` the storage accepted
+makes it and records its id in the study (``study.study_parent``), the others join it. A worker that
+ends marks only the children whose trial is over in the study (``study.close_orphans``), and closes the
+parent only when no trial of the study is RUNNING any more: the last worker to end closes it.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from attnseq.tracking.redaction import redact_overrides, redact_text
 from attnseq.tracking.retry import TrackingUnavailable, store_unreachable, unavailable
 from attnseq.tracking.run import TrackedRun
 from attnseq.tracking.store import check_tracking_uri, ui_links
+from attnseq.training.study import study_settings
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +96,7 @@ class SweepParentRun(Callback):
         self.metric = "val/acc_best"  # the sweep's optimized metric: the summary's column
         self.hand_back: Callable[[], None] = lambda: None  # the environment as it was before the sweep
         self.signals: Signals | None = None  # the launching process's (train.py's runtime's)
+        self.study: Any = None  # a shared Optuna study (``training.study``), when the sweep joins one
 
     # a launcher sends its callbacks with every job: never the open run, its client (locks, threads) or closures
     def __getstate__(self) -> dict[str, Any]:
@@ -105,13 +114,18 @@ class SweepParentRun(Callback):
         self.experiment_id = client.ensure_experiment(config.mlflow.experiment_name)
         keys = sweep_keys(config)
         sweep_dir = str(config.hydra.sweep.dir)
-        parent = client.create_run(self.experiment_id, sweep_name(config, datetime.now()), {
+        parent_tags = {
             tags.KIND: tags.SWEEP,
             tags.SWEEP_DIR: sweep_dir,
             tags.SWEEP_OVERRIDES: " ".join(redact_overrides(config.hydra.overrides.task)),
             tags.SWEEP_KEYS: ",".join(keys),
-        })
-        parent.set_tags({tags.SWEEP_ID: parent.run_id})
+        }
+        shared = study_settings(OmegaConf.select(config, "hydra.sweeper"))
+        if shared is None:
+            parent = client.create_run(self.experiment_id, sweep_name(config, datetime.now()), parent_tags)
+            parent.set_tags({tags.SWEEP_ID: parent.run_id})
+        else:
+            parent = self._join_study(config, parent_tags, *shared)
         self.parent = parent
         signals = installed_signals()
         runtime = getattr(signals, "owner", None)  # the launching process's (train.py's)
@@ -122,6 +136,24 @@ class SweepParentRun(Callback):
         else:
             atexit.register(self._close, ended=False)
         log.info("MLflow parent run %s for this sweep (%s)", parent.run_id, redact_text(uri))
+
+    def _join_study(self, config: DictConfig, parent_tags: dict[str, str], url: str, name: str) -> TrackedRun:
+        """The shared study's one parent run: made by the worker that created the study, joined by the others."""
+        from attnseq.training.study import open_storage, open_study, study_parent
+
+        direction = OmegaConf.select(config, "hydra.sweeper.direction", default="maximize")
+        directions = [str(d) for d in direction] if OmegaConf.is_list(direction) else [str(direction)]
+        self.study, created = open_study(open_storage(url), name, directions)
+
+        def create() -> str:
+            run = self.client.create_run(self.experiment_id, f"study {name} · {datetime.now():%Y-%m-%d %H:%M}",
+                                         {**parent_tags, tags.STUDY: name})
+            run.set_tags({tags.SWEEP_ID: run.run_id})
+            return run.run_id
+
+        run_id = study_parent(self.study, created, create)
+        log.info("%s study %r, MLflow parent run %s", "Created" if created else "Joined", name, run_id)
+        return self.client.reopen_run(run_id)  # RUNNING again, if an earlier session of the study closed it
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         self._close(ended=True)
@@ -141,19 +173,30 @@ class SweepParentRun(Callback):
             return self.signals is not None and self.signals.received is not None
 
         try:
+            still_running: list[int] = []
+            if self.study is not None:  # only the runs whose trial is over; the parent by the last worker
+                from attnseq.training.study import close_orphans, running_trials, trial_states
+
+                close_orphans(self.client, parent.run_id, self.experiment_id, trial_states(self.study),
+                              "KILLED" if killed() else "FAILED", "its worker ended without closing the run")
+                still_running = running_trials(self.study)
             children = self.client.runs([self.experiment_id], filter_string=tags.children_of(parent.run_id))
-            children = [self._closed(child, "KILLED" if killed() else "FAILED") for child in children]
+            if not still_running:
+                children = [self._closed(child, "KILLED" if killed() else "FAILED") for child in children]
             rows = sorted((c.info.run_name or c.info.run_id, c.info.status) for c in children)
             failed = [name for name, status in rows if status != "FINISHED"]
             summary = "\n".join(f"{status:9s} {name}" for name, status in rows)
             parent.log_text(summary + "\n", paths.SWEEP_SUMMARY)
             table = job_table(children, self.metric, self.experiment_id, self.client.tracking_uri)
             parent.log_metrics({"sweep/jobs": len(rows), "sweep/failed_jobs": len(failed)})
-            if killed():
+            if still_running:
+                status = "RUNNING"  # the study goes on in other workers: the last one closes the parent
+            elif killed():
                 status = "KILLED"
             else:
                 status = "FAILED" if failed or not rows or not ended else "FINISHED"
-            parent.finish(status)
+            if status != "RUNNING":
+                parent.finish(status)
         except Exception as error:
             if not store_unreachable(error):
                 raise
@@ -167,6 +210,9 @@ class SweepParentRun(Callback):
         lines = [f"\nSweep parent run {parent.run_id}: {len(rows)} jobs, {len(failed)} not finished", table]
         if status == "KILLED":
             lines[0] += " (marked KILLED: a signal stopped the sweep)"
+        if still_running:
+            lines[0] += (f" (left RUNNING: the study's trials {', '.join(map(str, still_running))} run in other "
+                         "workers; the last one to end closes it)")
         if links.open_with:
             lines.append(f"Open it with: {links.open_with}")
         lines.append(f"The sweep:    {links.url}")
