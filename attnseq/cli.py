@@ -387,6 +387,9 @@ def quiet_libraries() -> Callable[[], None]:
       loggers Lightning prints them through (its other messages stay);
     - the ``LeafSpec`` FutureWarning: Lightning's own ``_pytree`` calls torch's deprecated ``LeafSpec()``
       (Lightning's bug, nothing attnseq does); ignored for that message from that module only;
+    - Lightning's "recommended to use ``self.log(..., sync_dist=True)``" in data-parallel training, once per
+      metric: the metrics suite reduces its own states across the processes (every validation sequence
+      counted once, tests/test_scaling.py), and the learning rate is the same on every rank;
     - MLflow's database INFO lines (creating and migrating the SQLite schema, through MLflow's logger
       and alembic's): those loggers at WARNING; its traceback of a locked SQLite store, which attnseq
       waits for and reports itself: dropped by a filter on that logger.
@@ -402,6 +405,8 @@ def quiet_libraries() -> Callable[[], None]:
         module=r"lightning\.pytorch\.utilities\._pytree",
     )
     ignored = warnings.filters[0]
+    warnings.filterwarnings("ignore", message=r"It is recommended to use `self\.log\('[^']*', \.\.\., sync_dist=True")
+    unsynced = warnings.filters[0]
     levels = {name: logging.getLogger(name).level for name in ("mlflow.store.db.utils", "alembic")}
     for name in levels:
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -413,8 +418,9 @@ def quiet_libraries() -> Callable[[], None]:
     def undo() -> None:
         for logger in filtered:
             logger.removeFilter(_CHATTER_FILTER)
-        if ignored in warnings.filters:
-            warnings.filters.remove(ignored)
+        for added in (ignored, unsynced):
+            if added in warnings.filters:
+                warnings.filters.remove(added)
         for name, level in levels.items():
             logging.getLogger(name).setLevel(level)
         if locked_filtered:
