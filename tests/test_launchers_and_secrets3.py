@@ -98,12 +98,13 @@ def test_a_joblib_sweep_against_a_server_with_credentials_runs_and_writes_no_sec
 
 @pytest.mark.slow
 def test_submitit_pickles_and_hydras_failure_line_hold_no_secret(tmp_path):
-    """A job rejected by validation (``model.heads`` must divide the key size): submitit has written
-    its pickles and Hydra its failure line with the job's overrides."""
+    """A job that fails while it trains (the schedule makes the learning rate absurd after epoch 0, the
+    loss NaN; a bad value would be refused before any job starts): submitit has written its pickles
+    and Hydra its failure line with the job's overrides."""
     proc = run_cli(
         tmp_path, "-m", "hydra/launcher=submitit_local", f"+db.password={DB_SECRET}",
-        f"+db.url=postgresql://bob:{URI_PASSWORD}@db.example/attnseq", "model.heads=3",
-        *tiny(max_epochs=1, heatmaps=False), *outputs_under(tmp_path), env=user_env(),
+        f"+db.url=postgresql://bob:{URI_PASSWORD}@db.example/attnseq", "scheduler.gamma=1e30",
+        *tiny(max_epochs=2, heatmaps=False), *outputs_under(tmp_path), env=user_env(),
     )
     assert proc.returncode != 0, explain(proc)
     assert list((tmp_path / "multi" / ".submitit").rglob("*_submitted.pkl")), explain(proc)
