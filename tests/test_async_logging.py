@@ -205,3 +205,22 @@ def test_server_dying_mid_run_stops_the_run_with_the_retry_message(server, tmp_p
     assert run.info.status == RunStatus.to_string(RunStatus.RUNNING)
     after = [m.step for m in server.backend.get_metric_history(run_id, "val/loss")]
     assert after[: len(stored)] == stored
+
+
+def test_a_finished_runs_sender_thread_ends(tmp_path, monkeypatch):
+    """A sweep makes many runs in one process: each run's sender thread ends with the run, its records stored."""
+    import threading
+
+    monkeypatch.setenv("MLFLOW_ENABLE_ASYNC_LOGGING", "true")  # queued through the sender on SQLite too
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    experiment = ensure_experiment(client, "senders")
+    for index in range(3):
+        run = TrackedRun.create(client, experiment, f"run{index}", {})
+        assert run.asynchronous
+        run.log_metrics({"m": float(index)}, index)
+        run.finish("FINISHED")
+        assert [m.value for m in client.get_metric_history(run.run_id, "m")] == [float(index)]
+    senders = [t for t in threading.enumerate() if t.name.startswith("attnseq-tracking")]
+    for thread in senders:
+        thread.join(timeout=10)
+    assert not [t for t in senders if t.is_alive()]

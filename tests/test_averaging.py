@@ -28,8 +28,7 @@ def tiny_model() -> torch.nn.Module:
 def validation(score: float | None, step: int, epoch: int) -> SimpleNamespace:
     """What ``CheckpointAverage`` reads of a Trainer at a validation's end."""
     return SimpleNamespace(sanity_checking=False, current_epoch=epoch, global_step=step,
-                           callback_metrics={} if score is None else {MONITOR: torch.tensor(score)},
-                           lightning_module=SimpleNamespace(steps_before_batch=step))
+                           callback_metrics={} if score is None else {MONITOR: torch.tensor(score)})
 
 
 def train_and_save(callback: CheckpointAverage, scores: list[float | None], folder: Path) -> list[Path]:
@@ -42,7 +41,9 @@ def train_and_save(callback: CheckpointAverage, scores: list[float | None], fold
         with torch.no_grad():
             for parameter in model.parameters():
                 parameter.add_(torch.randn_like(parameter))
-        callback.on_validation_end(validation(score, 10 * (epoch + 1), epoch), SimpleNamespace(model=model))
+        trainer = validation(score, 10 * (epoch + 1), epoch)
+        callback.on_train_batch_start(trainer, None, None, 0)  # the batch before the validation
+        callback.on_validation_end(trainer, SimpleNamespace(model=model))
         saved.append(folder / f"epoch{epoch}.pt")
         torch.save(model.state_dict(), saved[-1])
     return saved

@@ -15,7 +15,7 @@ from lightning.pytorch.loggers import Logger
 from attnseq.config import validate_train
 from attnseq.data.sampler import padding_fraction
 from attnseq.training import build
-from attnseq.training.artifacts import metric_step
+from attnseq.training.artifacts import StepAtBatchStart
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 BATCHES_PER_EPOCH = 4
@@ -99,19 +99,19 @@ def test_the_step_loss_is_logged_only_on_the_steps_the_logger_writes(tmp_path):
     assert all(math.isfinite(v) for _, v in logger.history("train/loss"))
 
 
-class ValidationSteps(L.Callback):
+class ValidationSteps(StepAtBatchStart):
     def __init__(self) -> None:
         self.steps: list[int] = []
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.sanity_checking:
-            self.steps.append(metric_step(trainer))
+            self.steps.append(self.metric_step)
 
 
 def test_the_images_step_is_the_one_lightning_logs_the_validation_metrics_at(tmp_path):
-    """``metric_step`` (the step of the heatmaps and figures) against the step the logger is given: with
-    gradients accumulated over 3 batches and a validation every 2, one validation follows a batch that
-    did not step (the step is ``global_step``) and the next one that did (one behind it)."""
+    """``StepAtBatchStart.metric_step`` (the step of the heatmaps and figures) against the step the
+    logger is given: with gradients accumulated over 3 batches and a validation every 2, one validation
+    follows a batch that did not step (the step is ``global_step``) and the next one that did (one behind it)."""
     probe = ValidationSteps()
     logger, _ = fit(tmp_path, log_every_n_steps=1, callbacks=[probe], accumulate_grad_batches=3,
                     val_check_interval=2, limit_val_batches=1)

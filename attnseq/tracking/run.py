@@ -216,7 +216,15 @@ class TrackedRun:
         except Exception:  # a record the store refused: the run is not what was asked, and says so
             self._call("marking the run FAILED", self.client.set_terminated, self.run_id, "FAILED")
             raise
+        finally:
+            self.close_sender()
         self._call(f"marking the run {status}", self.client.set_terminated, self.run_id, status)
+
+    def close_sender(self) -> None:
+        """The sender thread ends once the queue is sent: a sweep's many runs in one process leave none behind."""
+        if self.sender is not None:
+            self.sender.shutdown(wait=False)
+            self.sender = None
 
 
 CREATE_ENDPOINT = "/api/2.0/mlflow/runs/create"

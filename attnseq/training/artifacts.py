@@ -9,7 +9,7 @@ paths are ``attnseq.tracking.paths``).
   validation samples (short, medium, longer than training; a Transformer encoder's and decoder's
   self-attention of the same samples beside them, ``self_attention/``), and every validation epoch the
   accuracy-vs-length figure, as time-stepped images whose step
-  is the step Lightning logs the validation metrics at (``metric_step``), so the UI's image slider and
+  is the step Lightning logs the validation metrics at (``StepAtBatchStart``), so the UI's image slider and
   metric charts share one axis (Lightning's ``epoch`` metric maps steps to epochs), and the
   per-bucket table, appended;
 - every time Lightning has written ``last.ckpt`` (``UploadedCheckpoint``, after the write, so the
@@ -154,12 +154,21 @@ def run_note(data: Seq2SeqDataModule, module: Seq2SeqLitModule, heatmap_labels: 
     return f"{what}\n\n{where}."
 
 
-def metric_step(trainer: L.Trainer) -> int:
-    """The step Lightning gives the metrics it logs now: the count of batches that stepped before the
-    training batch now running, which a validation run after that batch shares; it is one behind
-    ``global_step`` when that batch stepped (Lightning counts a batch after the validation that follows
-    it). Counted by the module itself (``Seq2SeqLitModule.steps_before_batch``), with public API only."""
-    return trainer.lightning_module.steps_before_batch
+class StepAtBatchStart(Callback):
+    """A callback that knows the step Lightning gives the metrics it logs now (``metric_step``): the
+    count of batches that stepped before the training batch now running, which a validation run after
+    that batch shares; it is one behind ``global_step`` when that batch stepped (Lightning counts a batch
+    after the validation that follows it). Read from ``trainer.global_step`` at each batch's start, with
+    public API only; a resumed run starts from its own count."""
+
+    metric_step = 0
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.metric_step = trainer.global_step
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: object,
+                             batch_idx: int) -> None:
+        self.metric_step = trainer.global_step
 
 
 def length_curves_of(rows: list[dict]) -> dict[str, list[dict]]:
@@ -176,7 +185,7 @@ def vocabulary_files(data: Seq2SeqDataModule) -> dict[str, str]:
     return files
 
 
-class RunArtifacts(Callback):
+class RunArtifacts(StepAtBatchStart):
     def __init__(
         self,
         run: TrackedRun,
@@ -228,7 +237,7 @@ class RunArtifacts(Callback):
         if trainer.sanity_checking or not trainer.is_global_zero:
             return
         self.log_untrained_heatmaps(trainer, pl_module)
-        epoch, step = trainer.current_epoch + 1, metric_step(trainer)  # counted from 1, as the terminal does
+        epoch, step = trainer.current_epoch + 1, self.metric_step  # counted from 1, as the terminal does
         rows = pl_module.last_bucket_tables.get("val", [])
         if rows:
             table = {key: [row[key] for row in rows] for key in rows[0]}
@@ -244,6 +253,7 @@ class RunArtifacts(Callback):
         """The heatmaps before any training, at step 0 (MLflow's image cards open on step 0), are of
         the untrained model: a copy of it is kept here and drawn after the first step, at the first
         validation's end, so that drawing does not delay the start of training."""
+        super().on_train_start(trainer, pl_module)
         if self.samples and trainer.is_global_zero and trainer.global_step == 0:  # not on a resume
             self.untrained = copy.deepcopy(pl_module.model)
 
@@ -256,7 +266,7 @@ class RunArtifacts(Callback):
                      model: Seq2Seq | None = None, step: int | None = None) -> None:
         """The samples' heatmaps, decoded by ``model`` (the module's own by default), as time-stepped
         images at ``step`` (``metric_step`` by default)."""
-        step = metric_step(trainer) if step is None else step
+        step = self.metric_step if step is None else step
         heatmaps, self_attention = self.heatmap_images(trainer, pl_module, when, model)
         for label, image in heatmaps.items():
             self.run.log_image_step(image, paths.attention_image(label), step)

@@ -30,12 +30,11 @@ from typing import Literal
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
 from attnseq.tracking import paths, tags
 from attnseq.tracking.run import TrackedRun
-from attnseq.training.artifacts import metric_step
+from attnseq.training.artifacts import StepAtBatchStart
 
 PREFIX = "avg/"
 """The averaged model's metrics: ``avg/val/exact_match`` beside the run's ``val/exact_match``."""
@@ -101,7 +100,7 @@ class Averaged:
     metrics: dict[str, float]  # avg/val/...
 
 
-class CheckpointAverage(Callback):
+class CheckpointAverage(StepAtBatchStart):
     """Keeps the weights ``average`` needs at each validation; averages and validates them when
     training ends (``averaged``, which ``RunArtifacts`` logs as the run's averaged model)."""
 
@@ -136,7 +135,7 @@ class CheckpointAverage(Callback):
         kept = Kept(self.validations, trainer.current_epoch + 1, trainer.global_step,
                     math.nan if score is None else float(score), weights)
         self.validations += 1
-        self.validated_at = metric_step(trainer)
+        self.validated_at = self.metric_step
         self.kept = select([*self.kept, kept], self.k, self.of, self.mode)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -88,10 +88,6 @@ class Seq2SeqLitModule(L.LightningModule):
         """The latest epoch's per-bucket rows, by stage: read by the tracking callbacks."""
         self.last_samples: list[dict] = []
         """The latest validation's sample outputs (``samples``): read by the console's report."""
-        self.steps_before_batch = 0
-        """The optimizer steps taken before the training batch now running (``trainer.global_step`` at
-        its start): the step Lightning logs the metrics at until the batch's end, a validation run after
-        it included (``attnseq.training.artifacts.metric_step``)."""
 
     def metric_suite(self, stage: str, data: object = None) -> MetricSuite:
         """The metrics ``stage`` reports, for this model and the task of ``data`` (a data module;
@@ -162,12 +158,6 @@ class Seq2SeqLitModule(L.LightningModule):
         steps after it)."""
         every = self.trainer.log_every_n_steps
         return every > 0 and (self.global_step + 1) % every == 0
-
-    def on_train_start(self) -> None:
-        self.steps_before_batch = self.global_step  # a resumed run's count, before its first batch
-
-    def on_train_batch_start(self, batch: Batch, batch_idx: int) -> None:
-        self.steps_before_batch = self.global_step
 
     def on_train_epoch_start(self) -> None:
         # read before the epoch's steps: an epoch scheduler steps before ``on_train_epoch_end``
