@@ -53,7 +53,7 @@ if __name__ == "__main__":
     sys.argv[1:] = runtime.job_command_line(sys.argv[1:])  # a data-parallel worker: its job, not the sweep
     with runtime:  # everything it set is undone at the exit
         if wants_help(sys.argv[1:]):  # answered from the config files: no torch, no MLflow
-            print(config_help("train", CONF_DIR))
+            print(config_help("train", CONF_DIR, argv=sys.argv[1:]))
             raise SystemExit(0)
         configs = checked_command_line("train", sys.argv[1:], CONF_DIR)  # a typo fails here, before torch loads
         with user_errors():

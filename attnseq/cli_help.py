@@ -39,9 +39,11 @@ def field_descriptions(config_name: str) -> dict[str, str]:
 
 
 def config_help(config_name: str, conf_dir: Path = CONF_DIR, usage: str | None = None,
-                footer: str | None = None) -> str:
+                footer: str | None = None, argv: list[str] | tuple[str, ...] = ()) -> str:
     """The config groups with their options and the keys with their defaults and meaning; ``usage``
-    and ``footer``: a command's own first and last lines (one that is no Hydra app: ``translate.py``)."""
+    and ``footer``: a command's own first and last lines (one that is no Hydra app: ``translate.py``).
+    A ``group=option`` in ``argv`` (``decoder=transformer``, ``lr_schedule=noam``, ``experiment=…``) lists
+    that option's keys instead of the default's, with the options it overrides in turn."""
     primary = conf_dir / f"{config_name}.yaml"
     meanings = field_descriptions(config_name)
     groups = [(group, option) for entry in _defaults(primary) if isinstance(entry, dict)
@@ -60,18 +62,41 @@ def config_help(config_name: str, conf_dir: Path = CONF_DIR, usage: str | None =
                       for meaning in [_leading_block(path).partition("\n")[0]]]
         lines.append("")
     keys: dict[str, tuple[str, str]] = {}  # dotted key → (default, meaning); a later file sets the default
-    files = [(primary, "")] + [(path, _package_prefix(path, group)) for group, default in groups
-                               if default not in (None, "null") for path in _option_files(conf_dir / group, default)]
+    chosen = _chosen_options(groups, argv, conf_dir)
+    files = [(primary, "")] + [(path, _package_prefix(path, group)) for group, option in chosen.items()
+                               if option not in (None, "null") for path in _option_files(conf_dir / group, option)]
     for path, prefix in files:
         for dotted, value, comment in _keys(path, prefix):
             earlier = keys.get(dotted, ("", ""))
             keys[dotted] = (value or earlier[0], meanings.get(dotted) or comment or earlier[1])
-    lines.append("Keys (key=value; the default follows the key):")
+    picked = " ".join(f"{group}={option}" for (group, default), option in zip(groups, chosen.values())
+                      if option != default)
+    lines.append(f"Keys (key=value; the default follows the key{f', with {picked}' if picked else ''}):")
     lines += [f"  {f'{dotted} = {value}' if value else f'{dotted}.*':38s} {meaning}".rstrip()
               for dotted, (value, meaning) in keys.items()]
     footer = footer or (f"Every key with its current value: python {config_name}.py --cfg job   "
-                        "(Hydra's own help: --hydra-help)")
+                        "(Hydra's own help: --hydra-help)" + (f"\nAn option's own keys: python {config_name}.py "
+                                                             "<group>=<option> --help" if groups else ""))
     return "\n".join([*lines, "", footer])
+
+
+def _chosen_options(groups: list[tuple[str, str]], argv, conf_dir: Path) -> dict[str, str]:
+    """Each group's option, in the defaults' order: the default, unless ``argv`` names another
+    (``group=option`` with a conf/group/option.yaml) or a named option's ``override /group: option``
+    does (``experiment=joey_reverse``, ``decoder=transformer``'s scorer); the command line wins, as in Hydra."""
+    chosen = dict(groups)
+    given = {}
+    for arg in argv:
+        group, sep, option = arg.partition("=")
+        if sep and group in chosen and (conf_dir / group / f"{option}.yaml").is_file():
+            given[group] = option
+    for group, option in given.items():
+        for entry in _defaults(conf_dir / group / f"{option}.yaml"):
+            for target, value in (entry.items() if isinstance(entry, dict) else ()):
+                overridden = re.fullmatch(r"override /(\w+)(?:@\S+)?", str(target))
+                if overridden and overridden[1] in chosen and overridden[1] not in given:
+                    chosen[overridden[1]] = str(value)
+    return chosen | given
 
 
 def _defaults(path: Path) -> list:

@@ -1,9 +1,10 @@
 """Checkpoint averaging (``average.k``, ``average.of``): the numbers against independent computations,
 in-process and without a subprocess (the mean by NumPy of the saved state dicts, k=1 exactly the
 last or the best model, the best chosen by the monitored metric and its mode, the kept weights
-surviving a checkpoint); then one tiny run through the real ``train.py`` whose averaged model is in
+surviving a checkpoint); then tiny runs through the real ``train.py`` whose averaged model is in
 MLflow beside the run's own, with its ``avg/val/...`` metrics, and loads as evaluation and the
-served model load it. The config refusals are cases of ``test_config_validation``."""
+served model load it: the last k, and the best k, which the real ``evaluate.py model=averaged_model``
+evaluates. The config refusals are cases of ``test_config_validation``."""
 
 from __future__ import annotations
 
@@ -220,3 +221,54 @@ def test_a_run_with_average_logs_its_averaged_model_beside_its_own_and_it_loads(
     for key, value in rebuilt.model.state_dict().items():
         mean = np.mean([state[key].double().numpy() for state in kept], axis=0)
         np.testing.assert_allclose(value.double().numpy(), mean, rtol=1e-6, atol=1e-7, err_msg=key)
+
+
+@pytest.mark.slow
+def test_a_run_with_average_of_best_averages_the_k_best_validations_by_the_monitor(tmp_path):
+    """``average.of=best`` through the real ``train.py``: 3 epochs, k = 2, monitored by val/acc (max): the
+    averaged checkpoints are the two epochs whose logged val/acc is highest (of equal ones, the earlier),
+    and the MLflow model averaged_model holds the mean of their weights, with its avg/val/... metrics;
+    then the real ``evaluate.py model=averaged_model`` evaluates it as the library does."""
+    from cli_helpers import BUCKET_WIDTH, EVAL_LENGTHS, EVALUATE_PY, all_runs, explain, run_cli, tiny
+    from conftest import train_once
+
+    from attnseq.evaluation.evaluator import EvalSettings, evaluate_run
+    from attnseq.evaluation.trained_runs import load_trained_run
+    from attnseq.tracking import paths
+    from attnseq.tracking.client import TrackingClient
+
+    trained = train_once(tmp_path, *tiny(max_epochs=3, heatmaps=False), "average.k=2", "average.of=best",
+                         "checkpoint.monitor=val/acc", "checkpoint.mode=max")
+    assert trained.proc.returncode == 0, explain(trained.proc)
+    client, [run] = trained.client, trained.runs
+    run_id = run.info.run_id
+    assert (run.data.params["average.k"], run.data.params["average.of"]) == ("2", "best")
+    history = sorted(client.get_metric_history(run_id, "val/acc"), key=lambda m: (m.step, m.timestamp))
+    scores = {epoch: m.value for epoch, m in enumerate(history, start=1)}  # one validation an epoch
+    assert len(scores) == 3
+    best = sorted(sorted(scores, key=lambda epoch: (-scores[epoch], epoch))[:2])
+
+    checkpoint = torch.load(tmp_path / "out" / paths.LAST_CHECKPOINT, weights_only=True)
+    [state] = [s for key, s in checkpoint["callbacks"].items() if key.startswith(CheckpointAverage.__name__)]
+    assert sorted(c["epoch"] for c in state["kept"]) == best, (scores, [c["epoch"] for c in state["kept"]])
+    for kept in state["kept"]:
+        assert kept["score"] == pytest.approx(scores[kept["epoch"]])
+    rebuilt = load_trained_run(TrackingClient(trained.uri), run, paths.AVERAGED_MODEL).model
+    for key, value in rebuilt.state_dict().items():
+        mean = np.mean([c["weights"][key].double().numpy() for c in state["kept"]], axis=0)
+        np.testing.assert_allclose(value.double().numpy(), mean, rtol=1e-6, atol=1e-7, err_msg=key)
+    assert "avg/val/acc" in run.data.metrics
+
+    # evaluate.py model=averaged_model decodes the averaged weights: its metrics are the library's on them
+    proc = run_cli(tmp_path, f"run_id={run_id}", "model=averaged_model", f"eval.lengths=[{EVAL_LENGTHS[0]},"
+                   f"{EVAL_LENGTHS[1]}]", f"eval.bucket_width={BUCKET_WIDTH}", "eval.size=40", "eval.seed=1",
+                   "eval.counterfactual=false", "eval.explorer_samples=0", f"mlflow.tracking_uri={trained.uri}",
+                   f"hydra.run.dir={tmp_path}/eval", script=EVALUATE_PY)
+    assert proc.returncode == 0, explain(proc)
+    [evaluation] = [r for r in all_runs(client) if r.data.tags.get("attnseq.kind") == "eval"]
+    assert evaluation.data.params["eval.model"].endswith(paths.AVERAGED_MODEL)
+    expected = evaluate_run(load_trained_run(TrackingClient(trained.uri), run, paths.AVERAGED_MODEL),
+                            EvalSettings(EVAL_LENGTHS, BUCKET_WIDTH, size=40, counterfactual=False, seed=1,
+                                         explorer_samples=0))
+    for key in ("eval/acc", "eval/exact_match"):
+        assert evaluation.data.metrics[key] == pytest.approx(expected.metrics[key]), key

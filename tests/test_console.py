@@ -141,6 +141,55 @@ def test_train_help_answers_before_the_heavy_imports(tmp_path):
     assert not list(tmp_path.iterdir())  # no store, no outputs folder
 
 
+def help_keys(text: str) -> dict[str, str]:
+    """``--help``'s key lines: dotted key → what follows its `` = `` (the default, then the meaning)."""
+    return {key.strip(): rest for line in text.splitlines() if line.startswith("  ") and " = " in line
+            for key, rest in [line.split(" = ", 1)]}
+
+
+def yaml_text(value) -> str:
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+@pytest.mark.parametrize("group, option", [("decoder", "transformer"), ("lr_schedule", "noam"),
+                                           ("lr_schedule", "inverse_sqrt")])
+def test_train_help_lists_the_keys_of_an_option_named_on_the_command_line(tmp_path, group, option):
+    """``train.py decoder=transformer --help`` lists that option's keys (decoder.layers, …, the scheduler's
+    warmup) with its file's defaults and a meaning each, not the default option's; the options it
+    overrides follow it (decoder=transformer's scorer=multihead) unless the command line names them."""
+    import yaml
+
+    def keys(*args: str) -> dict[str, str]:
+        proc = subprocess.run([sys.executable, str(TRAIN_PY), *args, "--help"], cwd=tmp_path, env=clean_env(),
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, explain(proc)
+        return help_keys(proc.stdout)
+
+    prefix = "scheduler" if group == "lr_schedule" else group  # lr_schedule's files set scheduler.*
+
+    def settings_of(name: str) -> dict:
+        settings = yaml.safe_load((REPO / "conf" / group / f"{name}.yaml").read_text())
+        return {f"{prefix}.{key}": value for key, value in (settings.get(prefix) or settings).items()
+                if not key.startswith("_") and key != "defaults"}
+
+    [default] = [entry[group] for entry in yaml.safe_load((REPO / "conf" / "train.yaml").read_text())["defaults"]
+                 if isinstance(entry, dict) and group in entry]
+    own, default_keys = settings_of(option), set(settings_of(default))
+    assert default_keys <= set(keys())  # plain --help: the default option's keys
+    listed = keys(f"{group}={option}")
+    for key, value in own.items():
+        assert key in listed, (key, sorted(listed))
+        rest = listed[key]
+        assert rest.startswith(yaml_text(value)), (key, rest)
+        if key != f"{group}.convention":  # every setting of the option says what it is
+            assert rest[len(yaml_text(value)):].strip(), key
+    assert not (default_keys - set(own)) & set(listed)  # the default option's other keys are gone
+    if option == "transformer":
+        assert listed["scorer.name"].startswith("multihead")  # conf/decoder/transformer.yaml's override
+        # the command line wins
+        assert keys(f"{group}={option}", "scorer=additive")["scorer.name"].startswith("additive")
+
+
 # -- through the real train.py -----------------------------------------------------------------------
 NOISE = ("litlogger", "LeafSpec", "FLOPs", "Trainer.fit` stopped", "INFO mlflow", "alembic", "v_num")
 

@@ -1,7 +1,8 @@
 """Batching by number of tokens (``dataset.batch_type=token``, ``TokenBudgetBatchSampler``): every batch's padded
 size within the budget, counted on the tensors ``collate`` makes; every example exactly once per epoch; the
 same seed and epoch the same batches; data-parallel shards; a budget that cannot hold the largest example
-refused with the key and a fix. In-process: no train.py launch."""
+refused with the key and a fix; in-process. Then one train.py launch: the optimizer steps of its epoch are
+as many as token batches the run's own training examples pack into."""
 
 from __future__ import annotations
 
@@ -177,3 +178,44 @@ def test_token_batching_without_length_bucketing_is_refused():
     with pytest.raises(ConfigError) as caught:
         make(length_bucketing=False)
     assert "dataset.batch_type=token" in caught.value.problem and "dataset.length_bucketing=true" in caught.value.fix
+
+
+@pytest.mark.slow
+def test_train_py_trains_an_epoch_of_token_batches(tmp_path):
+    """``dataset.batch_type=token dataset.batch_size=20`` through the real CLI: the epoch's optimizer steps
+    (``train/lr``'s points under a per-step schedule) are the number of batches of at most 20 padded positions that
+    the run's training examples make, packed greedily in size order by hand here (each example
+    max(source, target + 1) positions), not the ceil(128 / 20) = 7 batches of 20 sentences."""
+    import math
+    from pathlib import Path
+
+    from cli_helpers import explain, tiny
+    from conftest import train_once
+    from hydra import compose, initialize_config_dir
+
+    from attnseq.config import validate_train
+    from attnseq.training import build_datamodule
+
+    overrides = [*tiny(max_epochs=1, heatmaps=False), "dataset.batch_type=token", "dataset.batch_size=20"]
+    per_step = ["lr_schedule=inverse_sqrt", "trainer.log_every_n_steps=1"]  # train/lr: a point per optimizer step
+    trained = train_once(tmp_path, *overrides, *per_step)
+    assert trained.proc.returncode == 0, explain(trained.proc)
+    (run,) = trained.runs
+    assert (run.data.params["dataset.batch_type"], run.data.params["dataset.batch_size"]) == ("token", "20")
+
+    conf = Path(__file__).resolve().parents[1] / "conf"
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        cfg = compose("train", overrides=[*overrides, f"mlflow.tracking_uri=sqlite:///{tmp_path / 'same.db'}",
+                                          f"paths.output_dir={tmp_path / 'same'}"])
+    data = build_datamodule(validate_train(cfg))
+    data.setup()  # the same seed: the run's own training examples
+    sizes = sorted(max(len(x.src), len(x.tgt) + 1) for x in data.train_examples)
+    batches, held = 0, 0
+    for size in sizes:  # ascending: the new example is the batch's largest
+        if held and (held + 1) * size > 20:
+            batches, held = batches + 1, 0
+        held += 1
+    batches += held > 0
+    assert batches > math.ceil(len(sizes) / 20) and len(sizes) == 128
+    steps = {m.step for m in trained.client.get_metric_history(run.info.run_id, "train/lr")}
+    assert len(steps) == batches  # one optimizer step per batch

@@ -297,3 +297,27 @@ def test_train_py_smooths_the_loss_and_logs_a_noam_rate_that_rises_then_falls(tm
     peak = rates.index(max(rates))
     assert peak == 2 and rates[:peak + 1] == sorted(rates[:peak + 1]) and rates[peak:] == sorted(rates[peak:])[::-1]
     assert all(math.isfinite(m.value) for m in trained.client.get_metric_history(run.info.run_id, "train/loss"))
+
+
+@pytest.mark.slow
+def test_train_py_logs_an_inverse_sqrt_rate_that_warms_up_to_optimizer_lr_then_falls(tmp_path):
+    """``lr_schedule=inverse_sqrt`` through the real CLI: one tiny epoch of 16 batches, 2 per optimizer
+    step, a warmup of 3 steps; ``train/lr`` at each of the 8 optimizer steps is optimizer.lr · k/3 up to
+    the peak at step 3 (optimizer.lr itself), then optimizer.lr · √(3/k)."""
+    from cli_helpers import explain, tiny
+    from conftest import train_once
+
+    trained = train_once(tmp_path, *tiny(max_epochs=1, heatmaps=False), "dataset.batch_size=8", "optimizer.lr=0.01",
+                         "lr_schedule=inverse_sqrt", "scheduler.warmup=3", "trainer.accumulate_grad_batches=2",
+                         "trainer.log_every_n_steps=1")
+    assert trained.proc.returncode == 0, explain(trained.proc)
+    (run,) = trained.runs
+    params = run.data.params
+    assert params["scheduler._target_"].endswith("schedules.InverseSqrt") and params["scheduler.warmup"] == "3"
+    assert params["scheduler.interval"] == "step" and params["trainer.accumulate_grad_batches"] == "2"
+    history = trained.client.get_metric_history(run.info.run_id, "train/lr")
+    by_step = {m.step: m.value for m in sorted(history, key=lambda m: (m.step, m.timestamp))}
+    assert len({(m.step, m.value) for m in history}) == len(by_step)  # both halves of a step: one rate
+    rates = [by_step[step] for step in sorted(by_step)]
+    assert rates == pytest.approx([0.01 * min(k / 3, math.sqrt(3 / k)) for k in range(1, 9)])
+    assert rates.index(max(rates)) == 2 and max(rates) == pytest.approx(0.01)

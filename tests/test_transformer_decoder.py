@@ -36,6 +36,7 @@ from attnseq.config import validate_translate
 from attnseq.errors import ConfigError
 from attnseq.evaluation.translate import translate
 from attnseq.faithfulness.counterfactual import CounterfactualAttention, counterfactual_decoder
+from attnseq.metrics.alignment import DIAGNOSTICS
 from attnseq.model import ModelConfig, beam_search, beam_search_n_best, build_seq2seq, decoder_inputs, greedy_decode
 from attnseq.model.state import DecoderState, Memory
 from attnseq.model.transformer_decoder import TransformerDecoder, TransformerDecoderLayer
@@ -396,17 +397,23 @@ def assert_png(client: MlflowClient, run_id: str, artifact: str, folder) -> None
     with Image.open(local) as image:
         assert image.format == "PNG" and image.width >= 450 and image.height >= 300, (artifact, image.size)
 
+ALIGNMENT = [d for d in DIAGNOSTICS if d != "align_precision"]
+"""The alignment metrics a barely trained run logs (precision needs at least one confident link)."""
+
 SMALL = ("decoder=transformer", "model.heads=2", "decoder.heads=2", "decoder.ff_dim=32", "decoder.layers=2")
 
 
 @pytest.mark.slow
 def test_train_and_evaluate_through_the_cli_with_a_transformer_and_a_gru_encoder(tmp_path):
     """Two runs (encoder=transformer, encoder=gru) into one MLflow store with their heatmaps (the mean
-    and each of the 2 layers × 2 heads) and self-attention figures (one sample's, to save time), then one
-    evaluate.py decoding both with a beam, α and the n best (its table; the self-attention beside its
-    heatmaps), then each run's MLflow model: greedy, beam with α, the n best, as the library decodes."""
+    and each of the 2 layers × 2 heads), alignment metrics and self-attention figures (one sample's, to
+    save time), then one evaluate.py decoding both with a beam, α and the n best (its table, its
+    alignment metrics; the self-attention beside its heatmaps), then each run's MLflow model: greedy,
+    beam with α, the n best, as the library decodes."""
     store = outputs_under(tmp_path, seeded=True)
-    for encoder in (("encoder=transformer", "encoder.heads=2", "encoder.ff_dim=32"), ("encoder=gru",)):
+    # the GRU run's heatmaps and alignment metrics read its chosen layer's heads alone (decoder.shown_layer)
+    for encoder in (("encoder=transformer", "encoder.heads=2", "encoder.ff_dim=32"),
+                    ("encoder=gru", "decoder.shown_layer=2")):
         proc = run_cli(tmp_path, *encoder, *SMALL, *tiny(max_epochs=2), "tracking.heatmap_samples=1", *store)
         assert proc.returncode == 0, explain(proc)
     client = MlflowClient(tracking_uri(tmp_path))
@@ -417,7 +424,12 @@ def test_train_and_evaluate_through_the_cli_with_a_transformer_and_a_gru_encoder
         params = run.data.params
         assert params["decoder.convention"] == "transformer" and params["scorer.name"] == "multihead"
         assert params["decoder.layers"] == "2" and params["decoder.heads"] == "2"
+        assert (params["decoder.shown_layer"] == "2") == (params["encoder.name"] == "gru")
         assert 0.0 <= run.data.metrics["val/acc"] <= 1.0
+        # the alignment metrics read every layer's heads (copy has a gold alignment); precision needs a
+        # confident link, which a barely trained model may not make
+        assert {f"val/{d}" for d in ALIGNMENT} <= set(run.data.metrics), sorted(run.data.metrics)
+        assert 0.0 <= run.data.metrics["val/align_acc"] <= run.data.metrics["val/align_acc_near"] <= 1.0
         held = artifact_paths(client, run.info.run_id)
         assert {paths.heatmap_file("short"), paths.best_heatmap_file("short")} <= held
         # the self-attention beside them: the decoder's, and a Transformer encoder's (none for a GRU)
@@ -441,6 +453,8 @@ def test_train_and_evaluate_through_the_cli_with_a_transformer_and_a_gru_encoder
         metrics = run.data.metrics
         assert 0.0 <= metrics["eval/acc"] <= 1.0 and 0.0 <= metrics["eval/exact_match"] <= 1.0
         assert {"eval/cf_permute_flip_rate", "eval/cf_uniform_tv", "eval/attn_entropy"} <= set(metrics)
+        assert {f"eval/{d}" for d in ALIGNMENT} | {f"eval/{d}_train_lengths" for d in ALIGNMENT} <= set(metrics)
+        assert 0.0 <= metrics["eval/attn_mass_gold"] <= 1.0 and 0.0 <= metrics["eval/aer"] <= 1.0
         assert run.data.params["eval.length_penalty"] == "0.6" and run.data.params["eval.n_best"] == "2"
         evaluated = next(r for r in trained.values() if r.info.run_id == run.data.tags[tags.EVALUATED_RUN])
         stacks = {"decoder", *(["encoder"] if evaluated.data.params["encoder.name"] == "transformer" else [])}
