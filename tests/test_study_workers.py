@@ -172,6 +172,8 @@ def test_a_worker_killed_mid_trial_leaves_its_trial_failed_its_run_killed_and_th
         ("hydra.sweeper.storage=sqlite://", "hydra.sweeper.storage"),  # in memory: no other worker can join
         ("hydra.sweeper.n_trials=0", "hydra.sweeper.n_trials"),
         ("hydra.sweeper.grace_period_s=1", "hydra.sweeper.grace_period_s"),  # not longer than the heartbeat
+        ("hydra.sweeper.n_jobs=abc", "hydra.sweeper.n_jobs"),  # not a whole number
+        ("hydra.sweeper.study_name=' '", "hydra.sweeper.study_name"),  # blank: no worker could find it
     ],
 )
 def test_a_bad_study_setting_fails_before_any_run_naming_its_key(tmp_path, override, key):

@@ -34,10 +34,12 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Annotated, Any
 
 from omegaconf import DictConfig, OmegaConf
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
 
+from attnseq import problems
 from attnseq.errors import ConfigError
 from attnseq.tracking.redaction import redact_text
 
@@ -63,34 +65,47 @@ def study_settings(sweeper: Mapping[str, Any] | None) -> tuple[str, str] | None:
     return str(sweeper["storage"]), str(sweeper.get("study_name") or "")
 
 
+class StudySettings(BaseModel):
+    """The sweeper's own keys (``conf/hydra/sweeper/study.yaml``) whose type and range a worker needs;
+    the others (``sampler``, ``direction``, ``params``) are Optuna's and Hydra's to judge."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    n_trials: PositiveInt = Field(description="the study's total of trials, across its workers", examples=[20])
+    n_jobs: PositiveInt = Field(description="trials at once in this worker", examples=[2])
+    heartbeat_interval_s: PositiveInt = Field(description="how often a running trial records a heartbeat",
+                                              examples=[30])
+    grace_period_s: PositiveInt = Field(description="a trial silent this long is failed: longer than the "
+                                        "heartbeat interval", examples=[90])
+    study_name: Annotated[str, Field(pattern=r"\S"), problems.What("a name that is not blank")] | None = Field(
+        None, description="the workers of a shared study find it by name", examples=["attnseq"])
+
+
 def check_study(sweeper: Mapping[str, Any] | None) -> None:
-    """A shared study's settings as a worker needs them: a storage it can open, a study name, a total
-    of trials and heartbeat times that are numbers; a ``ConfigError`` (exit 2) otherwise. The URL is
-    opened (SQLAlchemy, no Optuna): a wrong host, password or folder fails here, before any run."""
+    """A shared study's settings as a worker needs them (``StudySettings``, every problem at once): a
+    storage it can open, a study name, a grace period longer than the heartbeat; a ``ConfigError``
+    (exit 2) otherwise. The URL is opened (SQLAlchemy, no Optuna): a wrong host, password or folder
+    fails here, before any run."""
     if not sweeper or sweeper.get("_target_") != SWEEPER_TARGET:
         return
-    for key, least in (("n_trials", 1), ("n_jobs", 1), ("heartbeat_interval_s", 1), ("grace_period_s", 1)):
-        value = sweeper.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < least:
-            raise ConfigError(
-                f"hydra.sweeper.{key}={value!r}: it must be a whole number, at least {least}.",
-                f"hydra.sweeper.{key}={max(least, 2 if key != 'n_trials' else 20)}",
-            )
-    if sweeper.get("grace_period_s") <= sweeper.get("heartbeat_interval_s"):
+    try:
+        settings = StudySettings.model_validate(dict(sweeper))
+    except ValidationError as error:
+        problems.raise_all(problems.told(error, StudySettings, dict(sweeper), "hydra.sweeper"))
+    if settings.grace_period_s <= settings.heartbeat_interval_s:
         raise ConfigError(
-            f"hydra.sweeper.grace_period_s={sweeper['grace_period_s']} is not longer than "
-            f"hydra.sweeper.heartbeat_interval_s={sweeper['heartbeat_interval_s']}: every live trial would "
+            f"hydra.sweeper.grace_period_s={settings.grace_period_s} is not longer than "
+            f"hydra.sweeper.heartbeat_interval_s={settings.heartbeat_interval_s}: every live trial would "
             "look dead between two heartbeats.",
-            f"hydra.sweeper.grace_period_s={2 * sweeper['heartbeat_interval_s']}",
+            f"set hydra.sweeper.grace_period_s={2 * settings.heartbeat_interval_s}.",
         )
-    settings = study_settings(sweeper)
-    if settings is None:
+    shared = study_settings(sweeper)
+    if shared is None:
         return
-    url, name = settings
-    if not name.strip():
+    url, name = shared
+    if settings.study_name is None:
         raise ConfigError(
             "hydra.sweeper.study_name is empty: the workers of a shared study find it by name.",
-            "hydra.sweeper.study_name=attnseq",
+            "set hydra.sweeper.study_name=attnseq.",
         )
     check_storage_url(url)
 
