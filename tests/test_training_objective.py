@@ -273,26 +273,38 @@ def test_two_accumulated_half_batches_give_the_gradient_of_the_whole_batch(case,
 
 
 # -- through the real CLI ------------------------------------------------------------------------------
+def one_accumulated_epoch(tmp_path, *overrides: str):
+    """The real train.py: one tiny epoch of 16 batches of 8, 2 per optimizer step, a schedule warmup of 3
+    steps, every step logged; the finished training and its one run."""
+    from cli_helpers import explain, tiny
+    from conftest import train_once
+
+    trained = train_once(tmp_path, *tiny(max_epochs=1, heatmaps=False), "dataset.batch_size=8", "scheduler.warmup=3",
+                         "trainer.accumulate_grad_batches=2", "trainer.log_every_n_steps=1", *overrides)
+    assert trained.proc.returncode == 0, explain(trained.proc)
+    (run,) = trained.runs
+    return trained, run
+
+
+def rates_by_optimizer_step(trained, run) -> list[float]:
+    """The run's ``train/lr``, one rate per optimizer step in step order (both accumulated halves of a
+    step log the same rate)."""
+    history = trained.client.get_metric_history(run.info.run_id, "train/lr")
+    by_step = {m.step: m.value for m in sorted(history, key=lambda m: (m.step, m.timestamp))}
+    assert len({(m.step, m.value) for m in history}) == len(by_step)
+    return [by_step[step] for step in sorted(by_step)]
+
+
 @pytest.mark.slow
 def test_train_py_smooths_the_loss_and_logs_a_noam_rate_that_rises_then_falls(tmp_path):
     """One tiny epoch of 16 batches, 2 per optimizer step, Noam with a warmup of 3 steps, ε = 0.1: the
     run records the keys, and ``train/lr`` (logged at every step) is Vaswani's rate of each of the 8
     optimizer steps (d = model.hidden_size = 16), rising to step 3 and falling after."""
-    from cli_helpers import explain, tiny
-    from conftest import train_once
-
-    trained = train_once(tmp_path, *tiny(max_epochs=1, heatmaps=False), "dataset.batch_size=8", "lr_schedule=noam",
-                         "scheduler.warmup=3", "training.label_smoothing=0.1", "trainer.accumulate_grad_batches=2",
-                         "trainer.log_every_n_steps=1")
-    assert trained.proc.returncode == 0, explain(trained.proc)
-    (run,) = trained.runs
+    trained, run = one_accumulated_epoch(tmp_path, "lr_schedule=noam", "training.label_smoothing=0.1")
     params = run.data.params
     assert params["training.label_smoothing"] == "0.1" and params["scheduler._target_"].endswith("schedules.Noam")
     assert params["scheduler.model_size"] == "16" and params["trainer.accumulate_grad_batches"] == "2"
-    history = trained.client.get_metric_history(run.info.run_id, "train/lr")
-    by_step = {m.step: m.value for m in sorted(history, key=lambda m: (m.step, m.timestamp))}  # both halves: one rate
-    assert len({(m.step, m.value) for m in history}) == len(by_step)
-    rates = [by_step[step] for step in sorted(by_step)]
+    rates = rates_by_optimizer_step(trained, run)
     assert rates == pytest.approx([16**-0.5 * min(k**-0.5, k * 3**-1.5) for k in range(1, 9)])
     peak = rates.index(max(rates))
     assert peak == 2 and rates[:peak + 1] == sorted(rates[:peak + 1]) and rates[peak:] == sorted(rates[peak:])[::-1]
@@ -304,20 +316,10 @@ def test_train_py_logs_an_inverse_sqrt_rate_that_warms_up_to_optimizer_lr_then_f
     """``lr_schedule=inverse_sqrt`` through the real CLI: one tiny epoch of 16 batches, 2 per optimizer
     step, a warmup of 3 steps; ``train/lr`` at each of the 8 optimizer steps is optimizer.lr · k/3 up to
     the peak at step 3 (optimizer.lr itself), then optimizer.lr · √(3/k)."""
-    from cli_helpers import explain, tiny
-    from conftest import train_once
-
-    trained = train_once(tmp_path, *tiny(max_epochs=1, heatmaps=False), "dataset.batch_size=8", "optimizer.lr=0.01",
-                         "lr_schedule=inverse_sqrt", "scheduler.warmup=3", "trainer.accumulate_grad_batches=2",
-                         "trainer.log_every_n_steps=1")
-    assert trained.proc.returncode == 0, explain(trained.proc)
-    (run,) = trained.runs
+    trained, run = one_accumulated_epoch(tmp_path, "optimizer.lr=0.01", "lr_schedule=inverse_sqrt")
     params = run.data.params
     assert params["scheduler._target_"].endswith("schedules.InverseSqrt") and params["scheduler.warmup"] == "3"
     assert params["scheduler.interval"] == "step" and params["trainer.accumulate_grad_batches"] == "2"
-    history = trained.client.get_metric_history(run.info.run_id, "train/lr")
-    by_step = {m.step: m.value for m in sorted(history, key=lambda m: (m.step, m.timestamp))}
-    assert len({(m.step, m.value) for m in history}) == len(by_step)  # both halves of a step: one rate
-    rates = [by_step[step] for step in sorted(by_step)]
+    rates = rates_by_optimizer_step(trained, run)
     assert rates == pytest.approx([0.01 * min(k / 3, math.sqrt(3 / k)) for k in range(1, 9)])
     assert rates.index(max(rates)) == 2 and max(rates) == pytest.approx(0.01)
