@@ -1,7 +1,8 @@
 """Issue 23, points 7 and 10 (corpus, plugins, long lines): a corpus rebuild replaces the splits and
 ``corpus.json`` as one set and stops cleanly on SIGTERM/Ctrl-C; a bad ``--out`` exits 2 before any
 catalog is read; a plugin that raises or exits at import is a config error naming it; a run's
-plugins are imported by evaluate.py only when named; an over-long line never reaches a tokenizer."""
+plugins are imported by evaluate.py only when named; an over-long line never reaches a tokenizer;
+``experiment=messages_en_fr`` trains on the corpus the builder wrote under the working directory."""
 
 from __future__ import annotations
 
@@ -15,7 +16,20 @@ import uuid
 from pathlib import Path
 
 import pytest
-from cli_helpers import BUILD_CORPUS_PY, EVALUATE_PY, REPO, clean_env, explain, outputs_under, run_cli, tiny, user_env  # noqa: E402
+from cli_helpers import (  # noqa: E402
+    BUILD_CORPUS_PY,
+    EVALUATE_PY,
+    REPO,
+    all_runs,
+    clean_env,
+    explain,
+    outputs_under,
+    run_cli,
+    tiny,
+    tracking_uri,
+    user_env,
+)
+from mlflow.tracking import MlflowClient
 from mo_writer import write_mo  # noqa: E402
 
 from attnseq.data.errors import DataError
@@ -104,6 +118,25 @@ def test_a_signal_mid_build_keeps_the_old_corpus_whole_and_leaves_nothing_beside
     after = contents(out)
     assert sorted(after) == CORPUS_FILES and all(after[name] != before[name] for name in CORPUS_FILES)
     assert [path.name for path in data.iterdir()] == ["messages_en-fr"]
+
+
+def test_the_messages_preset_trains_on_the_corpus_built_in_the_working_directory(tmp_path):
+    """Its ``dataset.path`` is ``${hydra:runtime.cwd}/data/messages_en-fr``, where ``make messages-corpus``
+    writes: the checks made before Hydra's run read that path as the run will, in a sweep too."""
+    (tmp_path / "data").mkdir()
+    built = build("--locale-dir", str(locale_tree(tmp_path / "locale")), "--out",
+                  str(tmp_path / "data" / "messages_en-fr"))
+    assert built.returncode == 0, explain(built)
+    small = ["dataset.train_size=32", "dataset.val_size=4", "dataset.test_size=4", "dataset.vocab_size=60",
+             "model.hidden_size=16", "model.embedding_dim=8", "trainer.max_epochs=1",
+             "trainer.enable_progress_bar=false", "tracking.heatmap_samples=0"]
+    proc = run_cli(tmp_path, "-m", "experiment=messages_en_fr", "seed=0,1", *small,
+                   *outputs_under(tmp_path, seeded=True))
+    assert proc.returncode == 0, explain(proc)
+    runs = all_runs(MlflowClient(tracking_uri(tmp_path)), "messages_en_fr")
+    trained = [r for r in runs if "dataset.path" in r.data.params]
+    assert len(trained) == 2 and {r.info.status for r in runs} == {"FINISHED"}
+    assert {r.data.params["dataset.path"] for r in trained} == {str(tmp_path / "data" / "messages_en-fr")}
 
 
 @pytest.mark.parametrize("case", ["a file", "a missing parent", "a folder of other files"])

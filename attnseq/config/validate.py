@@ -5,6 +5,7 @@ those libraries, is ``attnseq.training.validation``."""
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
@@ -23,6 +24,16 @@ from attnseq.problems import raise_all, shown, told
 from attnseq.registry import closest, did_you_mean, import_plugins
 
 AT_RUN_TIME = "<set by Hydra at run time>"  # a ${hydra:...} value in a config composed without a Hydra run
+HYDRA_CWD = "${hydra:runtime.cwd}"
+
+
+def before_the_run(raw: str) -> str:
+    """A ``${hydra:...}`` value read before Hydra's run: ``runtime.cwd`` is this process's working
+    directory (Hydra records it as the run starts, before any change), so a corpus path built on it is
+    checked as the run will read it; any other reads ``AT_RUN_TIME``."""
+    known = raw.replace(HYDRA_CWD, os.getcwd())
+    return AT_RUN_TIME if "${" in known else known
+
 METRIC_KEYS = ("dataset", "scorer", "training", "checkpoint", "optimized_metric", "faith")  # what metric_problems reads
 
 
@@ -175,7 +186,7 @@ def plain(node: DictConfig, prefix: str = "") -> tuple[dict[str, Any], list[str]
         except Exception as error:  # noqa: BLE001 - an interpolation that cannot be resolved
             raw = OmegaConf.to_container(node, resolve=False)[key]
             if isinstance(raw, str) and "${hydra:" in raw:
-                values[key] = AT_RUN_TIME
+                values[key] = before_the_run(raw)
             else:
                 problems.append(ConfigError(f"{prefix}{key}={raw} cannot be resolved: {str(error).splitlines()[0]}",
                                             f"set {prefix}{key} to a plain value, or make what it refers to exist "
