@@ -24,7 +24,7 @@ from cli_helpers import REPO, TRAIN_PY, clean_env, explain, outputs_under, run_c
 
 from attnseq.cli import config_help, quiet_libraries
 from attnseq.tracking.store import ui_links
-from attnseq.training.console import bucket_table, epoch_line
+from attnseq.training.console import TrainingReport, bucket_table, epoch_line
 from attnseq.training.sweep import job_table
 
 
@@ -51,6 +51,22 @@ def test_bucket_table_marks_training_lengths_and_empty_buckets():
         "  06-10        10   0.125   0.000",
         "  11-12         0       -       -",
     ]
+
+
+def test_the_last_bucket_table_is_printed_only_after_a_real_validation(capsys):
+    """A run resumed after its last epoch validates only its sanity check's few batches: that partial
+    table is not the run's, so nothing is printed; after a real validation the table is."""
+    rows = [{"bucket": "01-05", "lo": 1, "hi": 5, "sequences": 2, "acc": 0.5, "exact_match": 0.5}]
+    report = TrainingReport(SimpleNamespace(name="resumed"))
+    trainer = SimpleNamespace(is_global_zero=True, sanity_checking=True)
+    module = SimpleNamespace(last_bucket_tables={"val": rows}, train_lengths=(1, 6))
+    report.on_validation_end(trainer, module)
+    report.on_fit_end(trainer, module)
+    assert bucket_table(rows, (1, 6)) not in capsys.readouterr().out
+    trainer.sanity_checking = False
+    report.on_validation_end(trainer, module)
+    report.on_fit_end(trainer, module)
+    assert bucket_table(rows, (1, 6)) in capsys.readouterr().out
 
 
 # -- UI links ----------------------------------------------------------------------------------------

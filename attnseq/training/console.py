@@ -162,6 +162,7 @@ class TrainingReport(Callback):
         self.printed_through = -1  # the last epoch whose line is printed
         self.started_at = self.epoch_started_at = self.sanity_started_at = time.monotonic()
         self.epochs_timed = 0  # epochs this process trained (a resumed run's earlier ones not counted)
+        self.validated = False  # this process ran a validation other than the sanity check
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.is_global_zero:
@@ -183,6 +184,9 @@ class TrainingReport(Callback):
         self.printed_through = trainer.current_epoch - 1  # a resumed run: its earlier epochs were printed then
         self.started_at = self.epoch_started_at = time.monotonic()
 
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.validated = self.validated or not trainer.sanity_checking
+
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._print_finished_epoch(trainer, trainer.current_epoch - 1)
 
@@ -192,7 +196,8 @@ class TrainingReport(Callback):
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         rows = getattr(pl_module, "last_bucket_tables", {}).get("val")
-        if not trainer.is_global_zero or not rows:
+        # a run resumed after its last epoch validated only its sanity check's few batches: no table
+        if not trainer.is_global_zero or not rows or not self.validated:
             return
         say(f"\nValidation by source length after the last epoch (* = within the training lengths "
             f"{pl_module.train_lengths[0]}-{pl_module.train_lengths[1]}):\n"
