@@ -99,11 +99,11 @@ def test_the_slurm_preset_asks_for_a_gpu_per_job(tmp_path):
 NODE_SET = ("trainer=ddp", "trainer.devices=1", "trainer.num_nodes=2")
 
 
-def start_nodes(root, port, *overrides, store):
+def start_nodes(root, port, *overrides, store, ranks=(0, 1)):
     """Node 0 and node 1 of one training, as a launcher starts them on two machines: the same command
     and MASTER_ADDR:MASTER_PORT, each its own NODE_RANK and output folder; the store is shared."""
     procs = []
-    for rank in (0, 1):
+    for rank in ranks:
         folder = root / f"node{rank}"
         folder.mkdir(parents=True, exist_ok=True)
         env = user_env() | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "NODE_RANK": str(rank)}
@@ -197,3 +197,47 @@ def test_a_multirun_of_data_parallel_jobs_makes_one_run_per_job_and_no_extra_swe
     assert {r.info.status for r in [parent, *children]} == {"FINISHED"}
     assert sorted(p.name for p in (tmp_path / "multi").iterdir() if p.is_dir()) == ["0", "1"]
     assert not list(tmp_path.glob("multirun")) and not list(tmp_path.glob("outputs"))  # no sweep of rank 1's
+
+
+def listening(port):
+    """A socket of this machine listens on ``port`` (read from /proc, without connecting to it)."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as rows:
+            next(rows)
+            for row in rows:
+                local, state = row.split()[1], row.split()[3]
+                if int(local.rsplit(":", 1)[1], 16) == port and state == "0A":  # 0A: LISTEN
+                    return True
+    return False
+
+
+@pytest.mark.slow
+def test_node_zero_waiting_in_the_rendezvous_refuses_a_second_node_zero_and_stops_at_sigterm(tmp_path):
+    """Node 0 alone waits in torch's rendezvous, in native code where no Python handler runs: a second
+    process started as node 0 on the same address is refused before it makes a run, and a SIGTERM ends
+    node 0 at once with its run KILLED (without the watch it waited up to torch's 30 minutes)."""
+    store, port = seeded_store(tmp_path), free_port()
+    overrides = [*tiny(max_epochs=1, heatmaps=False), *NODE_SET]
+    [node0] = start_nodes(tmp_path, port, *overrides, store=store, ranks=(0,))
+    client = MlflowClient(store)
+    try:
+        # the store server of torch's rendezvous listens: node 0 is inside init_process_group
+        wait_until(lambda: listening(port) and client.get_experiment_by_name(EXPERIMENT) and all_runs(client),
+                   "node 0 in the rendezvous", node0, tmp_path / "node0" / "console.log")
+        [run] = all_runs(client)
+        folder = tmp_path / "second-node0"
+        folder.mkdir()
+        second = subprocess.run(
+            [sys.executable, str(TRAIN_PY), *overrides, f"mlflow.tracking_uri={store}", f"hydra.run.dir={folder}/out"],
+            cwd=folder, env=user_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), NODE_RANK="0"),
+            capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
+        assert second.returncode == 1, explain(second)
+        assert run.info.run_id in second.stderr and "Traceback" not in second.stderr, explain(second)
+        assert [r.info.run_id for r in all_runs(client)] == [run.info.run_id]  # it made no run of its own
+        os.killpg(node0.pid, signal.SIGTERM)
+        code = node0.wait(timeout=60)
+    finally:
+        stop_group(node0, signal.SIGKILL, grace_s=1)
+    log = (tmp_path / "node0" / "console.log").read_text()
+    assert code == 143, log
+    assert client.get_run(run.info.run_id).info.status == "KILLED", log

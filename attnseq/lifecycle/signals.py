@@ -28,6 +28,7 @@ the process keeps the handlers it had.
 from __future__ import annotations
 
 import gc
+import os
 import signal
 import sys
 import threading
@@ -148,6 +149,26 @@ class Signals:
         """Raise a signal that was recorded but not acted on (Lightning saw it after its last check)."""
         if self.received is not None and not self.raised and not self.holding and not self._lightning_in_charge():
             self._raise()
+
+    @contextmanager
+    def noticed(self) -> Iterator[int | None]:
+        """A file that gets the signal's number, one byte, the moment a signal lands, even while the
+        main thread waits in native code, where no Python handler runs until the wait returns
+        (``signal.set_wakeup_fd``): read it from another thread. None where the handler is not
+        installed (``train(cfg)`` from a notebook) or off the main thread."""
+        if threading.current_thread() is not threading.main_thread() or not self.installed():
+            yield None
+            return
+        readable, writable = os.pipe()
+        os.set_blocking(readable, False)
+        os.set_blocking(writable, False)
+        previous = signal.set_wakeup_fd(writable, warn_on_full_buffer=False)
+        try:
+            yield readable
+        finally:
+            signal.set_wakeup_fd(previous)
+            os.close(readable)
+            os.close(writable)
 
     def mark_raised(self) -> None:
         """An interrupt is being handled (Lightning raised it): later signals must not break the cleanup."""

@@ -31,7 +31,17 @@ from attnseq.lifecycle.guards import (
     heartbeat_value,
     held_folder,
 )
-from attnseq.lifecycle.nodes import RunAgreement, find_rank_zero_run, node_rank, rendezvous_tags
+from attnseq.lifecycle.nodes import (
+    FIND_TIMEOUT_S,
+    NodesJoining,
+    RunAgreement,
+    check_one_rank_zero,
+    find_rank_zero_run,
+    node_rank,
+    node_ranks,
+    rendezvous_address,
+    rendezvous_tags,
+)
 from attnseq.lifecycle.requeue import requeued_run, restart_count, slurm_job_id
 from attnseq.lifecycle.resume import Resumption, prepare_resume, reopen_claimed
 from attnseq.lifecycle.signals import Signals, exit_code, release_interrupted_frames
@@ -320,6 +330,8 @@ def open_run(cfg: TrainConfig, resumption: Resumption | None) -> TrainingRun:
         return TrainingRun(client.attach_run(run_id, "ddp worker"), experiment_id, owned=False)
     experiment_id = client.ensure_experiment(cfg.mlflow.experiment_name)
     rendezvous = rendezvous_tags(cfg.trainer.num_nodes)  # other nodes find the run by it
+    check_one_rank_zero(client, experiment_id, cfg.trainer.num_nodes, cfg.heartbeat.stale_after_s,
+                        resumed=resumption.run_id if resumption else None)
     if resumption is None:
         name, run_tags, parent = run_identity(cfg)
         run_tags |= {tags.HEARTBEAT: heartbeat_value(), **rendezvous}
@@ -384,25 +396,68 @@ def fit(
     trainer_args["enable_model_summary"] = False
     bar = progress_bar(trainer_args.get("enable_progress_bar"))  # on a terminal only
     trainer_args["enable_progress_bar"] = bool(bar)
+    heartbeat = Heartbeat(run.tracked, cfg.heartbeat.every_s)
+    joining = nodes_joining(cfg, run, resumption, signals, heartbeat)
     trainer = L.Trainer(
         **trainer_args,
         logger=RunLogger(run.tracked, run.experiment_id, logged_through),
-        callbacks=[FirstStepClock(run.tracked), RuntimeRecord(run, resumed=resumption is not None),
+        callbacks=[*([joining] if joining else []), FirstStepClock(run.tracked),
+                   RuntimeRecord(run, resumed=resumption is not None),
                    SignalBridge(signals), RunAgreement(run.tracked.run_id), guard, best, last, artifacts, interrupts,
-                   Heartbeat(run.tracked, cfg.heartbeat.every_s),
+                   heartbeat,
                    *stop_at(cfg), *bar, TrainingReport(run.tracked),
                    *([averaging] if averaging else [])],  # its line under the report
         default_root_dir=cfg.paths.output_dir,
         plugins=[NamedCheckpointIO()],  # a checkpoint that cannot be written is named
     )
     # Lightning's SIGTERM handler, while its loops run, calls ours after its own; ours goes in front of it (see signals)
-    trainer.fit(module, datamodule=datamodule, weights_only=True,  # never unpickle objects
-                ckpt_path=str(resumption.checkpoint) if resumption else None)
+    with joining.watching() if joining else nullcontext():
+        trainer.fit(module, datamodule=datamodule, weights_only=True,  # never unpickle objects
+                    ckpt_path=str(resumption.checkpoint) if resumption else None)
     signals.raise_pending()
     if cfg.training.test_after_fit:
         trainer.test(module, datamodule=datamodule, ckpt_path=best.best_model_path or None, weights_only=True)
     result = trainer.callback_metrics.get(cfg.optimized_metric)
     return None if result is None else float(result)
+
+
+def nodes_joining(cfg: TrainConfig, run: TrainingRun, resumption: Resumption | None, signals: Signals,
+                  heartbeat: Heartbeat) -> NodesJoining | None:
+    """The watch over the joining of a data-parallel training's processes (``NodesJoining``): a node
+    that waits says for what; a signal, or ``FIND_TIMEOUT_S`` without every process, ends the process
+    at once, the run marked KILLED or FAILED, since torch's rendezvous cannot be interrupted."""
+    if not spans_processes(cfg):
+        return None
+    nodes, address = cfg.trainer.num_nodes or 1, rendezvous_address()
+    told = (f"Node {node_rank()}: waiting for the other nodes of trainer.num_nodes={nodes} to join at {address} "
+            f"(at most {FIND_TIMEOUT_S:.0f} s; Ctrl-C stops it) …"
+            if nodes > 1 and os.environ.get("LOCAL_RANK", "0") == "0" else None)  # each node's first process
+    everywhere = f"on every node (the same MASTER_ADDR and MASTER_PORT, each its own NODE_RANK: {node_ranks(nodes)})"
+
+    def abandon(signum: int | None) -> None:
+        run_id, status = run.tracked.run_id, "FAILED" if signum is None else "KILLED"
+        try:
+            if run.owned:
+                run.tracked.finish(status)
+            marked = f"MLflow run {run_id} is marked {status}" if run.owned else f"rank 0 marks MLflow run {run_id}"
+        except Exception:  # noqa: BLE001 - the process ends either way; say the run may still read RUNNING
+            marked = f"MLflow run {run_id} could not be marked {status}"
+        again = (f"continue it with `python train.py resume={run_id}` {everywhere}" if resumption else
+                 f"nothing was trained yet: start the same command again {everywhere}")
+        if signum is None:
+            error = TrainingError(f"the processes of this data-parallel training did not all join in "
+                                  f"{FIND_TIMEOUT_S:.0f} s (trainer.num_nodes={nodes}, {address}); {marked}.",
+                                  f"start the nodes within {FIND_TIMEOUT_S:.0f} s of each other: {again}.")
+            print(f"error: {error}", file=sys.stderr, flush=True)
+            code = error.exit_code
+        else:
+            print(f"\nInterrupted while the processes of this data-parallel training joined: {marked}; {again}.",
+                  file=sys.stderr, flush=True)
+            code = exit_code(signum)
+        sys.stdout.flush()
+        os._exit(code)  # the main thread is held in torch's rendezvous: nothing else would end it
+
+    return NodesJoining(signals, abandon, told, beat=heartbeat.beat if run.owned else None, every_s=heartbeat.every_s)
 
 
 class RuntimeRecord(Callback):
