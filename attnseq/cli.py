@@ -390,6 +390,10 @@ def quiet_libraries() -> Callable[[], None]:
     - Lightning's "recommended to use ``self.log(..., sync_dist=True)``" in data-parallel training, once per
       metric: the metrics suite reduces its own states across the processes (every validation sequence
       counted once, tests/test_scaling.py), and the learning rate is the same on every rank;
+    - Lightning's "The `srun` command is available on your system but is not used" hint, on every run
+      of a machine that has Slurm installed: attnseq's Slurm jobs run under srun (its submitit launcher),
+      and a multi-node training started by hand that waits for its nodes says so itself
+      (``attnseq.lifecycle.nodes.NodesJoining``);
     - MLflow's database INFO lines (creating and migrating the SQLite schema, through MLflow's logger
       and alembic's): those loggers at WARNING; its traceback of a locked SQLite store, which attnseq
       waits for and reports itself: dropped by a filter on that logger.
@@ -407,6 +411,8 @@ def quiet_libraries() -> Callable[[], None]:
     ignored = warnings.filters[0]
     warnings.filterwarnings("ignore", message=r"It is recommended to use `self\.log\('[^']*', \.\.\., sync_dist=True")
     unsynced = warnings.filters[0]
+    warnings.filterwarnings("ignore", message=r"The `srun` command is available on your system but is not used")
+    srun_hint = warnings.filters[0]
     levels = {name: logging.getLogger(name).level for name in ("mlflow.store.db.utils", "alembic")}
     for name in levels:
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -418,7 +424,7 @@ def quiet_libraries() -> Callable[[], None]:
     def undo() -> None:
         for logger in filtered:
             logger.removeFilter(_CHATTER_FILTER)
-        for added in (ignored, unsynced):
+        for added in (ignored, unsynced, srun_hint):
             if added in warnings.filters:
                 warnings.filters.remove(added)
         for name, level in levels.items():
