@@ -12,6 +12,7 @@ import pytest
 import torch
 from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
     EVALUATE_PY,
+    EXPERIMENT,
     all_runs,
     artifact_paths,
     explain,
@@ -19,19 +20,23 @@ from cli_helpers import (  # noqa: E402  (tests/ is on sys.path under pytest)
     run_cli,
     tiny,
     tracking_uri,
+    user_env,
 )
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from attnseq.attention import NO_ATTENTION
 from attnseq.data import Example, Vocabulary
+from attnseq.errors import ConfigError
 from attnseq.evaluation.compare import Compared
 from attnseq.evaluation.pipeline import GROUPS_PARAM, same_sample_figure
+from attnseq.evaluation.trained_runs import named_experiment
 from attnseq.metrics import DIAGNOSTICS
 from attnseq.metrics.declarations import SuiteSpec, names
 from attnseq.metrics.faithfulness import FaithSettings
 from attnseq.model import ModelConfig
 from attnseq.model.decoding import Decoded
+from attnseq.tracking.client import TrackingClient
 from attnseq.tracking.explorer import explorer_data
 from attnseq.tracking.paths import EXPLORER
 
@@ -293,6 +298,17 @@ def test_a_run_id_that_does_not_exist_is_a_clear_error(evaluated):
                    f"hydra.run.dir={root}/bad", script=EVALUATE_PY)
     assert proc.returncode != 0
     assert "0123456789abcdef" in proc.stderr and "Fix:" in proc.stderr
+
+
+def test_a_misspelt_experiment_name_is_told_with_the_stores_experiments_and_the_closest(evaluated):
+    root = evaluated["root"]
+    proc = run_cli(root, f"experiment_name={EXPERIMENT[:-1]}", f"mlflow.tracking_uri={tracking_uri(root)}",
+                   f"hydra.run.dir={root}/bad-name", script=EVALUATE_PY, env=user_env())
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, explain(proc)
+    assert f"Fix: experiment_name={EXPERIMENT}" in proc.stderr, explain(proc)
+    with pytest.raises(ConfigError) as raised:  # nothing close: the names it holds, and where to look
+        named_experiment(TrackingClient(tracking_uri(root)), "zzzz")
+    assert repr(EXPERIMENT) in raised.value.problem and "mlflow.tracking_uri" in raised.value.fix
 
 
 @pytest.mark.slow

@@ -22,6 +22,7 @@ from attnseq.data.tokenizers import SUBWORD_TOKENIZERS, SYMBOLS, RuleTokenizer, 
 from attnseq.errors import ConfigError
 from attnseq.evaluation.validation import EXAMPLE_FILTER
 from attnseq.model import Seq2Seq, load_saved_model
+from attnseq.registry import closest
 from attnseq.tracking import paths, tags
 from attnseq.tracking.client import NoSuchRun, TrackingClient
 from attnseq.tracking.redaction import redact, redact_text
@@ -72,10 +73,23 @@ def searched_experiments(client: TrackingClient, experiment_name: str | None) ->
     """The ids of the experiments to look in: ``experiment_name``'s, or every one."""
     if not experiment_name:
         return client.experiment_ids()
+    return [named_experiment(client, experiment_name)]
+
+
+def named_experiment(client: TrackingClient, experiment_name: str) -> str:
+    """The id of experiment ``experiment_name``, or a ``ConfigError`` listing the store's experiments,
+    the closest name first."""
     experiment_id = client.experiment_id(experiment_name)
-    if experiment_id is None:
-        raise ConfigError(f"no MLflow experiment named {experiment_name!r}.", "check the name in the MLflow UI.")
-    return [experiment_id]
+    if experiment_id is not None:
+        return experiment_id
+    names = client.experiment_names()
+    match = closest(experiment_name, names)
+    held = f"it holds {', '.join(repr(name) for name in names[:20])}" + (" …" if len(names) > 20 else "") \
+        if names else "it holds no experiment yet"
+    raise ConfigError(f"no MLflow experiment named {experiment_name!r} in the store "
+                      f"{redact('', client.tracking_uri)}: {held}.",
+                      f"experiment_name={match}" if match else "pass one of those names as experiment_name=<name>, "
+                      "or check mlflow.tracking_uri (or MLFLOW_TRACKING_URI) points at the store that holds it.")
 
 
 def latest_sweep(client: TrackingClient, experiment_name: str | None) -> str:
@@ -138,9 +152,7 @@ def select_runs(
                 "pass the parent run of a sweep (`train.py -m ...` prints it at the end), or run_id=<id>.",
             )
         return sorted(runs, key=lambda r: int(r.data.tags.get(tags.JOB_NUM, 0)))
-    experiment_id = client.experiment_id(experiment_name)
-    if experiment_id is None:
-        raise ConfigError(f"no MLflow experiment named {experiment_name!r}.", "check the name in the MLflow UI.")
+    experiment_id = named_experiment(client, experiment_name)
     query = f"{tags.tag_equals(tags.KIND, tags.TRAIN)} and attributes.status = 'FINISHED'"
     if filter_string:
         query += f" and {filter_string}"

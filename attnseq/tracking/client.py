@@ -55,6 +55,10 @@ class TrackingClient:
         experiments = self._call("listing the experiments", self.client.search_experiments)
         return [experiment.experiment_id for experiment in experiments]
 
+    def experiment_names(self) -> list[str]:
+        experiments = self._call("listing the experiments", self.client.search_experiments)
+        return sorted(experiment.name for experiment in experiments)
+
     def runs_list_command(self) -> str:
         """A command that lists the store's runs and their ids, to paste as printed:
         ``MLFLOW_TRACKING_URI=sqlite:///mlflow.db mlflow runs list --experiment-id 1`` (the first
