@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -401,9 +402,12 @@ def evaluate_config(cfg: EvalConfig, signals: Signals | None = None) -> list[Eva
                                       file=sys.stdout), start=1):
         trained = load_trained_run(client, run, cfg.model)
         settings = settings_for(cfg, trained)
+        started = time.monotonic()
         if not bars:
+            probed = (f", the faithfulness measures on {settings.faith.samples} of them (the slow part)"
+                      if settings.faith.samples else "")
             print(redact_text(f"[{number}/{len(runs)}] {trained.name}: decoding {settings.size:,} sequences at "
-                              f"lengths {settings.lengths[0]}-{settings.lengths[1]} ..."), flush=True)
+                              f"lengths {settings.lengths[0]}-{settings.lengths[1]}{probed} ..."), flush=True)
         # one bar per run, over the sequences it decodes (below the runs' bar, gone once the run is done)
         with tqdm(total=settings.size, desc=redact_text(trained.name), unit="seq", leave=False, disable=not bars,
                   position=0 if len(runs) == 1 else 1, file=sys.stdout) as decoding:
@@ -411,8 +415,9 @@ def evaluate_config(cfg: EvalConfig, signals: Signals | None = None) -> list[Eva
         eval_run = log_evaluation(client, trained, settings, result, out_dir / trained.run_id, signals)
         m = result.metrics
         url = ui_links(cfg.mlflow.tracking_uri, run.info.experiment_id, eval_run).url
+        took = time.monotonic() - started
         line = (f"{trained.name}: eval acc {m['eval/acc']:.3f}, exact {m['eval/exact_match']:.3f} at lengths "
-                f"{settings.lengths[0]}-{settings.lengths[1]}; evaluation run {url}")
+                f"{settings.lengths[0]}-{settings.lengths[1]} ({took:.0f} s); evaluation run {url}")
         tqdm.write(redact_text(line), file=sys.stdout)
         trained_runs.append(trained)
         results.append(result)
