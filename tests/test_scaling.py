@@ -137,6 +137,7 @@ def test_two_nodes_on_loopback_train_one_run_with_the_metrics_of_one_node_with_t
     client = MlflowClient(store)
     [run] = all_runs(client)  # node 1 trained into node 0's run and made none of its own
     assert run.info.status == "FINISHED" and run.data.params["trainer.num_nodes"] == "2"
+    assert run.info.run_id in logs[1]  # node 1 says which run it trained into
     assert list((tmp_path / "node0" / "out").rglob("last.ckpt"))  # checkpoints are rank 0's alone,
     assert not list((tmp_path / "node1").rglob("*.ckpt"))  # and so is every artifact:
     assert not list((tmp_path / "node1").rglob("mlruns"))  # none under node 1's folder

@@ -506,8 +506,11 @@ def stop(run: TrainingRun | None, error: BaseException, signals: Signals) -> Non
 
 def finish(run: TrainingRun, uri: str, folder: Path | None = None) -> None:
     """Mark the run FINISHED and say where to find it: in the store, and its folder (``folder``:
-    its checkpoints and its figures)."""
+    its checkpoints and its figures). Another node's first process says which run it trained into."""
     if not run.owned:
+        if node_rank() > 0 and os.environ.get("LOCAL_RANK", "0") == "0":
+            print(f"\nNode {node_rank()}: done; node 0 marks MLflow run {run.tracked.run_id} and holds its "
+                  "checkpoints and artifacts", flush=True)
         return
     tracked = run.tracked
     tracked.finish("FINISHED")
