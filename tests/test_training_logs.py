@@ -15,7 +15,7 @@ from lightning.pytorch.loggers import Logger
 from attnseq.config import validate_train
 from attnseq.data.sampler import padding_fraction
 from attnseq.training import build
-from attnseq.training.artifacts import StepAtBatchStart
+from attnseq.training.steps import StepAtBatchStart
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 BATCHES_PER_EPOCH = 4

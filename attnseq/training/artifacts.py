@@ -9,7 +9,7 @@ paths are ``attnseq.tracking.paths``).
   validation samples (short, medium, longer than training; a Transformer encoder's and decoder's
   self-attention of the same samples beside them, ``self_attention/``), and every validation epoch the
   accuracy-vs-length figure, as time-stepped images whose step
-  is the step Lightning logs the validation metrics at (``StepAtBatchStart``), so the UI's image slider and
+  is the step Lightning logs the validation metrics at (``steps.StepAtBatchStart``), so the UI's image slider and
   metric charts share one axis (Lightning's ``epoch`` metric maps steps to epochs), and the
   per-bucket table, appended;
 - every time Lightning has written ``last.ckpt`` (``UploadedCheckpoint``, after the write, so the
@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from attnseq.data import Example, collate
@@ -78,6 +78,7 @@ from attnseq.tracking.redaction import redact_document
 from attnseq.tracking.run import TrackedRun
 from attnseq.tracking.store import ui_route
 from attnseq.training.lit_module import Seq2SeqLitModule
+from attnseq.training.steps import StepAtBatchStart
 
 if TYPE_CHECKING:
     from attnseq.training.averaging import CheckpointAverage
@@ -152,23 +153,6 @@ def run_note(data: Seq2SeqDataModule, module: Seq2SeqLitModule, heatmap_labels: 
         where += f"; every epoch's: Model metrics, `{paths.attention_image(heatmap_labels[0])}` (slider)"
         where += f"; hover, pick a head, compare with other importance measures: {named(paths.EXPLORER)}"
     return f"{what}\n\n{where}."
-
-
-class StepAtBatchStart(Callback):
-    """A callback that knows the step Lightning gives the metrics it logs now (``metric_step``): the
-    count of batches that stepped before the training batch now running, which a validation run after
-    that batch shares; it is one behind ``global_step`` when that batch stepped (Lightning counts a batch
-    after the validation that follows it). Read from ``trainer.global_step`` at each batch's start, with
-    public API only; a resumed run starts from its own count."""
-
-    metric_step = 0
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.metric_step = trainer.global_step
-
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: object,
-                             batch_idx: int) -> None:
-        self.metric_step = trainer.global_step
 
 
 def length_curves_of(rows: list[dict]) -> dict[str, list[dict]]:

@@ -34,7 +34,7 @@ from torch import Tensor
 
 from attnseq.tracking import paths, tags
 from attnseq.tracking.run import TrackedRun
-from attnseq.training.artifacts import StepAtBatchStart
+from attnseq.training.steps import StepAtBatchStart
 
 PREFIX = "avg/"
 """The averaged model's metrics: ``avg/val/exact_match`` beside the run's ``val/exact_match``."""
