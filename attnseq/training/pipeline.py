@@ -457,7 +457,10 @@ def nodes_joining(cfg: TrainConfig, run: TrainingRun, resumption: Resumption | N
         sys.stdout.flush()
         os._exit(code)  # the main thread is held in torch's rendezvous: nothing else would end it
 
-    return NodesJoining(signals, abandon, told, beat=heartbeat.beat if run.owned else None, every_s=heartbeat.every_s)
+    # ending the process is the entry point's to do: train(cfg) from a notebook keeps torch's own limit
+    bound = FIND_TIMEOUT_S if signals.installed() else float("inf")
+    return NodesJoining(signals, abandon, told, beat=heartbeat.beat if run.owned else None,
+                        every_s=heartbeat.every_s, timeout_s=bound)
 
 
 class RuntimeRecord(Callback):
