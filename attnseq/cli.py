@@ -235,15 +235,19 @@ def check_before_the_run(config_name: str, configs: list[DictConfig], argv: list
     imported and before Hydra makes the run's (or the sweep's) folder, so a bad value there leaves nothing
     on disk either: for training the keys handed on to Lightning and torch (``trainer.*``, ``optimizer.*``,
     ``scheduler.*``), the learning rate each epoch and a TSV corpus; for evaluation the filter's search
-    syntax. A resumed run (its own stored config) is checked as it starts, and so is a value a sweeper
-    samples (``interval(0,1)``, left at the config's value here)."""
+    syntax and the store, experiment, sweep or runs chosen (one that is not there). A resumed run (its own
+    stored config) is checked as it starts, and so is a value a sweeper samples (``interval(0,1)``, left at
+    the config's value here)."""
     if command_line_overrides(argv) is None:
         return
     jobs = [config for config in configs if not config.get("resume")]
     if not jobs:
         return
     if config_name == "evaluate":
-        from attnseq.evaluation.validation import check_config as check
+        from attnseq.evaluation.validation import check_config, check_selection
+
+        def check(config: DictConfig) -> None:
+            check_selection(check_config(config))
     else:
         from attnseq.config import validate_train
         from attnseq.training.build import check_with_libraries

@@ -298,6 +298,7 @@ def test_a_run_id_that_does_not_exist_is_a_clear_error(evaluated):
                    f"hydra.run.dir={root}/bad", script=EVALUATE_PY)
     assert proc.returncode != 0
     assert "0123456789abcdef" in proc.stderr and "Fix:" in proc.stderr
+    assert not (root / "bad").exists()  # told before Hydra makes the run folder: nothing left on disk
 
 
 def test_a_misspelt_experiment_name_is_told_with_the_stores_experiments_and_the_closest(evaluated):
@@ -306,9 +307,21 @@ def test_a_misspelt_experiment_name_is_told_with_the_stores_experiments_and_the_
                    f"hydra.run.dir={root}/bad-name", script=EVALUATE_PY, env=user_env())
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, explain(proc)
     assert f"Fix: experiment_name={EXPERIMENT}" in proc.stderr, explain(proc)
+    assert not (root / "bad-name").exists()
     with pytest.raises(ConfigError) as raised:  # nothing close: the names it holds, and where to look
         named_experiment(TrackingClient(tracking_uri(root)), "zzzz")
     assert repr(EXPERIMENT) in raised.value.problem and "mlflow.tracking_uri" in raised.value.fix
+
+
+def test_a_store_that_is_not_there_is_told_and_not_created(tmp_path):
+    """A SQLite URI naming no file is a wrong URI for a command that reads runs: told before Hydra's run
+    folder, and no empty store is left behind."""
+    missing = tmp_path / "typo.db"
+    proc = run_cli(tmp_path, "experiment_name=attnseq", f"mlflow.tracking_uri=sqlite:///{missing}",
+                   f"hydra.run.dir={tmp_path}/out", script=EVALUATE_PY, env=user_env())
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, explain(proc)
+    assert str(missing) in proc.stderr and "Fix:" in proc.stderr, explain(proc)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], explain(proc)
 
 
 @pytest.mark.slow

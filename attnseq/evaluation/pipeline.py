@@ -36,7 +36,7 @@ from attnseq.evaluation.compare import (
 )
 from attnseq.evaluation.evaluator import N_BEST_COLUMNS, EvalResult, EvalSettings, evaluate_run, self_attention_of
 from attnseq.evaluation.significance import write_significance
-from attnseq.evaluation.trained_runs import TrainedRun, latest_sweep, load_trained_run, select_runs
+from attnseq.evaluation.trained_runs import TrainedRun, chosen_runs, load_trained_run
 from attnseq.evaluation.validation import check_config
 from attnseq.faithfulness.explorer import reference_attention
 from attnseq.lifecycle.signals import Signals, exit_code, release_interrupted_frames
@@ -57,7 +57,7 @@ from attnseq.tracking.plots import (
 from attnseq.tracking.provenance import runtime_params
 from attnseq.tracking.redaction import redact_text
 from attnseq.tracking.run import TrackedRun
-from attnseq.tracking.store import check_tracking_uri, ui_links
+from attnseq.tracking.store import check_store_to_read, ui_links
 
 
 def settings_for(cfg: EvalConfig, trained: TrainedRun) -> EvalSettings:
@@ -382,19 +382,9 @@ def evaluate(cfg: DictConfig, signals: Signals | None = None) -> list[EvalResult
 
 def evaluate_config(cfg: EvalConfig, signals: Signals | None = None) -> list[EvalResult]:
     signals = signals or Signals()  # not installed: it never sees a signal
-    check_tracking_uri(cfg.mlflow.tracking_uri)  # threads: the entry point's runtime sets them
+    check_store_to_read(cfg.mlflow.tracking_uri)  # threads: the entry point's runtime sets them
     client = TrackingClient(cfg.mlflow.tracking_uri)
-    parent, experiment_name = cfg.parent_run_id, cfg.experiment_name
-    if parent == "latest":  # resolved once: the comparison run goes under the sweep itself
-        parent, experiment_name = latest_sweep(client, experiment_name), None
-    runs = select_runs(
-        client,
-        run_id=cfg.run_id,
-        run_ids=cfg.run_ids,
-        parent_run_id=parent,
-        experiment_name=experiment_name,
-        filter_string=cfg.filter,
-    )
+    runs, parent = chosen_runs(client, cfg)
     out_dir = Path(cfg.paths.output_dir)
     trained_runs, results = [], []
     bars = sys.stdout.isatty()  # piped into a file: a line per run instead of bars' carriage-return frames

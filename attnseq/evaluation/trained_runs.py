@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import yaml
 from mlflow.entities import Run
 
+from attnseq.config import EvalConfig
 from attnseq.data import Vocabulary
 from attnseq.data.tokenizers import SUBWORD_TOKENIZERS, SYMBOLS, RuleTokenizer, TextTokenizer, tokenizer_for
 from attnseq.errors import ConfigError
@@ -117,6 +118,17 @@ def latest_training_run(client: TrackingClient, experiment_name: str | None) -> 
             "train one first (`python train.py`), or check mlflow.tracking_uri (or MLFLOW_TRACKING_URI).",
         )
     return runs[0]
+
+
+def chosen_runs(client: TrackingClient, cfg: EvalConfig) -> tuple[list[Run], str | None]:
+    """The runs ``cfg`` chooses, and the sweep they came from (``parent_run_id=latest`` resolved once:
+    the comparison run goes under the sweep itself)."""
+    parent, experiment_name = cfg.parent_run_id, cfg.experiment_name
+    if parent == "latest":
+        parent, experiment_name = latest_sweep(client, experiment_name), None
+    runs = select_runs(client, run_id=cfg.run_id, run_ids=cfg.run_ids, parent_run_id=parent,
+                       experiment_name=experiment_name, filter_string=cfg.filter)
+    return runs, parent
 
 
 def select_runs(

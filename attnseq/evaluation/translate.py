@@ -26,8 +26,7 @@ from attnseq.evaluation.trained_runs import TrainedRun, get_run, latest_training
 from attnseq.serving.predictor import DecodeLimit, Hypothesis, Translator, quoted
 from attnseq.tracking import paths
 from attnseq.tracking.client import TrackingClient
-from attnseq.tracking.redaction import redact
-from attnseq.tracking.store import check_tracking_uri, sqlite_path
+from attnseq.tracking.store import check_store_to_read
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -81,12 +80,7 @@ def load_run(cfg: TranslateConfig) -> TrainedRun:
                           f"run_id={cfg.run_id} names one already.",
                           "drop experiment_name, or pass run_id=latest for that experiment's newest run.")
     uri = cfg.mlflow.tracking_uri
-    path = sqlite_path(uri) if uri.lower().startswith("sqlite:") else None
-    if path is not None and not path.is_file():  # reading only: a missing store is not created
-        raise ConfigError(f"there is no MLflow store at {redact('', uri)} (no file {path}).",
-                          "point mlflow.tracking_uri (or MLFLOW_TRACKING_URI) at the store the run was trained "
-                          "into, e.g. mlflow.tracking_uri=sqlite:///$PWD/mlflow.db.")
-    check_tracking_uri(uri)
+    check_store_to_read(uri)
     client = TrackingClient(uri)
     run = (latest_training_run(client, cfg.experiment_name) if cfg.run_id == LATEST
            else get_run(client, cfg.run_id))

@@ -62,6 +62,17 @@ def check_tracking_uri(uri: str, timeout_s: float = 5.0) -> None:
         )
 
 
+def check_store_to_read(uri: str) -> None:
+    """``check_tracking_uri`` for a command that reads runs someone trained (evaluation, translation): a
+    SQLite file that is not there is a wrong URI, not a new store, so it is not created."""
+    path = sqlite_path(uri) if uri.lower().startswith("sqlite:") else None
+    if path is not None and not path.is_file():
+        raise ConfigError(f"there is no MLflow store at {redact('', uri)} (no file {path}).",
+                          "point mlflow.tracking_uri (or MLFLOW_TRACKING_URI) at the store the runs were trained "
+                          "into, e.g. mlflow.tracking_uri=sqlite:///$PWD/mlflow.db.")
+    check_tracking_uri(uri)
+
+
 def sqlite_path(uri: str) -> Path | None:
     """The database file of a ``sqlite:///`` URI (relative to the working directory, or absolute
     with four slashes); None for an in-memory database."""
