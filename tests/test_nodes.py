@@ -107,7 +107,7 @@ def watched(joining, until, timeout_s=20.0):
 def test_a_join_that_outlasts_its_bound_is_abandoned_once_and_keeps_the_heartbeat_fresh_meanwhile(monkeypatch, capsys):
     monkeypatch.setattr(nodes, "JOIN_TOLD_AFTER_S", 0.0)
     abandoned, beats = [], []
-    joining = NodesJoining(Signals(), abandoned.append, told="waiting for node 1", beat=lambda: beats.append(1),
+    joining = NodesJoining(Signals(), abandoned.append, waiting_line="waiting for node 1", beat=lambda: beats.append(1),
                            every_s=0.0, timeout_s=1.5)
     started_at = time.monotonic()
     watched(joining, lambda: abandoned)
@@ -119,7 +119,7 @@ def test_a_join_that_outlasts_its_bound_is_abandoned_once_and_keeps_the_heartbea
 
 def test_the_join_ends_the_watch_without_abandoning(monkeypatch):
     abandoned = []
-    joining = NodesJoining(Signals(), abandoned.append, told=None, timeout_s=1.0)
+    joining = NodesJoining(Signals(), abandoned.append, waiting_line=None, timeout_s=1.0)
     with joining.watching():
         joining.setup(None, None, "fit")  # Lightning's hook, once every process is in
         time.sleep(1.5)
@@ -133,6 +133,6 @@ def test_a_beat_that_fails_does_not_end_the_watch():
         beats.append(1)
         raise ConnectionError("the store stopped answering")
 
-    watched(NodesJoining(Signals(), abandoned.append, told=None, beat=beat, every_s=0.0, timeout_s=2.0),
+    watched(NodesJoining(Signals(), abandoned.append, waiting_line=None, beat=beat, every_s=0.0, timeout_s=2.0),
             lambda: abandoned)
     assert abandoned == [None] and len(beats) >= 2

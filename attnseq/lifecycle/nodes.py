@@ -136,12 +136,12 @@ class NodesJoining(Callback):
     that a node started minutes later still finds the run. Lightning's ``setup`` hook, once every
     process is in, ends the watch."""
 
-    def __init__(self, signals: Signals, abandon: Callable[[int | None], None], told: str | None,
+    def __init__(self, signals: Signals, abandon: Callable[[int | None], None], waiting_line: str | None,
                  beat: Callable[[], None] | None = None, every_s: float = 30.0,
                  timeout_s: float = FIND_TIMEOUT_S, clock: Callable[[], float] = time.monotonic) -> None:
         self.signals = signals
         self.abandon = abandon
-        self.told = told  # the line saying what this process waits for; None: say nothing
+        self.waiting_line = waiting_line  # the line saying what this process waits for; None: say nothing
         self.beat = beat
         self.every_s = every_s
         self.timeout_s = timeout_s
@@ -166,7 +166,7 @@ class NodesJoining(Callback):
     def _watch(self, noticed: int | None) -> None:
         start = beaten = self.clock()
         landed: tuple[int, float] | None = None
-        told = self.told is None
+        said = self.waiting_line is None
         while not self.joined.is_set():
             if noticed is None:
                 self.joined.wait(STUCK_AFTER_S / 4)
@@ -182,9 +182,9 @@ class NodesJoining(Callback):
             if now - start >= self.timeout_s:
                 self.abandon(None)
                 return
-            if not told and now - start >= JOIN_TOLD_AFTER_S:
-                print(self.told, file=sys.stderr, flush=True)
-                told = True
+            if not said and now - start >= JOIN_TOLD_AFTER_S:
+                print(self.waiting_line, file=sys.stderr, flush=True)
+                said = True
             if self.beat is not None and now - beaten >= self.every_s:
                 beaten = now
                 try:

@@ -429,9 +429,9 @@ def nodes_joining(cfg: TrainConfig, run: TrainingRun, resumption: Resumption | N
     if not spans_processes(cfg):
         return None
     nodes, address = cfg.trainer.num_nodes or 1, rendezvous_address()
-    told = (f"Node {node_rank()}: waiting for the other nodes of trainer.num_nodes={nodes} to join at {address} "
-            f"(at most {FIND_TIMEOUT_S:.0f} s; Ctrl-C stops it) …"
-            if nodes > 1 and os.environ.get("LOCAL_RANK", "0") == "0" else None)  # each node's first process
+    waiting_line = (f"Node {node_rank()}: waiting for the other nodes of trainer.num_nodes={nodes} to join at "
+                    f"{address} (at most {FIND_TIMEOUT_S:.0f} s; Ctrl-C stops it) …"
+                    if nodes > 1 and os.environ.get("LOCAL_RANK", "0") == "0" else None)  # each node's first process
     everywhere = f"on every node (the same MASTER_ADDR and MASTER_PORT, each its own NODE_RANK: {node_ranks(nodes)})"
 
     def abandon(signum: int | None) -> None:
@@ -459,7 +459,7 @@ def nodes_joining(cfg: TrainConfig, run: TrainingRun, resumption: Resumption | N
 
     # ending the process is the entry point's to do: train(cfg) from a notebook keeps torch's own limit
     bound = FIND_TIMEOUT_S if signals.installed() else float("inf")
-    return NodesJoining(signals, abandon, told, beat=heartbeat.beat if run.owned else None,
+    return NodesJoining(signals, abandon, waiting_line, beat=heartbeat.beat if run.owned else None,
                         every_s=heartbeat.every_s, timeout_s=bound)
 
 

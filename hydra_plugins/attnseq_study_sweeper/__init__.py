@@ -15,19 +15,20 @@ from omegaconf import DictConfig
 
 class StudySweeper(Sweeper):
     """Optuna's ask/tell over the study in ``storage`` (an SQLAlchemy URL; null: this process's memory),
-    ``n_trials`` in total across the workers, ``n_jobs`` trials at once in this worker (its launcher's)."""
+    ``n_trials`` in total across the workers, ``n_jobs`` trials at once in this worker (its launcher's).
+    Every argument's default is in ``conf/hydra/sweeper/study.yaml``, the one place it is written."""
 
     def __init__(
         self,
         sampler: Any,
-        direction: Any = "maximize",
-        storage: str | None = None,
-        study_name: str | None = "attnseq",
-        n_trials: int = 20,
-        n_jobs: int = 1,
-        params: DictConfig | None = None,
-        heartbeat_interval_s: int = 30,
-        grace_period_s: int = 90,
+        direction: Any,
+        storage: str | None,
+        study_name: str | None,
+        n_trials: int,
+        n_jobs: int,
+        params: DictConfig | None,
+        heartbeat_interval_s: int,
+        grace_period_s: int,
     ) -> None:
         from attnseq.training.study import StudySweep
 
