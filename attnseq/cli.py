@@ -244,7 +244,8 @@ def check_before_the_run(config_name: str, configs: list[DictConfig], argv: list
     if not jobs:
         return
     if config_name == "evaluate":
-        from attnseq.evaluation.validation import check_config, check_selection
+        from attnseq.evaluation.trained_runs import check_selection
+        from attnseq.evaluation.validation import check_config
 
         def check(config: DictConfig) -> None:
             check_selection(check_config(config))

@@ -27,6 +27,7 @@ from attnseq.registry import closest
 from attnseq.tracking import paths, tags
 from attnseq.tracking.client import NoSuchRun, TrackingClient
 from attnseq.tracking.redaction import redact, redact_text
+from attnseq.tracking.store import check_store_to_read
 
 T = TypeVar("T")
 KIND_NAMES = {tags.SWEEP: "sweep's parent", tags.EVALUATION: "evaluation", tags.COMPARISON: "comparison"}
@@ -129,6 +130,14 @@ def chosen_runs(client: TrackingClient, cfg: EvalConfig) -> tuple[list[Run], str
     runs = select_runs(client, run_id=cfg.run_id, run_ids=cfg.run_ids, parent_run_id=parent,
                        experiment_name=experiment_name, filter_string=cfg.filter)
     return runs, parent
+
+
+def check_selection(cfg: EvalConfig) -> None:
+    """The store is there and holds the runs ``cfg`` chooses (the experiment, the run ids, the sweep):
+    ``evaluate.py`` asks before Hydra makes the run folder, so a wrong one leaves nothing on disk and
+    a missing SQLite store is not created."""
+    check_store_to_read(cfg.mlflow.tracking_uri)
+    chosen_runs(TrackingClient(cfg.mlflow.tracking_uri), cfg)
 
 
 def select_runs(

@@ -1,6 +1,6 @@
 """Checking ``conf/evaluate.yaml``: every key (``validate_evaluate``, torch-free), then the filter as
-MLflow search syntax (``check_config``, the first thing ``evaluate(cfg)`` does); before Hydra makes the
-run folder, ``evaluate.py`` also checks the store holds the runs chosen (``check_selection``)."""
+MLflow search syntax (``check_config``, the first thing ``evaluate(cfg)`` does); that the store holds the
+runs chosen is ``trained_runs.check_selection``."""
 
 from __future__ import annotations
 
@@ -42,14 +42,3 @@ def check_filter(cfg: EvalConfig) -> None:
             "slashes in double quotes).",
         )
 
-
-def check_selection(cfg: EvalConfig) -> None:
-    """The store is there and holds the runs ``cfg`` chooses (the experiment, the run ids, the sweep):
-    ``evaluate.py`` asks before Hydra makes the run folder, so a wrong one leaves nothing on disk and
-    a missing SQLite store is not created."""
-    from attnseq.evaluation.trained_runs import chosen_runs
-    from attnseq.tracking.client import TrackingClient
-    from attnseq.tracking.store import check_store_to_read
-
-    check_store_to_read(cfg.mlflow.tracking_uri)
-    chosen_runs(TrackingClient(cfg.mlflow.tracking_uri), cfg)
