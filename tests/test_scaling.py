@@ -64,6 +64,43 @@ def test_ddp_on_two_cpu_processes_writes_one_run_with_the_single_process_structu
 
 
 @pytest.mark.slow
+def test_sigterm_to_the_first_of_two_local_processes_alone_stops_both_with_the_run_killed(tmp_path):
+    """``kill <pid>`` (or ``docker stop``) reaches only the process started; Lightning's handler then
+    broadcasts from rank 0 where rank 1 makes another call, and both waited for each other for ever,
+    the run left RUNNING (with heatmaps drawn by rank 0 at validation's end, every time here). Both
+    processes now stop at the same batch, the run KILLED, said once."""
+    store = seeded_store(tmp_path)
+    out = tmp_path / "out"
+    log = open(tmp_path / "console.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, str(TRAIN_PY), "trainer=ddp", *tiny(max_epochs=50),
+         "dataset.train_size=256", "dataset.val_size=2048", f"mlflow.tracking_uri={store}", f"hydra.run.dir={out}"],
+        cwd=tmp_path, env=user_env(), stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        wait_until(lambda: (out / "checkpoints" / "last.ckpt").is_file(), "the first checkpoint", proc,
+                   tmp_path / "console.log")
+        proc.send_signal(signal.SIGTERM)  # the first process only, not its group; most likely in validation
+        code = proc.wait(timeout=120)
+        wait_until(lambda: not group_alive(proc.pid), "rank 1 gone", timeout=30)
+    finally:
+        stop_group(proc, signal.SIGKILL, grace_s=1)
+    said = (tmp_path / "console.log").read_text()
+    client = MlflowClient(store)
+    [run] = all_runs(client)
+    assert code == 143, said
+    assert run.info.status == "KILLED" and said.count(f"resume={run.info.run_id}") == 1, said
+    assert len(client.get_metric_history(run.info.run_id, "val/acc")) < 50
+
+
+def group_alive(pgid):
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.slow
 def test_a_sweep_through_submitit_local_jobs_lands_under_one_parent(tmp_path):
     proc = run_cli(tmp_path, "-m", "hydra/launcher=submitit_local", "scorer=additive,general",
                    *tiny(max_epochs=1, heatmaps=False), *outputs_under(tmp_path, seeded=True))

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import torch
@@ -97,7 +98,13 @@ class SignalBridge(Callback):
         self.signals = signals
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        self.signals.watch(trainer)
+        self.signals.watch(trainer, together=trainer.world_size > 1)
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        if self.signals.together:  # one all-reduce of a flag a batch: did any process get a signal?
+            self.signals.tell_together(trainer.strategy.reduce_boolean_decision(self.signals.received is not None,
+                                                                                 all=False))
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self.signals.unwatch()

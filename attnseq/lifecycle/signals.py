@@ -14,7 +14,11 @@ moment the signal lands:
   signal that lands during validation reaches Lightning only once validation has ended, so an
   epoch's validation is never cut in half (a checkpoint taken mid-validation cannot be resumed
   exactly); one recorded after Lightning's last check is raised as soon as Lightning hands control
-  back (``raise_pending``);
+  back (``raise_pending``); with several data-parallel processes the handler only records, and
+  every process tells Lightning at the same training batch start, where they agree whether any of
+  them got a signal (``tell_together``): Lightning's handler broadcasts from rank 0, and a broadcast
+  made at another moment on each process (or on one alone: ``kill <pid>``, ``docker stop``) is never
+  matched, so the processes would wait for each other for ever;
 - inside ``held()`` (while the run is being created) it only records; the block's end raises;
 - once an interrupt has been raised, later signals are recorded and not raised, so the cleanup
   (the checkpoint, its upload, the KILLED mark) finishes.
@@ -60,6 +64,7 @@ class Signals:
         self.validating = False
         self.lightning: Any = None  # Lightning's SIGTERM handler, once ours is in front of it (``take_over``)
         self.told = False  # Lightning's handler has seen this process's signal: it stops at its next check
+        self.together = False  # data-parallel: Lightning is told only where every process agreed (``tell_together``)
         self.handler = self._handle  # one bound method, so ``signal.getsignal`` can be compared with it
         self.ahead = self._ahead  # the one in front of Lightning's
         self.owner: Any = None  # the runtime that installs it (``attnseq.runtime``), which hydra callbacks reach
@@ -105,13 +110,14 @@ class Signals:
         """Lightning's handler chains to this one only while its loops run (it restores ours after)."""
         return self.trainer is not None and signal.getsignal(signal.SIGTERM) is not self.handler
 
-    def _tell_lightning(self, signum: int | None = None, frame=None) -> None:
+    def _tell_lightning(self, signum: int | None = None, frame=None, agreed: bool = False) -> None:
         """Lightning stops at its next check once its SIGTERM handler has run (``Trainer.received_sigterm``);
-        not during validation, which must finish first (``SignalBridge.on_validation_end`` tells it then).
-        Its handler calls ours after its own (``told`` by then: nothing more)."""
+        not during validation, which must finish first (``SignalBridge.on_validation_end`` tells it then),
+        and with several processes only where they all agreed (``agreed``). Its handler calls ours after its
+        own (``told`` by then: nothing more)."""
         if signum == signal.SIGTERM and signal.getsignal(signal.SIGTERM) not in (self.handler, self.ahead):
             self.told = True  # Lightning's own handler got it first (ours not in front of it yet)
-        if self.validating or self.told or self.lightning is None:
+        if self.validating or self.told or self.lightning is None or (self.together and not agreed):
             return
         self.told = True
         self.lightning(signal.SIGTERM, frame)
@@ -184,12 +190,25 @@ class Signals:
             return True
         return isinstance(error, SystemExit) and self.received is not None
 
-    def watch(self, trainer: Any) -> None:
-        """Lightning's loops for ``trainer`` start (``SignalBridge``)."""
+    def watch(self, trainer: Any, together: bool = False) -> None:
+        """Lightning's loops for ``trainer`` start (``SignalBridge``); ``together``: in several processes."""
         self.trainer, self.validating, self.lightning, self.told = trainer, False, None, False
+        self.together = together
 
     def unwatch(self) -> None:
         self.trainer, self.validating, self.lightning, self.told = None, False, None, False
+        self.together = False
+
+    def tell_together(self, anyone: bool) -> None:
+        """Several processes at a training batch start they all reached, having agreed whether any of them
+        got a signal (``anyone``): each tells Lightning here, so its handler's broadcast is matched on every
+        process and all stop at the same next check; a process without a signal of its own stops with
+        the other's (as SIGTERM)."""
+        if not anyone or self.told or self.raised:
+            return
+        if self.received is None:
+            self.received = signal.SIGTERM
+        self._tell_lightning(agreed=True)
 
     def set_validating(self, validating: bool) -> None:
         self.validating = validating
