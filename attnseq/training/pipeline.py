@@ -498,7 +498,9 @@ def stop(run: TrainingRun | None, error: BaseException, signals: Signals) -> Non
     if interrupted:
         code = exit_code(signum) if signum is not None else (130 if isinstance(error, KeyboardInterrupt)
                                                                      else 143)
-        if run is not None and os.environ.get("LOCAL_RANK", "0") == "0":  # once per node, not per process
+        if os.environ.get("LOCAL_RANK", "0") != "0":  # said once per node, by its first process
+            pass
+        elif run is not None:
             run_id = run.tracked.run_id
             print(f"\nInterrupted: MLflow run {run_id} marked KILLED; continue it with "
                   f"`python train.py resume={run_id}`", file=sys.stderr, flush=True)
