@@ -73,7 +73,8 @@ from cases import (
     transformer_config,
 )
 from loops import BASELINE, Loop, TextbookBahdanau, activation_bytes, decoding, real_path, step_together, window_rates
-from report import Results, fmt, fmt_ratio, machine_line, previous_ratios, render
+from machine import machine_line
+from report import Results, fmt, fmt_ratio, previous_ratios, render
 from torch import nn
 from transformer_reference import REFERENCE, copy_from, parameters_by_design, textbook_transformer
 from transformer_reference import decoding as transformer_decoding

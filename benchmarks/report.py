@@ -3,18 +3,13 @@ targets checked."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import platform
 import re
 import statistics
-import subprocess
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import torch
-from cases import KEY_ADDITIVE, KEY_DOT, KEY_GENERAL, REPO, Case, Settings
+from cases import KEY_ADDITIVE, KEY_DOT, KEY_GENERAL, Case, Settings
 from loops import BASELINE
+from machine import git_state
 from transformer_reference import REFERENCE
 from waits import Waited
 
@@ -89,37 +84,6 @@ def cells(*values: str) -> str:
 
 def fmt_mib(row: Row) -> str:
     return "—" if row.activations is None else f"{row.activations / 2**20:.1f}"
-
-
-def machine_line(device: str) -> str:
-    import lightning
-    import mlflow
-
-    cpu = platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    accelerator = f", GPU {torch.cuda.get_device_name()}" if device == "cuda" else ""
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    return (
-        f"{os.cpu_count()} cores ({cpu}){accelerator}, device {device}, torch {torch.__version__} "
-        f"({torch.backends.cpu.get_cpu_capability()}), torch.get_num_threads() = {torch.get_num_threads()}, "
-        f"lightning {lightning.__version__}, mlflow {mlflow.__version__}, python {platform.python_version()}; "
-        f"load average at the end {load}"
-    )
-
-
-def git(*args: str) -> str:
-    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
-
-
-def git_state() -> str:
-    try:
-        return git("rev-parse", "HEAD") + (" + uncommitted changes" if git("status", "--porcelain") else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 @dataclass

@@ -378,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     settings = make_settings(args)
     attempts = measure(settings, log=lambda line: print(line, file=sys.stderr, flush=True))
-    from report import git_state, machine_line
+    from machine import git_state, machine_line
 
     shown = " ".join(argv if argv is not None else sys.argv[1:])
     print(render(settings, attempts, f"python benchmarks/time_to_accuracy.py {shown}".strip(), machine_line("cpu"),

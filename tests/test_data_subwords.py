@@ -12,13 +12,13 @@ from tokenizers import Tokenizer, decoders
 
 from attnseq.data.datamodule import Seq2SeqDataModule
 from attnseq.data.splits import split_examples
+from attnseq.data.tasks import tokenizer_for
 from attnseq.data.tokenizers import (
     SPACE_TOKEN,
     SUBWORD_TOKENIZERS,
     SubwordTokenizer,
     detokenize,
     output_text,
-    tokenizer_for,
 )
 from attnseq.data.tsv import read_pairs
 from attnseq.data.vocab import EOS, PAD, Vocabulary

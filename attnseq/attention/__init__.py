@@ -13,7 +13,7 @@ from typing import Any
 _HOMES = {
     "Attention": "base", "lengths_to_valid_mask": "masking", "masked_softmax": "masking",
     "MultiheadAttention": "multihead", "NO_ATTENTION": "settings", "SCORERS": "registry",
-    "import_plugins": "registry", "scorer_class": "registry", "scorer_names": "registry",
+    "import_plugins": "registry", "scorer_class": "build", "scorer_names": "build",
     "AdditiveAttention": "scorers", "ConcatAttention": "scorers", "DotAttention": "scorers",
     "GeneralAttention": "scorers", "ScaledDotAttention": "scorers",
     "UniformAttention": "scorers", "build_attention": "build",

@@ -1,4 +1,4 @@
-"""Building a scorer by its registered name."""
+"""Building a scorer by its registered name; importing this module registers the built-in scorers."""
 
 from __future__ import annotations
 
@@ -8,8 +8,20 @@ import attnseq.attention.multihead  # noqa: F401  (registers the built-in scorer
 import attnseq.attention.scorers  # noqa: F401
 from attnseq.attention.base import Attention
 from attnseq.attention.local import build_window
-from attnseq.attention.registry import scorer_class
+from attnseq.attention.registry import SCORERS
 from attnseq.attention.settings import GlobalSettings, LocalSettings
+
+
+def scorer_class(name: str) -> type[Attention]:
+    """The class registered as ``name``; an unknown name raises ``ConfigError`` listing the known ones."""
+    return SCORERS.lookup(name)
+
+
+def scorer_names(**capabilities: object) -> list[str]:
+    """The registered names whose classes have every given capability, e.g.
+    ``scorer_names(same_size=True)``; all of them without arguments."""
+    return SCORERS.names(**capabilities)
+
 
 GLOBAL = GlobalSettings()
 """Global attention: every real source position (``attention.local=none``)."""

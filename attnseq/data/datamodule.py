@@ -33,7 +33,7 @@ from attnseq.data.example import EncodedExample, Example, encode_examples
 from attnseq.data.lengths import filter_by_source_length, is_int
 from attnseq.data.sampler import LengthBucketBatchSampler, TokenBudgetBatchSampler, example_size
 from attnseq.data.splits import split_examples
-from attnseq.data.tasks import TASKS, DatasetKeys, Task, dataset_model, generate
+from attnseq.data.tasks import TASKS, DatasetKeys, Task, dataset_model, generate, tokenizer_for
 from attnseq.data.tokenizers import (
     LONGEST_PIECE,
     SUBWORD_TOKENIZERS,
@@ -41,7 +41,6 @@ from attnseq.data.tokenizers import (
     SubwordTokenizer,
     TextTokenizer,
     surely_longer,
-    tokenizer_for,
 )
 from attnseq.data.tsv import TextPair, read_pairs, read_split_folder, split_files
 from attnseq.data.vocab import Vocabulary

@@ -24,14 +24,22 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Sequence
-from typing import ClassVar, Literal
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, create_model
 
 from attnseq.data.example import Example
 from attnseq.data.lengths import is_int, validate_length_range
-from attnseq.data.tokenizers import TOKENIZERS
+from attnseq.data.tokenizers import (
+    RULE_TOKENIZERS,
+    SYMBOLS,
+    TOKENIZERS,
+    RuleTokenizer,
+    SubwordTokenizer,
+    TextTokenizer,
+    check_tokenizer,
+)
 from attnseq.problems import LengthRange, validated
 from attnseq.registry import Choice, Registry
 
@@ -59,6 +67,8 @@ MAX_VOCABULARY = 1_000_000
 """The most tokens per side: the embedding and output layers hold a row per token (and the memory check counts them)."""
 TASKS = Registry("task", "dataset.task")
 """Every registered task by its ``task`` name."""
+TEXT_TASKS = TASKS.having(is_text=True)
+"""The tasks whose outputs are sentences (sacreBLEU, chrF); a live view, so plugins' tasks are in it too."""
 
 
 class Task(Choice):
@@ -252,3 +262,16 @@ def generate(task: str | Task, n: int, lengths: Sequence[int], seed: int, **task
         raise ValueError(f"seed must be an int, got {seed!r}")
     rng = random.Random(seed)
     return [spec.example(rng, rng.randint(lo, hi)) for _ in range(n)]
+
+
+def tokenizer_for(dataset: Mapping[str, Any], saved_json: str | None = None) -> TextTokenizer:
+    """One side's tokenizer as a run's ``dataset`` config describes it: ``SYMBOLS`` for the synthetic
+    tasks, ``word``/``char`` by rule, ``bpe``/``unigram`` from the JSON the run saved."""
+    if TASKS.lookup(dataset.get("task")).generated:
+        return RuleTokenizer(SYMBOLS)
+    kind = check_tokenizer(dataset.get("tokenizer", "word"))
+    if kind in RULE_TOKENIZERS:
+        return RuleTokenizer(kind, bool(dataset.get("lowercase", True)))
+    if saved_json is None:
+        raise ValueError(f"a {kind} run's tokenizer is learned: pass the JSON the run saved")
+    return SubwordTokenizer.from_json(saved_json)

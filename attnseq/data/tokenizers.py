@@ -21,9 +21,9 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from attnseq.data.vocab import EOS, PAD, UNK_TOKEN, Vocabulary
 from attnseq.errors import ConfigError
@@ -210,21 +210,6 @@ class SubwordTokenizer:
             raise ValueError(f"not a saved Hugging Face tokenizer: {error}") from None
 
 
-def tokenizer_for(dataset: Mapping[str, Any], saved_json: str | None = None) -> TextTokenizer:
-    """One side's tokenizer as a run's ``dataset`` config describes it: ``SYMBOLS`` for the synthetic
-    tasks, ``word``/``char`` by rule, ``bpe``/``unigram`` from the JSON the run saved."""
-    from attnseq.data.tasks import TASKS
-
-    if TASKS.lookup(dataset.get("task")).generated:
-        return RuleTokenizer(SYMBOLS)
-    kind = check_tokenizer(dataset.get("tokenizer", "word"))
-    if kind in RULE_TOKENIZERS:
-        return RuleTokenizer(kind, bool(dataset.get("lowercase", True)))
-    if saved_json is None:
-        raise ValueError(f"a {kind} run's tokenizer is learned: pass the JSON the run saved")
-    return SubwordTokenizer.from_json(saved_json)
-
-
 def _untrained(kind: str, lowercase: bool) -> Tokenizer:
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
@@ -258,11 +243,3 @@ def output_text(ids: Sequence[int], vocab: Vocabulary, tokenizer: TextTokenizer)
     ids = [int(i) for i in ids]
     ids = ids[: ids.index(EOS)] if EOS in ids else [i for i in ids if i != PAD]
     return tokenizer.detokenize(vocab.decode(ids))
-
-
-def __getattr__(name: str) -> Any:
-    if name == "TEXT_TASKS":  # the tasks whose outputs are sentences (sacreBLEU, chrF): their registry knows
-        from attnseq.data.tasks import TASKS
-
-        return TASKS.having(is_text=True)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,8 +18,8 @@ import torch
 from torch import Tensor
 
 from attnseq.data import Batch, Example, Seq2SeqDataModule, collate, encode_examples
-from attnseq.data.tasks import TASKS
-from attnseq.data.tokenizers import SUBWORD_TOKENIZERS, TEXT_TASKS, output_text
+from attnseq.data.tasks import TASKS, TEXT_TASKS
+from attnseq.data.tokenizers import SUBWORD_TOKENIZERS, output_text
 from attnseq.evaluation.trained_runs import TrainedRun
 from attnseq.faithfulness.counterfactual import MODES, CounterfactualTotals, counterfactual_decoder
 from attnseq.faithfulness.explorer import explorer_samples

@@ -19,7 +19,8 @@ from mlflow.entities import Run
 
 from attnseq.config import EvalConfig
 from attnseq.data import Vocabulary
-from attnseq.data.tokenizers import SUBWORD_TOKENIZERS, SYMBOLS, RuleTokenizer, TextTokenizer, tokenizer_for
+from attnseq.data.tasks import tokenizer_for
+from attnseq.data.tokenizers import SUBWORD_TOKENIZERS, SYMBOLS, RuleTokenizer, TextTokenizer
 from attnseq.errors import ConfigError
 from attnseq.evaluation.validation import EXAMPLE_FILTER
 from attnseq.model import Seq2Seq, load_saved_model

@@ -15,7 +15,7 @@ _HOMES = {
     **dict.fromkeys(("AttentionDiagnostics", "StepDiagnostics", "alignment_accuracy", "attention_entropy",
                      "step_diagnostics", "step_entropy"), "alignment"),
     **dict.fromkeys(("LengthBucketedAccuracy", "LengthBuckets"), "length_buckets"),
-    **dict.fromkeys(("BatchOutputs", "MetricSuite", "SuiteMetric"), "suite"),
+    **dict.fromkeys(("BatchOutputs", "SuiteMetric"), "members"), "MetricSuite": "suite",
 }
 __all__ = sorted(_HOMES)
 

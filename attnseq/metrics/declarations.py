@@ -3,7 +3,7 @@ stages it reports in, which names are better lower, and the length buckets' name
 checked against these (``checkpoint.monitor`` is a metric the run logs) before torch loads.
 
 A metric is a class that registers itself in ``METRICS`` (an ``attnseq.registry.Registry``) by
-subclassing ``MetricDeclaration`` with a ``name``; ``attnseq.metrics.suite.SuiteMetric`` adds the
+subclassing ``MetricDeclaration`` with a ``name``; ``attnseq.metrics.members.SuiteMetric`` adds the
 torch side (``update``/``compute``). A built-in one is declared here and computed by its namesake in
 ``attnseq.metrics.families``, which subclasses it directly and takes its place in the registry.
 """
@@ -100,13 +100,6 @@ class SuiteSpec:
     def bucket_names(self) -> list[str]:
         digits = bucket_digits(self.max_length)
         return [bucket_name(lo, hi, digits) for lo, hi in bucket_bounds(self.max_length, self.bucket_width)]
-
-    @property
-    def buckets(self):
-        """The ``LengthBuckets`` (torch) that assign each sequence its bucket."""
-        from attnseq.metrics.length_buckets import LengthBuckets
-
-        return LengthBuckets(self.max_length, self.bucket_width)
 
 
 class MetricDeclaration:

@@ -14,8 +14,8 @@ from attnseq.metrics.alignment import AttentionDiagnostics
 from attnseq.metrics.counterfactual import CounterfactualTotals
 from attnseq.metrics.declarations import DIAGNOSTICS, FIT_STAGES, MODES, SCORES, SuiteSpec
 from attnseq.metrics.faithfulness import FaithRecords
-from attnseq.metrics.length_buckets import LengthBucketedAccuracy
-from attnseq.metrics.suite import BatchOutputs, SuiteMetric
+from attnseq.metrics.length_buckets import LengthBucketedAccuracy, LengthBuckets
+from attnseq.metrics.members import BatchOutputs, SuiteMetric
 from attnseq.metrics.translation import corpus_scores, translation_scores
 
 
@@ -164,7 +164,7 @@ class Translation(SuiteMetric, declared.Translation):
         if self.spec.stage in FIT_STAGES:
             hypotheses, references = _gathered(hypotheses, references)
             return {name: torch.tensor(score) for name, score in corpus_scores(hypotheses, references).items()}
-        scores = translation_scores(hypotheses, references, lengths, self.spec.buckets)
+        scores = translation_scores(hypotheses, references, lengths, buckets_of(self.spec))
         self.table = scores.buckets
         values: dict[str, Tensor | float] = dict(scores.overall)
         for row in scores.buckets:
@@ -209,7 +209,7 @@ class Counterfactual(SuiteMetric, declared.Counterfactual):
 
     def compute(self) -> dict[str, float]:
         values = {}
-        names = self.spec.buckets.names
+        names = self.spec.bucket_names
         for mode, total in self.totals.items():
             values.update({f"cf_{mode}_{key}": value for key, value in total.summary().items()})
             values.update({f"cf_{mode}_flip_len/{name}": row["flip_rate"] for name, row in zip(names, total.rows())
@@ -217,7 +217,7 @@ class Counterfactual(SuiteMetric, declared.Counterfactual):
         return values
 
     def bucket_columns(self) -> list[dict]:
-        columns: list[dict] = [{} for _ in self.spec.buckets.names]
+        columns: list[dict] = [{} for _ in self.spec.bucket_names]
         for mode, total in self.totals.items():
             for column, row in zip(columns, total.rows()):
                 column[f"cf_{mode}_flip_rate"], column[f"cf_{mode}_tv"] = row["flip_rate"], row["tv"]
@@ -247,7 +247,7 @@ class Faithfulness(SuiteMetric, declared.Faithfulness):
     def compute(self) -> dict[str, float]:
         values = {f"faith/{name}": value for name, value in self.records.summary(self.alpha).items()}
         if self.spec.stage not in FIT_STAGES:
-            buckets = self.spec.buckets
+            buckets = buckets_of(self.spec)
             for name, (lo, hi) in zip(buckets.names, buckets.bounds):
                 values.update({f"faith/{key}_len/{name}": value
                                for key, value in self.records.summary(self.alpha, lo, hi).items()})
@@ -255,3 +255,8 @@ class Faithfulness(SuiteMetric, declared.Faithfulness):
 
     def reset(self) -> None:
         self.records = FaithRecords([], [], [])
+
+
+def buckets_of(spec: SuiteSpec) -> LengthBuckets:
+    """The ``LengthBuckets`` that assign each of ``spec``'s sequences its bucket."""
+    return LengthBuckets(spec.max_length, spec.bucket_width)

@@ -8,7 +8,7 @@ conf/encoder/<option>.yaml. Torch-free at import: the modules are imported by ``
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from pydantic import Field, PositiveInt
 
@@ -20,7 +20,17 @@ if TYPE_CHECKING:
     from torch import nn
 
     from attnseq.kernels import FastPaths
-    from attnseq.model.config import ModelConfig
+
+
+class ModelSizes(Protocol):
+    """What an encoder reads of the model's config (``attnseq.model.config.ModelConfig`` has it)."""
+
+    src_vocab_size: int
+    embedding_dim: int
+    hidden_size: int
+    layers: int  # the decoder's depth (an RNN encoder's too)
+    dropout: float
+
 
 RNN = "rnn"
 """The kind of conf/encoder/gru.yaml, lstm.yaml and bigru.yaml: ``RNNEncoder``."""
@@ -55,7 +65,7 @@ class EncoderSettings(Choice):
         """What cannot work with the rest of the model config, before any tensor exists."""
         return []
 
-    def build(self, config: ModelConfig, fast_paths: FastPaths | None = None) -> nn.Module:
+    def build(self, config: ModelSizes, fast_paths: FastPaths | None = None) -> nn.Module:
         """The encoder module: ``forward(src, src_lengths)`` → keys ``(B, T_enc, d_k)`` and the decoder's
         initial RNN state; it has ``key_dim``."""
         raise NotImplementedError
@@ -66,7 +76,7 @@ class RecurrentEncoder(EncoderSettings):
 
     kind: Literal["rnn"] = RNN
 
-    def build(self, config: ModelConfig, fast_paths: FastPaths | None = None) -> nn.Module:
+    def build(self, config: ModelSizes, fast_paths: FastPaths | None = None) -> nn.Module:
         from attnseq.kernels import DEFAULT_FAST_PATHS
         from attnseq.model.rnn_encoder import RNNEncoder
 
@@ -99,7 +109,7 @@ class TransformerEncoderSettings(EncoderSettings):
             ))
         return found
 
-    def build(self, config: ModelConfig, fast_paths: FastPaths | None = None) -> nn.Module:
+    def build(self, config: ModelSizes, fast_paths: FastPaths | None = None) -> nn.Module:
         from attnseq.model.transformer_encoder import TransformerEncoder
 
         return TransformerEncoder(config.src_vocab_size, config.embedding_dim, config.hidden_size,

@@ -33,7 +33,8 @@ import yaml
 from torch import Tensor
 
 from attnseq.data import SPECIAL_TOKENS, Vocabulary
-from attnseq.data.tokenizers import SUBWORD_TOKENIZERS, TextTokenizer, output_text, tokenizer_for
+from attnseq.data.tasks import tokenizer_for
+from attnseq.data.tokenizers import SUBWORD_TOKENIZERS, TextTokenizer, output_text
 from attnseq.errors import ProblemAndFix
 from attnseq.model import (
     BeamDecoded,

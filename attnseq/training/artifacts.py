@@ -53,7 +53,8 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from attnseq.data import Example, collate
 from attnseq.data.datamodule import Seq2SeqDataModule
-from attnseq.data.tokenizers import TEXT_TASKS, SubwordTokenizer
+from attnseq.data.tasks import TEXT_TASKS
+from attnseq.data.tokenizers import SubwordTokenizer
 from attnseq.data.vocab import BOS_TOKEN, EOS
 from attnseq.faithfulness.explorer import explorer_samples
 from attnseq.faithfulness.importance import DEFAULTS as IMPORTANCE_DEFAULTS
