@@ -118,8 +118,8 @@ def run_cli(settings: Settings, task: tuple[str, ...], seed: int, workdir: Path,
     with open(workdir / "train.log", "w") as log:
         launched = time.time()
         process = subprocess.Popen(
-            cli_command(settings, task, seed, workdir), cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
-        )
+            cli_command(settings, task, seed, workdir), cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT
+        )  # from its folder: Hydra's outputs/ and the store's ./mlruns land there, not in the checkout
         stopped = wait(process, settings.budget_s)
         wall = time.time() - launched
     if process.returncode != 0 and not stopped:

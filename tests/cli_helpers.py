@@ -394,9 +394,10 @@ def runs_in(root: Path) -> list:
 
 def fresh_store(root: Path, artifacts: Path | None = None) -> tuple[MlflowClient, str]:
     """A store under ``root`` whose schema and the CLIs' experiment exist already (so that concurrent
-    processes do not race to create them), its artifacts under ``artifacts`` if given: (client, experiment id)."""
+    processes do not race to create them), its artifacts under ``artifacts`` (default: ``root/mlruns``, where a
+    CLI started in ``root`` puts them, not this process's ./mlruns in the checkout): (client, experiment id)."""
     client = MlflowClient(tracking_uri(root))
-    return client, client.create_experiment(EXPERIMENT, artifact_location=None if artifacts is None else str(artifacts))
+    return client, client.create_experiment(EXPERIMENT, artifact_location=str(artifacts or root / "mlruns"))
 
 
 def artifact_paths(client: MlflowClient, run_id: str, path: str | None = None) -> set[str]:

@@ -21,6 +21,41 @@ import torch
 torch.set_num_threads(1)
 
 
+REPO = Path(__file__).resolve().parents[1]
+GENERATED = ("mlflow.db", "mlruns", "mlartifacts", "outputs", "multirun")
+"""What a run writes into the folder it starts in: a test's runs start under its tmp_path, never here."""
+
+
+def generated_in_checkout() -> set[str]:
+    """The checkout's generated files and folders, down to a run's or a Hydra job's own folder."""
+    found = set()
+    for name in GENERATED:
+        top = REPO / name
+        if top.exists():
+            paths = [top, *(path for depth in ("*", "*/*", "*/*/*") for path in top.glob(depth))]
+            found |= {str(path.relative_to(REPO)) for path in paths}
+    return found
+
+
+def pytest_sessionstart(session) -> None:
+    session.config.stash[GENERATED_BEFORE] = generated_in_checkout()
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """Fail the session if its tests wrote runs or Hydra folders into the checkout (``make test`` would leave
+    them in the user's tree); once, in the process that ran the session (not each xdist worker)."""
+    if hasattr(session.config, "workerinput") or GENERATED_BEFORE not in session.config.stash:
+        return
+    written = sorted(generated_in_checkout() - session.config.stash[GENERATED_BEFORE])
+    if written:
+        listed = "\n  ".join(written[:20])
+        print(f"\nerror: the tests wrote into the checkout {REPO} (run them from a tmp_path):\n  {listed}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+GENERATED_BEFORE = pytest.StashKey[set]()
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     """The modules with the most long end-to-end tests (marked ``slow``) first, each module's tests in
     their own order: ``make test`` hands whole modules to its workers (``--dist loadfile``), so the long

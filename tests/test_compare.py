@@ -328,7 +328,8 @@ def test_figures_draw_one_band_per_multi_seed_group_in_its_line_colour():
 
 
 # -- the comparison run ----------------------------------------------------------------------
-def test_the_comparison_run_logs_group_means_intervals_and_its_groups(tmp_path):
+def test_the_comparison_run_logs_group_means_intervals_and_its_groups(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # MLflow puts a SQLite store's artifacts under ./mlruns
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
     experiment_id = ensure_experiment(client, "compare")
     runs, results = three_seeds(experiment_id)
