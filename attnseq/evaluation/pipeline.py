@@ -395,7 +395,7 @@ def evaluate_config(cfg: EvalConfig, signals: Signals | None = None) -> list[Eva
         started = time.monotonic()
         if not bars:
             probed = (f", the faithfulness measures on {settings.faith.samples} of them (the slow part)"
-                      if settings.faith.samples else "")
+                      if settings.faith.samples and trained.model.attention is not None else "")  # none: no probe
             print(redact_text(f"[{number}/{len(runs)}] {trained.name}: decoding {settings.size:,} sequences at "
                               f"lengths {settings.lengths[0]}-{settings.lengths[1]}{probed} ..."), flush=True)
         # one bar per run, over the sequences it decodes (below the runs' bar, gone once the run is done)
