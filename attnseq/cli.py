@@ -399,6 +399,9 @@ def quiet_libraries() -> Callable[[], None]:
       of a machine that has Slurm installed: attnseq's Slurm jobs run under srun (its submitit launcher),
       and a multi-node training started by hand that waits for its nodes says so itself
       (``attnseq.lifecycle.nodes.NodesJoining``);
+    - sacreBLEU's INFO lines, nine per pair of groups in a comparison's paired bootstrap ("Pre-computing
+      sacrebleu statistics", "Performing paired bootstrap resampling test"): its logger at WARNING (the
+      comparison says once what it is doing);
     - MLflow's database INFO lines (creating and migrating the SQLite schema, through MLflow's logger
       and alembic's): those loggers at WARNING; its traceback of a locked SQLite store, which attnseq
       waits for and reports itself: dropped by a filter on that logger.
@@ -418,7 +421,7 @@ def quiet_libraries() -> Callable[[], None]:
     unsynced = warnings.filters[0]
     warnings.filterwarnings("ignore", message=r"The `srun` command is available on your system but is not used")
     srun_hint = warnings.filters[0]
-    levels = {name: logging.getLogger(name).level for name in ("mlflow.store.db.utils", "alembic")}
+    levels = {name: logging.getLogger(name).level for name in ("mlflow.store.db.utils", "alembic", "sacrebleu")}
     for name in levels:
         logging.getLogger(name).setLevel(logging.WARNING)
     database = logging.getLogger("mlflow.store.db.utils")

@@ -116,6 +116,29 @@ def test_quiet_libraries_drops_only_the_known_chatter(caplog):
     assert logging.getLogger("mlflow.store.db.utils").getEffectiveLevel() == logging.WARNING
 
 
+def test_quiet_libraries_keeps_sacrebleus_bootstrap_lines_out_of_a_comparison_until_undone(caplog):
+    """A comparison of text runs calls sacreBLEU's paired bootstrap once per pair of groups; each call logs
+    its steps at INFO (Hydra's console shows INFO): nine lines a pair, none of them news to the user."""
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    references = [f"the cat number {i} sat on the mat" for i in range(20)]
+    systems = [("a", references), ("b", [" ".join(reversed(r.split())) for r in references])]
+
+    def bootstrap_lines() -> list[str]:
+        caplog.clear()
+        PairedTest(systems, {"bleu": BLEU()}, [references], test_type="bs", n_samples=20)()  # as attnseq calls it
+        return [r.getMessage() for r in caplog.records if r.name.startswith("sacrebleu")]
+
+    before = logging.getLogger("sacrebleu").level
+    with caplog.at_level(logging.INFO):  # the root at INFO, as Hydra's job logging sets it
+        undo = quiet_libraries()
+        assert bootstrap_lines() == []
+        undo()
+        assert logging.getLogger("sacrebleu").level == before
+        assert bootstrap_lines() != []  # what the quieting hides is there: the check can fail
+
+
 def test_quiet_libraries_ignores_the_leafspec_warning_only_from_lightning():
     message = "`isinstance(treespec, LeafSpec)` is deprecated, use `isinstance(treespec, TreeSpec)` instead."
     with warnings.catch_warnings(record=True) as caught:

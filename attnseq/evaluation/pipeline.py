@@ -413,6 +413,10 @@ def evaluate_config(cfg: EvalConfig, signals: Signals | None = None) -> list[Eva
         results.append(result)
     if len(results) > 1 and cfg.compare:
         groups = group_runs(trained_runs, results)
+        if len(groups) > 1:
+            pairs = len(groups) * (len(groups) - 1) // 2
+            print(f"Comparing {len(groups)} groups: the paired bootstrap over {pairs} pair{'s' if pairs > 1 else ''} "
+                  f"of groups, {cfg.eval.bootstrap_samples:,} resamples each ...", flush=True)
         comparison = log_comparison(client, groups, out_dir / "comparison", parent=parent, signals=signals,
                                     bootstrap=(cfg.eval.bootstrap_samples, cfg.eval.bootstrap_seed))
         header, rows = table_rows(groups)
