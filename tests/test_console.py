@@ -105,7 +105,7 @@ def test_job_table_has_one_row_per_job_sorted_by_name():
 
 # -- library noise -------------------------------------------------------------------------------------
 def test_quiet_libraries_drops_only_the_known_chatter(caplog):
-    quiet_libraries()
+    undo = quiet_libraries()
     rank_zero = logging.getLogger("lightning.pytorch.utilities.rank_zero")
     with caplog.at_level(logging.INFO, logger="lightning.pytorch.utilities.rank_zero"):
         rank_zero.info("💡 Tip: For seamless cloud logging, try installing litlogger")
@@ -114,6 +114,7 @@ def test_quiet_libraries_drops_only_the_known_chatter(caplog):
         rank_zero.info("Restoring states from the checkpoint path at last.ckpt")
     assert [r.getMessage() for r in caplog.records] == ["Restoring states from the checkpoint path at last.ckpt"]
     assert logging.getLogger("mlflow.store.db.utils").getEffectiveLevel() == logging.WARNING
+    undo()  # the test process's loggers as they were, for the tests after this one
 
 
 def test_quiet_libraries_keeps_sacrebleus_bootstrap_lines_out_of_a_comparison_until_undone(caplog):
@@ -130,12 +131,11 @@ def test_quiet_libraries_keeps_sacrebleus_bootstrap_lines_out_of_a_comparison_un
         PairedTest(systems, {"bleu": BLEU()}, [references], test_type="bs", n_samples=20)()  # as attnseq calls it
         return [r.getMessage() for r in caplog.records if r.name.startswith("sacrebleu")]
 
-    before = logging.getLogger("sacrebleu").level
-    with caplog.at_level(logging.INFO):  # the root at INFO, as Hydra's job logging sets it
-        undo = quiet_libraries()
+    with caplog.at_level(logging.INFO), caplog.at_level(logging.NOTSET, logger="sacrebleu"):  # as in a job's
+        undo = quiet_libraries()  # logging: the root at INFO (Hydra's), sacreBLEU's own level not set
         assert bootstrap_lines() == []
         undo()
-        assert logging.getLogger("sacrebleu").level == before
+        assert logging.getLogger("sacrebleu").level == logging.NOTSET
         assert bootstrap_lines() != []  # what the quieting hides is there: the check can fail
 
 

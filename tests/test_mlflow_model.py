@@ -26,7 +26,7 @@ from mlflow.tracking import MlflowClient
 from serving_checks import assert_n_best_as_the_library, expected_outputs
 
 from attnseq.data import SPACE_TOKEN, Vocabulary
-from attnseq.data.tokenizers import tokenizer_for
+from attnseq.data.tasks import tokenizer_for
 from attnseq.model import ModelConfig, beam_search_n_best, build_seq2seq
 from attnseq.serving.predictor import DecodeLimit, InvalidSource, Translator
 from attnseq.tracking import paths
