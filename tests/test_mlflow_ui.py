@@ -413,13 +413,15 @@ def test_the_run_notes_link_opens_the_trained_heatmap_in_one_click(made_ui, tiny
 class ExplorerFrame:
     """The attention explorer as MLflow's artifact view shows it: a sandboxed iframe on a blob URL, in a
     process of its own (attached as a target) or the page's (an isolated world in it): ``evaluate`` runs
-    JavaScript there; ``offset`` is the iframe's top left in the page, for real mouse events."""
+    JavaScript there; ``offset()`` is the iframe's top left in the page now, for real mouse events."""
+
+    IFRAME_AT = ("(() => { const f = document.querySelector('iframe.mlflow-html-iframe'); "
+                 "if (!f) return null; const r = f.getBoundingClientRect(); "
+                 "return r.width > 0 ? [r.left, r.top] : null; })()")
 
     def __init__(self, browser: HeadlessChromium) -> None:
         self.browser = browser
-        self.offset = browser.wait_for("(() => { const f = document.querySelector('iframe.mlflow-html-iframe'); "
-                                       "if (!f) return null; const r = f.getBoundingClientRect(); "
-                                       "return r.width > 0 ? [r.left, r.top] : null; })()", PAGE_S, "the iframe")
+        browser.wait_for(self.IFRAME_AT, PAGE_S, "the iframe")
         self.session = self.context = None
         deadline = time.monotonic() + PAGE_S
         while self.session is None and self.context is None:
@@ -455,6 +457,10 @@ class ExplorerFrame:
         assert "exceptionDetails" not in result, (expression, result["exceptionDetails"])
         return result["result"].get("value")
 
+    def offset(self) -> tuple[float, float]:
+        """Where the iframe is now: MLflow's artifact view may still move it as the rest of the page loads."""
+        return self.browser.wait_for(self.IFRAME_AT, PAGE_S, "the iframe")
+
     def wait_for(self, expression: str, what: str):
         deadline = time.monotonic() + PAGE_S
         while not (value := self.evaluate(expression)):
@@ -474,13 +480,17 @@ def test_the_attention_explorer_opens_from_the_artifact_view_and_a_hover_shows_t
     frame.wait_for("document.querySelectorAll('[data-panel=attention] rect.cell').length > 0", "the explorer's cells")
     data = frame.evaluate(f"JSON.parse(document.getElementById('{DATA_ID}').textContent)")
     sample = data["epochs"][-1]["samples"][int(frame.evaluate("document.getElementById('sample').value"))]
-    left, top = frame.offset
-    x, y = frame.evaluate("(() => { const r = document.querySelector('[data-panel=attention] "
-                          "rect.cell[data-row=\"0\"][data-col=\"0\"]').getBoundingClientRect(); "
-                          "return [r.left + r.width / 2, r.top + r.height / 2]; })()")
-    browser.hover(left + x, top + y)
-    text = frame.wait_for("(() => { const t = document.getElementById('tooltip'); "
-                          "return t.style.display === 'block' && t.textContent; })()", "the tooltip")
+    deadline = time.monotonic() + PAGE_S
+    while not (text := frame.evaluate("(() => { const t = document.getElementById('tooltip'); "
+                                      "return t.style.display === 'block' && t.textContent; })()")):
+        assert time.monotonic() < deadline, f"not within {PAGE_S} s: the tooltip"
+        # the mouse onto the first cell where it is now, again while the page still moves (as a user would)
+        left, top = frame.offset()
+        x, y = frame.evaluate("(() => { const r = document.querySelector('[data-panel=attention] "
+                              "rect.cell[data-row=\"0\"][data-col=\"0\"]').getBoundingClientRect(); "
+                              "return [r.left + r.width / 2, r.top + r.height / 2]; })()")
+        browser.hover(left + x, top + y)
+        time.sleep(0.5)
     weight = sum(head[0][0] for head in sample["attention"]) / len(sample["attention"])
     assert f"“{sample['output'][0]}”" in text and f"“{sample['source'][0]}”" in text and f"{weight:.4f}" in text, text
     time.sleep(0.3)
