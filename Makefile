@@ -44,7 +44,7 @@ slurm-down:  ## stop it: cancels its jobs, stops munged, slurmctld and slurmd, c
 TEST_WORKERS ?= 3
 
 test: $(DEV_STAMP) lint system-deps  ## what CI runs: lint, every test that needs no GPU (slow ones, the image build among them) on $(TEST_WORKERS) workers; lists the 25 slowest
-	$(PY) -m pytest -m "not gpu" -n $(TEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not gpu" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
 
 test-fast: $(DEV_STAMP)  ## the quick loop: slow and GPU tests deselected
 	$(PY) -m pytest $(PYTEST_ARGS)
