@@ -350,6 +350,10 @@ def _warm_interpreter() -> WarmInterpreter | None:
         return None
     with _warm_lock:
         warm = _started_warm_interpreter()
+        if warm.ready and differs_at_startup(warm.env, clean_env()):  # this process's own environment moved on
+            warm.close()  # (an in-process test left a variable read at start): a server that matches it again
+            _started_warm_interpreter.cache_clear()
+            warm = _started_warm_interpreter()
     return warm if warm.ready else None
 
 

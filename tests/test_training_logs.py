@@ -5,7 +5,9 @@ epoch's step losses) and ``train/padding_fraction``, with no ``self.log`` in eve
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
+from unittest import mock
 
 import lightning as L
 import pytest
@@ -59,18 +61,20 @@ def fit(tmp_path: Path, log_every_n_steps: int, callbacks: list | None = None, *
     ]
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("train", overrides=overrides)
-    L.seed_everything(0)
-    config = validate_train(cfg)
-    datamodule = build.build_datamodule(config)
-    datamodule.setup()
-    module = build.build_module(config, datamodule)
-    logger = RecordingLogger()
-    trainer = L.Trainer(**{
-        "max_epochs": EPOCHS, "log_every_n_steps": log_every_n_steps, "logger": logger, "enable_checkpointing": False,
-        "enable_progress_bar": False, "enable_model_summary": False, "num_sanity_val_steps": 0,
-        "limit_val_batches": 0, "default_root_dir": tmp_path, "callbacks": callbacks, **trainer_args,
-    })
-    trainer.fit(module, datamodule=datamodule)
+    with mock.patch.dict(os.environ):  # seed_everything writes PL_GLOBAL_SEED: not for the tests after this one
+        L.seed_everything(0)
+        config = validate_train(cfg)
+        datamodule = build.build_datamodule(config)
+        datamodule.setup()
+        module = build.build_module(config, datamodule)
+        logger = RecordingLogger()
+        trainer = L.Trainer(**{
+            "max_epochs": EPOCHS, "log_every_n_steps": log_every_n_steps, "logger": logger,
+            "enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False,
+            "num_sanity_val_steps": 0, "limit_val_batches": 0, "default_root_dir": tmp_path, "callbacks": callbacks,
+            **trainer_args,
+        })
+        trainer.fit(module, datamodule=datamodule)
     return logger, datamodule
 
 
