@@ -3,6 +3,8 @@ reaches a target, through the real CLI, beside a textbook baseline trained by a 
 
     .venv/bin/python benchmarks/time_to_accuracy.py              # 3 seeds → Markdown on stdout
     .venv/bin/python benchmarks/time_to_accuracy.py --defaults   # also the CLI without the preset
+    .venv/bin/python benchmarks/time_to_accuracy.py --batching   # also the CLI with other training batches
+    .venv/bin/python benchmarks/time_to_accuracy.py --joey --batching --seeds 1   # JoeyNMT's reverse, to dev BLEU 90
     .venv/bin/python benchmarks/time_to_accuracy.py --quick      # a tiny task, one seed (what the tests run)
 
 - **CLI**: ``python train.py experiment=copy_fast seed=N threads=T training.stop_at=0.95`` in a
@@ -16,6 +18,9 @@ reaches a target, through the real CLI, beside a textbook baseline trained by a 
   greedy exact match on the same validation set and prints each result with its clock time.
 - The two alternate, seed by seed, so a machine whose load changes slows both alike. A run that
   has not reached the target within ``--budget`` seconds is stopped and counted as not reached.
+- ``--batching``: the CLI also trains with each of ``BATCHINGS`` (random batches, and length-bucketed
+  ones sorted in pools of other sizes), in the same alternation: a batching that makes each step faster
+  but learns less per step shows here as a later time to the target, whatever its tokens/s.
 """
 
 from __future__ import annotations
@@ -48,6 +53,18 @@ DEFAULTS_TASK = (  # the same task on conf/train.yaml's own schedule and cadence
     "model.hidden_size=128",
     "trainer.max_epochs=10",
 )
+BATCHINGS = {  # --batching: how the training batches are made (conf/dataset/base/symbols.yaml: bucket_pool)
+    "cli, random batches": ("dataset.length_bucketing=false",),
+    "cli, pools of 4 batches": ("dataset.bucket_pool=4",),
+    "cli, pools of 50 batches": ("dataset.bucket_pool=50",),
+}
+JOEY_TASK = (  # JoeyNMT's reverse tutorial (conf/experiment/joey_reverse.yaml), validated 8 times an epoch
+    "experiment=joey_reverse",
+    "trainer.max_epochs=2",
+    "trainer.val_check_interval=0.125",
+    "training.test_after_fit=false",
+)
+JOEY_METRIC, JOEY_TARGET = "val/sacrebleu", 90.0  # JoeyNMT publishes 95.4 dev BLEU after 5 epochs
 QUICK_TASK = (
     "dataset.train_lengths=[1,5]",
     "dataset.eval_lengths=[1,5]",
@@ -70,6 +87,9 @@ class Settings:
     threads: int
     task: tuple[str, ...]  # the CLI's overrides; the textbook composes the same config
     defaults_task: tuple[str, ...] | None = None  # also the CLI on these overrides (today's defaults)
+    variants: dict[str, tuple[str, ...]] = field(default_factory=dict)  # also the CLI with these added, by name
+    metric: str = METRIC
+    textbook: bool = True  # the textbook trains the default model only: not JoeyNMT's
 
 
 @dataclass
@@ -127,7 +147,7 @@ def run_cli(settings: Settings, task: tuple[str, ...], seed: int, workdir: Path,
         raise RuntimeError(f"train.py exited with {process.returncode}:\n{tail}")
     client = MlflowClient(tracking_uri=f"sqlite:///{workdir}/mlflow.db")
     runs = client.search_runs(client.get_experiment_by_name("time_to_accuracy").experiment_id)
-    history = sorted(client.get_metric_history(runs[0].info.run_id, METRIC), key=lambda m: m.timestamp)
+    history = sorted(client.get_metric_history(runs[0].info.run_id, settings.metric), key=lambda m: m.timestamp)
     validations = [(m.timestamp / 1000 - launched, m.step + 1, m.value) for m in history]  # step: batches trained
     return Attempt(who, seed, validations, wall, settings.target)
 
@@ -278,13 +298,16 @@ def measure(settings: Settings, log=print, workdir: Path | None = None) -> list[
     with tempfile.TemporaryDirectory(prefix="attnseq-tta-") as tmp:
         root = workdir or Path(tmp)
         for seed in settings.seeds:
-            seed_attempts = [
-                run_cli(settings, settings.task, seed, root / f"cli-{seed}"),
-                run_textbook(settings, settings.task, seed),
-            ]
+            seed_attempts = [run_cli(settings, settings.task, seed, root / f"cli-{seed}")]
+            if settings.textbook:
+                seed_attempts.append(run_textbook(settings, settings.task, seed))
             if settings.defaults_task:
                 seed_attempts.append(
                     run_cli(settings, settings.defaults_task, seed, root / f"defaults-{seed}", who="cli, defaults")
+                )
+            for number, (who, overrides) in enumerate(settings.variants.items()):
+                seed_attempts.append(
+                    run_cli(settings, (*settings.task, *overrides), seed, root / f"variant{number}-{seed}", who=who)
                 )
             for attempt in seed_attempts:
                 log(f"{attempt.who:14s} seed {seed}: {describe(attempt)} (wall {attempt.wall_s:.0f} s)")
@@ -320,13 +343,14 @@ def render(settings: Settings, attempts: list[Attempt], command: str | None = No
         "## Time to accuracy",
         "",
         *(f"- {key}: {value}" for key, value in provenance.items() if value),
-        f"- task: copy, the CLI's overrides `{' '.join(settings.task)}`; {settings.threads} threads; "
-        f"target: validation exact match ≥ {settings.target}; budget {settings.budget_s:.0f} s per training; "
-        f"seeds {', '.join(map(str, settings.seeds))}, alternating CLI and textbook",
+        f"- task: the CLI's overrides `{' '.join(settings.task)}`; {settings.threads} threads; "
+        f"target: `{settings.metric}` ≥ {settings.target}; budget {settings.budget_s:.0f} s per training; "
+        f"seeds {', '.join(map(str, settings.seeds))}, alternating "
+        f"{'CLI and textbook' if settings.textbook else 'the CLI runs'}",
         "- `cli`: seconds from launching `train.py` to the MLflow timestamp of the first "
-        f"`{METRIC}` ≥ the target (start-up, every validation before it, checkpoints and plots included); "
-        "`textbook`: `loops.TextbookBahdanau` (keys projected once) in a plain loop, launched the same way, "
-        "with the same data, optimizer, schedule, clipping and validation cadence",
+        f"`{settings.metric}` ≥ the target (start-up, every validation before it, checkpoints and plots included)"
+        + ("; `textbook`: `loops.TextbookBahdanau` (keys projected once) in a plain loop, launched the same way, "
+           "with the same data, optimizer, schedule, clipping and validation cadence" if settings.textbook else ""),
         "",
         "| training | median s | " + " | ".join(f"seed {s}" for s in settings.seeds) + " |",
         "|---|---:|" + "---:|" * len(settings.seeds),
@@ -344,6 +368,9 @@ def render(settings: Settings, attempts: list[Attempt], command: str | None = No
             "`cli, defaults`: the same task on conf/train.yaml's own schedule and cadence "
             f"(`{' '.join(settings.defaults_task)}`).",
         ]
+    if settings.variants:
+        lines += ["", "The CLI with other training batches (the task's overrides, then these):", ""]
+        lines += [f"- `{who}`: `{' '.join(overrides)}`" for who, overrides in settings.variants.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -351,6 +378,10 @@ def make_settings(args: argparse.Namespace) -> Settings:
     if args.quick:
         return Settings(seeds=[0], target=args.target if args.target is not None else 0.0, budget_s=args.budget,
                         threads=args.threads, task=QUICK_TASK)
+    if args.joey:
+        return Settings(seeds=list(range(args.seeds)), target=args.target if args.target is not None else JOEY_TARGET,
+                        budget_s=args.budget, threads=args.threads, task=JOEY_TASK,
+                        variants=BATCHINGS if args.batching else {}, metric=JOEY_METRIC, textbook=False)
     return Settings(
         seeds=list(range(args.seeds)),
         target=args.target if args.target is not None else TARGET,
@@ -358,6 +389,7 @@ def make_settings(args: argparse.Namespace) -> Settings:
         threads=args.threads,
         task=TASK,
         defaults_task=DEFAULTS_TASK if args.defaults else None,
+        variants=BATCHINGS if args.batching else {},
     )
 
 
@@ -369,6 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=600.0, help="seconds per training before it is stopped")
     parser.add_argument("--threads", type=int, default=2, help="torch threads of each training")
     parser.add_argument("--defaults", action="store_true", help="also the CLI on conf/train.yaml's own schedule")
+    parser.add_argument("--batching", action="store_true", help="also the CLI with each of BATCHINGS")
+    parser.add_argument("--joey", action="store_true", help=f"JoeyNMT's reverse task to {JOEY_METRIC} ≥ {JOEY_TARGET} "
+                        "(no textbook: it trains the default model only)")
     parser.add_argument("--textbook-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("overrides", nargs="*", help=argparse.SUPPRESS)

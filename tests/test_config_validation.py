@@ -71,6 +71,7 @@ BAD = [
     # the data module's checks named the value, but the fix always said dataset.batch_size=64
     (["dataset.bucket_width=0"], ["dataset.bucket_width=0"], ["dataset.bucket_width=5"]),
     (["dataset.num_workers=-1"], ["dataset.num_workers=-1", "[0, 64]"], ["dataset.num_workers=0"]),
+    (["dataset.bucket_pool=0"], ["dataset.bucket_pool=0", "[1, 100000]"], ["dataset.bucket_pool="]),
     (["dataset.train_size=abc"], ["dataset.train_size=abc"], ["dataset.train_size=12800"]),
     (["dataset.eval_lengths=[10,5]"], ["dataset.eval_lengths=[10,5]", "1 ≤ lo ≤ hi"],
      ["dataset.eval_lengths=[5,10]"]),

@@ -135,6 +135,25 @@ def test_train_batches_cover_the_training_set(bucketing):
     assert seen == len(dm.train_examples) == 64
 
 
+def test_a_bucket_pool_of_one_batch_is_random_batches_and_larger_pools_pad_less():
+    """``bucket_pool`` batches' worth of the epoch's permutation are sorted together: with 1, each batch holds
+    the next ``batch_size`` examples of that permutation (random batches); larger pools leave less padding."""
+    padding = {}
+    for pool in (1, 2, 4, 8):
+        dm = make("copy", train_lengths=(1, 30), bucket_pool=pool)
+        dm.setup()
+        loader = dm.train_dataloader()
+        loader.batch_sampler.set_epoch(3)
+        batches = list(loader.batch_sampler)
+        if pool == 1:
+            permutation = list(loader.batch_sampler.sampler)  # the epoch's order of every example
+            blocks = [set(permutation[k:k + 8]) for k in range(0, 64, 8)]
+            assert sorted(map(sorted, blocks)) == sorted(sorted(batch) for batch in batches)
+        lengths = [[len(dm.train_examples[i].src) for i in batch] for batch in batches]
+        padding[pool] = sum(len(b) * max(b) - sum(b) for b in lengths)  # padded source positions
+    assert padding[1] > padding[2] >= padding[4] >= padding[8]
+
+
 def test_make_dataloader_for_extra_lengths():
     dm = make("reverse")
     dm.setup()

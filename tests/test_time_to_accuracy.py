@@ -5,6 +5,7 @@ the seconds and medians read from validation results, and (slow) the quick run t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 from attnseq.config import validate_train as check_config
@@ -155,13 +157,17 @@ def test_quick_run_reaches_the_target_at_the_first_validation_and_stops_there(tt
     settings = tta.make_settings(
         argparse.Namespace(quick=True, target=None, budget=300.0, threads=1, seeds=1, defaults=False)
     )
-    cli, textbook = tta.measure(settings, log=lambda line: None, workdir=tmp_path)
+    random_batches = "cli, random batches"
+    settings = dataclasses.replace(settings, variants={random_batches: tta.BATCHINGS[random_batches]})
+    cli, textbook, variant = tta.measure(settings, log=lambda line: None, workdir=tmp_path)
     # target 0: the first validation reaches it, after half an epoch (4 batches, val_check_interval=0.5)
-    assert cli.reached[1] == 2 and textbook.reached[1] == 2
+    assert cli.reached[1] == 2 and textbook.reached[1] == 2 and variant.reached[1] == 2
     assert len(cli.validations) == 1  # training.stop_at ended the CLI there
     assert 0 < cli.seconds <= cli.wall_s and 0 < textbook.seconds <= textbook.wall_s
-    report = tta.render(settings, [cli, textbook], "python benchmarks/time_to_accuracy.py --quick", "m", "c")
-    assert "| cli | " in report and "| textbook | " in report
+    (run,) = MlflowClient(f"sqlite:///{tmp_path}/variant0-0/mlflow.db").search_runs(["1"])
+    assert variant.who == random_batches and run.data.params["dataset.length_bucketing"] == "False"
+    report = tta.render(settings, [cli, textbook, variant], "python benchmarks/time_to_accuracy.py --quick", "m", "c")
+    assert "| cli | " in report and "| textbook | " in report and f"| {random_batches} | " in report
 
 
 @pytest.mark.slow

@@ -71,6 +71,8 @@ class Seq2SeqDataModule(L.LightningDataModule):
         vocab_size: subword pieces per side (bpe, unigram).
         num_workers: DataLoader worker processes.
         length_bucketing: batch training examples of similar length (evaluation always is).
+        bucket_pool: how many batches' worth of shuffled training examples are sorted together (the sampler's
+            ``chunk_batches``).
         text_tokenizers: (source, target) tokenizers to use instead of training new ones.
     """
 
@@ -270,8 +272,8 @@ class Seq2SeqDataModule(L.LightningDataModule):
             return DataLoader(items, batch_sampler=sampler, collate_fn=collate, num_workers=self.num_workers)
         if bucketing:
             sampler = LengthBucketBatchSampler(
-                [len(x.src) for x in items], batch_size,
-                shuffle=shuffle, seed=self.seed, num_replicas=replicas, rank=rank,
+                [len(x.src) for x in items], batch_size, shuffle=shuffle, seed=self.seed,
+                chunk_batches=self.bucket_pool, num_replicas=replicas, rank=rank,
             )
             return DataLoader(items, batch_sampler=sampler, collate_fn=collate, num_workers=self.num_workers)
         if replicas > 1:

@@ -233,6 +233,8 @@ class DatasetKeys(BaseModel):
                                                      "size, examples × the longest one's max(source, target + 1) "
                                                      "(fairseq's --max-tokens)")
     length_bucketing: bool = Field(True, description="batch training examples of similar length")
+    bucket_pool: int = Field(50, ge=1, le=100_000, description="with length_bucketing: batches' worth of shuffled "
+                             "examples sorted by length together (1: random batches; more: less padding)")
     num_workers: int = Field(0, ge=0, le=64, description="DataLoader worker processes (each a process with torch "
                              "and a copy of the data)")
 
