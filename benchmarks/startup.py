@@ -195,20 +195,26 @@ a later phase holds the earlier ones its functions call (the heatmaps their draw
 
 TIMED_CHILD = """
 import importlib.abc, importlib.util, json, resource, runpy, sys, time
-out, phases, script, *args = sys.argv[1:]
-phases = json.loads(phases)
-seconds, active = [0.0] * len(phases), [0] * len(phases)
+out, clock, phases, script, *args = sys.argv[1:]
+phases, clock, began_at = json.loads(phases), getattr(time, clock), time.perf_counter()
+seconds, own, active, open_calls = [0.0] * len(phases), [0.0] * len(phases), [0] * len(phases), []
 
 def timed(index, function):
     def wrapper(*a, **k):
         if any(active[:index + 1]):  # inside this phase already, or an earlier one: counted there
             return function(*a, **k)
         active[index] += 1
-        began = time.process_time()
+        open_calls.append([index, 0.0])  # [its phase, the seconds of the timed calls inside it]
+        began = clock()
         try:
             return function(*a, **k)
         finally:
-            seconds[index] += time.process_time() - began
+            elapsed = clock() - began
+            _, inside = open_calls.pop()
+            seconds[index] += elapsed
+            own[index] += elapsed - inside  # its own: without the other phases' calls it made
+            if open_calls:
+                open_calls[-1][1] += elapsed
             active[index] -= 1
     return wrapper
 
@@ -254,8 +260,14 @@ except SystemExit as done:
 finally:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     with open(out, "w") as handle:
-        json.dump({"phases": seconds, "total": usage.ru_utime + usage.ru_stime}, handle)
+        json.dump({"phases": seconds, "own": own, "total": usage.ru_utime + usage.ru_stime,
+                   "wall": time.perf_counter() - began_at}, handle)
 """
+"""Runs ``script`` with ``args`` as ``__main__``, each function of ``phases`` (a JSON list of ``[label,
+targets]``, as ``PHASES``) wrapped as its module is imported, timed on ``clock`` (``process_time``: CPU of
+the process; ``perf_counter``: wall), and writes to ``out`` each phase's seconds (``phases``: its calls', the
+other phases' inside them included; ``own``: without them), the process's CPU (``total``) and its wall time
+(``wall``). argv: ``out clock phases script *args``."""
 
 
 def seeded_store(root: Path, template: Path) -> str:
@@ -281,7 +293,7 @@ def launch_cpu_s(repo: Path, root: Path, phases_to: Path | None = None, env: dic
             f"hydra.run.dir={root}/out"]
     script = str(repo / "train.py")
     argv = [sys.executable, script, *args] if phases_to is None else \
-        [sys.executable, "-c", TIMED_CHILD, str(phases_to), json.dumps(PHASES), script, *args]
+        [sys.executable, "-c", TIMED_CHILD, str(phases_to), "process_time", json.dumps(PHASES), script, *args]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run(argv, cwd=root, env=clean_env() | (env or {}) | {"PYTHONPATH": str(repo)},
                           capture_output=True, text=True, timeout=1200)

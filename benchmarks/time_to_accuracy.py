@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -129,16 +130,20 @@ def cli_command(settings: Settings, task: tuple[str, ...], seed: int, workdir: P
     ]
 
 
-def run_cli(settings: Settings, task: tuple[str, ...], seed: int, workdir: Path, who: str = "cli") -> Attempt:
-    """One CLI training from launch; its validations read back from its MLflow store."""
+def run_cli(settings: Settings, task: tuple[str, ...], seed: int, workdir: Path, who: str = "cli",
+            launcher: Callable[[list[str]], list[str]] | None = None) -> Attempt:
+    """One CLI training from launch; its validations read back from its MLflow store. ``launcher``: the
+    command line actually run, from ``cli_command``'s (``run_breakdown`` times its phases)."""
     from mlflow.tracking import MlflowClient
 
     workdir.mkdir(parents=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "ATTNSEQ_"))}
     with open(workdir / "train.log", "w") as log:
         launched = time.time()
+        command = cli_command(settings, task, seed, workdir)
         process = subprocess.Popen(
-            cli_command(settings, task, seed, workdir), cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT
+            command if launcher is None else launcher(command), cwd=workdir, env=env, stdout=log,
+            stderr=subprocess.STDOUT,
         )  # from its folder: Hydra's outputs/ and the store's ./mlruns land there, not in the checkout
         stopped = wait(process, settings.budget_s)
         wall = time.time() - launched

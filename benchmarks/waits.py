@@ -1,7 +1,7 @@
 """The parts of the full benchmark that measure what a user waits on outside the training step —
-time to accuracy, start-up, evaluation, a remote tracking server — each by its own module, run in
-this order after the training tables. Each section returns its Markdown and its lines for the
-report's targets.
+time to accuracy, where a run's time goes, start-up, evaluation, a remote tracking server — each by
+its own module, run in this order after the training tables. Each section returns its Markdown and
+its lines for the report's targets.
 
     .venv/bin/python benchmarks/bench.py --sections startup,evaluation   # these only, after the training tables
 """
@@ -45,6 +45,17 @@ def time_to_accuracy(threads: int, log: Log) -> Waited:
     batchings = ", ".join(f"{who.removeprefix('cli, ')} " + ("not reached" if median[who] is None
                                                               else f"{median[who]:.0f} s") for who in settings.variants)
     return Waited(tta.render(settings, attempts), [target, f"- the same with other training batches: {batchings}"])
+
+
+def run_breakdown(threads: int, log: Log) -> Waited:
+    import run_breakdown as module
+
+    found = module.measure([0, 1, 2], threads, log=log)
+    wall = statistics.median(b.wall_s for b in found)
+    training = statistics.median(b.own_s[module.TRAINING] for b in found)
+    target = (f"- a copy_fast run, launch to exit, median of 3 seeds: {wall:.1f} s, of which not training "
+              f"{wall - training:.1f} s ({(wall - training) / wall:.0%}; 'Where a copy_fast run's time goes')")
+    return Waited(module.render(found, threads), [target])
 
 
 def startup(threads: int, log: Log) -> Waited:
@@ -102,6 +113,7 @@ def remote_tracking(threads: int, log: Log) -> Waited:
 
 SECTIONS: dict[str, Callable[[int, Log], Waited]] = {
     "time-to-accuracy": time_to_accuracy,
+    "run-breakdown": run_breakdown,
     "startup": startup,
     "evaluation": evaluation,
     "remote-tracking": remote_tracking,

@@ -1,6 +1,7 @@
 """Time to accuracy (benchmarks/time_to_accuracy.py) and the option it stops the CLI with
 (``training.stop_at``): the textbook baseline's decoding and exact match on hand-built batches,
-the seconds and medians read from validation results, and (slow) the quick run through the real CLI."""
+the seconds and medians read from validation results, and (slow) the quick run through the real CLI,
+also timed phase by phase (benchmarks/run_breakdown.py)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from attnseq.training.stopping import stop_at
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
-MODULES = ("time_to_accuracy", "cases", "loops", "report")  # the scripts import each other by these names
+MODULES = ("time_to_accuracy", "cases", "loops", "report", "run_breakdown", "startup", "probes")  # they import these
 
 
 @pytest.fixture(scope="module")
@@ -179,3 +180,23 @@ def test_a_textbook_run_that_never_reaches_the_target_trains_all_epochs(tta):
     assert attempt.reached is None
     assert [step for _, step, _ in attempt.validations] == [2, 4, 6, 8]  # 2 epochs × 2 validations
     assert "not reached" in tta.describe(attempt)
+
+
+@pytest.mark.slow
+def test_a_breakdown_of_the_quick_run_puts_each_second_in_one_phase(tta, tmp_path):
+    """``run_breakdown``: the quick task through the real CLI, its functions timed as they are imported; the
+    phases' own seconds and the rest add up to the launch's wall time, and the phases a run must go through
+    (the imports, the data, validation's decoding, training, uploads) each took some."""
+    breakdown = importlib.import_module("run_breakdown")
+    (found,) = breakdown.measure([0], threads=1, task=tta.QUICK_TASK, target=0.0, log=lambda line: None)
+    assert found.target_s is not None and 0 < found.target_s <= found.wall_s
+    assert 0 < found.first_step_s < found.wall_s and found.validations == 1
+    assert sum(found.own_s.values()) == pytest.approx(found.wall_s)
+    timed = {label: seconds for label, seconds in found.own_s.items() if label != breakdown.REST}
+    assert all(seconds >= 0 for seconds in timed.values())
+    for must in ("start-up: importing torch, Lightning, MLflow", "data: examples made, vocabularies built",
+                 "validation: greedy decoding", breakdown.TRAINING,
+                 "uploads: images, tables, texts, checkpoints, MLflow model"):
+        assert timed[must] > 0, must
+    report = breakdown.render([found], 1, tta.QUICK_TASK, 0.0)
+    assert all(f"| {label} | " in report for label in found.own_s)

@@ -174,6 +174,26 @@ def test_single_run_images_share_the_metrics_step_axis(single):
     assert {key: sorted(s) for key, s in steps.items()} == {**expected, "length~accuracy_vs_length": val_steps}
 
 
+def test_validating_twice_an_epoch_draws_the_heatmaps_once_an_epoch(tmp_path):
+    """``tracking.heatmap_every_n_epochs`` counts epochs: with ``trainer.val_check_interval=0.5`` the
+    heatmaps come at each epoch's first validation (and at step 0), the accuracy-vs-length figure at
+    every validation."""
+    proc = run_cli(tmp_path, *tiny(max_epochs=2), "trainer.val_check_interval=0.5",
+                   *outputs_under(tmp_path, seeded=True))
+    assert proc.returncode == 0, explain(proc)
+    client = MlflowClient(tracking_uri(tmp_path))
+    (run,) = all_runs(client)
+    val_steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, "val/acc"))
+    assert len(val_steps) == 4
+    steps: dict[str, list[int]] = {}
+    for path in artifact_paths(client, run.info.run_id, "images"):
+        match = re.fullmatch(r"images/(attention~\w+|length~accuracy_vs_length)\+step\+(\d+)\+.*\.png", path)
+        if match and not path.endswith("+compressed.png"):
+            steps.setdefault(match[1], []).append(int(match[2]))
+    expected = {f"attention~{label}": [0, val_steps[0], val_steps[2]] for label in HEATMAP_LABELS}
+    assert {key: sorted(s) for key, s in steps.items()} == {**expected, "length~accuracy_vs_length": val_steps}
+
+
 def test_single_run_length_curves_step_by_upper_length(single):
     """``val/acc_by_length`` and ``val/exact_by_length``: one point per non-empty bucket at its upper
     length, equal to that bucket's own metric after the last epoch."""

@@ -91,7 +91,8 @@ class Average(Group):
 class Tracking(Group):
     heatmap_samples: NonNegativeInt = Field(description="attention heatmaps logged: short, medium, longer than "
                                             "training", examples=[3])
-    heatmap_every_n_epochs: PositiveInt = Field(description="how often they are logged", examples=[1])
+    heatmap_every_n_epochs: PositiveInt = Field(description="every n epochs, at the epoch's first validation "
+                                                "(not at each of trainer.val_check_interval's)", examples=[1])
 
 
 class Heartbeat(Group):

@@ -197,6 +197,7 @@ class RunArtifacts(StepAtBatchStart):
         self.heatmap_every_n_epochs = heatmap_every_n_epochs
         self.samples: dict[str, Example] = {}
         self.untrained: Seq2Seq | None = None  # the model before its first step, until its heatmaps are drawn
+        self.heatmap_epoch: int | None = None  # the epoch whose heatmaps were drawn last: once an epoch
         self.best_checkpoint: dict | None = None  # the best checkpoint as read at the end (``read_best``), once
 
     # -- start ---------------------------------------------------------------------------
@@ -231,7 +232,10 @@ class RunArtifacts(StepAtBatchStart):
             title = f"validation accuracy vs source length, epoch {epoch} (step {step})"
             figure = accuracy_vs_length(length_curves_of(rows), pl_module.train_lengths, title)
             self.run.log_image_step(figure_to_array(figure), paths.LENGTH_IMAGE, step)
-        if self.samples and (epoch - 1) % self.heatmap_every_n_epochs == 0:  # the first epoch, then every n
+        # the first epoch, then every n; once an epoch, at its first validation (trainer.val_check_interval < 1
+        # validates more often: the heatmaps are drawn at the epochs asked for, not at every validation)
+        if self.samples and (epoch - 1) % self.heatmap_every_n_epochs == 0 and epoch != self.heatmap_epoch:
+            self.heatmap_epoch = epoch
             self.log_heatmaps(trainer, pl_module, f"epoch {epoch} (step {step})")
 
     def on_train_start(self, trainer: L.Trainer, pl_module: Seq2SeqLitModule) -> None:
