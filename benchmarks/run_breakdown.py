@@ -86,6 +86,8 @@ def launcher(phases_to: Path):
 def measure_one(settings: tta.Settings, seed: int, workdir: Path) -> Breakdown:
     from mlflow.tracking import MlflowClient
 
+    from attnseq.tracking.tags import FIRST_STEP_S
+
     timed = workdir.parent / f"phases-{seed}.json"
     attempt = tta.run_cli(settings, settings.task, seed, workdir, launcher=launcher(timed))
     measured = json.loads(timed.read_text())
@@ -93,7 +95,7 @@ def measure_one(settings: tta.Settings, seed: int, workdir: Path) -> Breakdown:
     own[REST] = attempt.wall_s - sum(own.values())
     client = MlflowClient(tracking_uri=f"sqlite:///{workdir}/mlflow.db")
     run = client.search_runs(client.get_experiment_by_name("time_to_accuracy").experiment_id)[0]
-    first_step = run.data.tags.get("attnseq.first_step_s")
+    first_step = run.data.tags.get(FIRST_STEP_S)
     last = max((seconds for seconds, _, _ in attempt.validations), default=attempt.wall_s)
     return Breakdown(seed, own, attempt.seconds, last, attempt.wall_s,
                      None if first_step is None else float(first_step), len(attempt.validations))
