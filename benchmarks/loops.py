@@ -11,6 +11,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import MLFlowLogger
+from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 from torch import Tensor, nn
 from torch.nn import functional as F
@@ -20,6 +21,7 @@ from attnseq.config import validate_train
 from attnseq.data.batch import Batch
 from attnseq.data.vocab import BOS, EOS, PAD
 from attnseq.model import beam_search, greedy_decode
+from attnseq.tracking.logged_model import logging_scope
 from attnseq.training.build import partial
 from attnseq.training.lit_module import Seq2SeqLitModule, decode_length_limit
 
@@ -198,7 +200,10 @@ def real_path(
         enable_model_summary=False,
     )
     trainer = L.Trainer(**trainer_args, logger=logger, callbacks=[clock], default_root_dir=cfg.paths.output_dir)
-    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+    # Lightning's MLFlowLogger sets MLflow's process-wide tracking URI (and MLFLOW_TRACKING_URI): put back
+    # afterwards, or every later MLflow call of a process that benchmarks in-process (the tests) goes here
+    with (logging_scope(MlflowClient(cfg.mlflow.tracking_uri)), open(os.devnull, "w") as sink,
+          contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink)):
         trainer.fit(module, datamodule=datamodule)  # the progress bar renders, into nothing
     return clock.durations()
 

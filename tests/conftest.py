@@ -11,6 +11,8 @@ that needs neither does not pay for them.
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +41,7 @@ def generated_in_checkout() -> set[str]:
 
 def pytest_sessionstart(session) -> None:
     session.config.stash[GENERATED_BEFORE] = generated_in_checkout()
+    session.config.stash[MLFLOW_URI_BEFORE] = mlflow_process_uri()
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
@@ -54,6 +57,37 @@ def pytest_sessionfinish(session, exitstatus) -> None:
 
 
 GENERATED_BEFORE = pytest.StashKey[set]()
+
+
+def mlflow_process_uri() -> tuple[str | None, str | None]:
+    """MLflow's process-wide tracking URI as ``mlflow.set_tracking_uri`` leaves it (None while MLflow is not
+    imported or nothing set it) and ``MLFLOW_TRACKING_URI`` (which that call sets too)."""
+    mlflow = sys.modules.get("mlflow")
+    uri = mlflow.get_tracking_uri() if mlflow is not None and mlflow.is_tracking_uri_set() else None
+    return uri, os.environ.get("MLFLOW_TRACKING_URI")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """A test whose code (or fixture) leaves MLflow's process-wide tracking URI set, as Lightning's
+    ``MLFlowLogger`` does, sends every later in-process MLflow call of its worker (``mlflow runs list`` run
+    by click, ``runs:/`` URIs) to its store: after its teardown, that is an error of the test that left it,
+    and the URI is put back so the tests after it run as they would alone."""
+    result = yield
+    left = mlflow_process_uri()
+    expected = item.config.stash.get(MLFLOW_URI_BEFORE, (None, None))
+    if left != expected:
+        import mlflow
+
+        mlflow.set_tracking_uri(None)  # also unsets MLFLOW_TRACKING_URI
+        if expected[1] is not None:
+            os.environ["MLFLOW_TRACKING_URI"] = expected[1]
+        raise AssertionError(f"MLflow's process-wide tracking URI was left at {left} (before: {expected}); "
+                             "wrap the code that sets it in attnseq.tracking.logged_model.logging_scope")
+    return result
+
+
+MLFLOW_URI_BEFORE = pytest.StashKey[tuple]()
 
 
 def pytest_collection_modifyitems(config, items) -> None:

@@ -8,8 +8,11 @@ parsed by Hydra's grammar and fed to the same validator in-process. No wording i
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import subprocess
+import sys
 from datetime import datetime
 from pathlib import Path
 
@@ -142,21 +145,18 @@ def test_the_filter_a_fix_suggests_pastes_into_a_shell_and_parses():
 
 def test_the_command_that_lists_a_stores_runs_pastes_and_lists_them(tiny_run):
     """A run id the store does not hold: the fix names a command that lists the store's runs, and that
-    command, pasted as printed, lists the run."""
-    from click.testing import CliRunner
-    from mlflow.cli import cli
-
+    command, pasted as printed into a shell (the environment's ``mlflow`` on the PATH, no MLflow variable
+    set), lists the run."""
     from attnseq.evaluation.trained_runs import get_run
     from attnseq.tracking.client import TrackingClient
 
     with pytest.raises(ConfigError) as caught:
         get_run(TrackingClient(tiny_run.uri), "0123456789abcdef")
     [command] = re.findall(r"`([^`]*mlflow runs list[^`]*)`", caught.value.fix)
-    words = shlex.split(command)
-    env = dict(w.split("=", 1) for w in words[:words.index("mlflow")])
-    result = CliRunner().invoke(cli, words[words.index("mlflow") + 1:], env=env, catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    assert tiny_run.runs[0].info.run_id in result.output
+    env = user_env(PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    listed = subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True, timeout=300)
+    assert listed.returncode == 0, listed.stderr
+    assert tiny_run.runs[0].info.run_id in listed.stdout
 
 
 # -- figures beside the checkpoints ----------------------------------------------------------------
