@@ -36,7 +36,8 @@ What it measures, on the copy task (source lengths 5–40, batch 64, emb 64 / hi
   additive kernel), config overrides (Adam ``fused=True``, the progress bar off, a DataLoader
   worker), and (``--compile``) torch.compile.
 - **what users wait on** (full run, ``waits.SECTIONS``, each its own module): time to accuracy
-  through the CLI beside the textbook, start-up, evaluation throughput, a remote tracking server.
+  through the CLI beside the textbook, where a run's time goes, JoeyNMT's reverse task beside JoeyNMT
+  2.3.0, start-up, evaluation throughput, a remote tracking server.
 
 The parts: ``cases.py`` (what is trained), ``loops.py`` (what is timed), ``waits.py`` (the sections
 after the training tables), ``report.py`` (the Markdown); this file runs them in order. The new

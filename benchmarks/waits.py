@@ -1,7 +1,7 @@
 """The parts of the full benchmark that measure what a user waits on outside the training step —
-time to accuracy, where a run's time goes, start-up, evaluation, a remote tracking server — each by
-its own module, run in this order after the training tables. Each section returns its Markdown and
-its lines for the report's targets.
+time to accuracy, where a run's time goes, JoeyNMT's own task beside JoeyNMT, start-up, evaluation, a
+remote tracking server — each by its own module, run in this order after the training tables. Each
+section returns its Markdown and its lines for the report's targets.
 
     .venv/bin/python benchmarks/bench.py --sections startup,evaluation   # these only, after the training tables
 """
@@ -9,9 +9,11 @@ its lines for the report's targets.
 from __future__ import annotations
 
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -56,6 +58,24 @@ def run_breakdown(threads: int, log: Log) -> Waited:
     target = (f"- a copy_fast run, launch to exit, median of 3 seeds: {wall:.1f} s, of which not training "
               f"{wall - training:.1f} s ({(wall - training) / wall:.0%}; 'Where a copy_fast run's time goes')")
     return Waited(module.render(found, threads), [target])
+
+
+def joeynmt(threads: int, log: Log) -> Waited:
+    """JoeyNMT's reverse task, attnseq then JoeyNMT 2.3.0 (installed in a venv of its own on first use), one
+    seed: about 20 minutes on 2 cores, most of it JoeyNMT's."""
+    import joeynmt_reverse as module
+
+    python = module.joeynmt_python(None, log)
+    with tempfile.TemporaryDirectory(prefix="joeynmt-reverse-") as workdir:
+        runs, counts = module.measure([0], module.FULL, threads, 1500.0, python, Path(workdir), module.TARGETS, log)
+    target = max(module.TARGETS)
+    ours, theirs = module.medians(runs, target)
+    missing = [who for who, seconds in (("attnseq", ours), (module.JOEY, theirs)) if seconds is None]
+    reached = (f"not reached by {' and '.join(missing)}: NOT met" if missing
+               else verdict(ours / theirs, module.GOAL, "×"))
+    line = (f"- JoeyNMT's reverse task, launch to dev BLEU {target:g}, attnseq / {module.JOEY} on the same data and "
+            f"machine (seed 0): {reached}")
+    return Waited(module.render(runs, module.TARGETS, "python benchmarks/joeynmt_reverse.py", counts), [line])
 
 
 def startup(threads: int, log: Log) -> Waited:
@@ -114,6 +134,7 @@ def remote_tracking(threads: int, log: Log) -> Waited:
 SECTIONS: dict[str, Callable[[int, Log], Waited]] = {
     "time-to-accuracy": time_to_accuracy,
     "run-breakdown": run_breakdown,
+    "joeynmt": joeynmt,
     "startup": startup,
     "evaluation": evaluation,
     "remote-tracking": remote_tracking,

@@ -1,0 +1,335 @@
+"""JoeyNMT's own task, end to end: wall seconds from launch to a dev BLEU target, attnseq against
+JoeyNMT 2.3.0 on the same data, the same model, the same validation cadence, one after the other.
+
+    .venv/bin/python benchmarks/joeynmt_reverse.py            # installs JoeyNMT 2.3.0 in a venv of its own first
+    .venv/bin/python benchmarks/joeynmt_reverse.py --joeynmt-python /path/to/its/venv/bin/python
+    .venv/bin/python benchmarks/joeynmt_reverse.py --quick    # a tiny corpus, one epoch: the tests' run
+
+- **Data**: ``experiment=joey_reverse``'s splits for the seed (50,000 training pairs of 1-25 symbols, dev and
+  test 1,000 pairs of 1-30), written as JoeyNMT's plain files ``train|dev|test.src|trg``; attnseq makes the
+  same splits itself from the same config, JoeyNMT reads the files (no time of either is spent here).
+- **JoeyNMT**: its tutorial's configuration (``docs/source/tutorial.rst``, ``configs/rnn_reverse.yaml``:
+  biLSTM-64 encoder, LSTM-64 decoder with input feeding and Luong's general score, embeddings 16, AdamW
+  1e-3, batches of 12 sentences × 2 accumulated, clipping at 1, 5 epochs, validated every 1,000 updates
+  with greedy BLEU), at a **constant learning rate**: its ``plateau`` scheduler passes ``verbose`` to
+  ``ReduceLROnPlateau``, which torch 2.13 no longer accepts (JoeyNMT has no "no scheduler": its
+  ``exponential`` one at a factor of 1 keeps the rate); with patience 5 the plateau would not fire before
+  the tutorial's best validation anyway, and attnseq's preset runs at the same constant rate. Run as
+  ``python -m joeynmt train`` in its own environment (``--joeynmt-python``; by default a venv under
+  ``~/.cache/attnseq`` made with ``pip install torch==2.13.0 joeynmt==2.3.0 importlib-metadata``); each
+  validation is read off its log as it is printed.
+- **attnseq**: ``train.py experiment=joey_reverse`` validated every 2,000 batches (1,000 updates), counted
+  within each epoch (JoeyNMT counts across them: its n-th validation falls at most 167 batches an epoch
+  apart from attnseq's); its validations are read back from its MLflow store.
+- Time to a target: from just before the launch to the first validation whose dev BLEU (sacreBLEU, 13a,
+  on the tokens joined by spaces, in both) reaches it; each run stops at the highest target, at the end of
+  its epochs, or at ``--budget``. The two alternate, seed by seed, on ``--threads`` threads each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from time_to_accuracy import Attempt, Settings, run_cli  # noqa: E402  (its sibling, as a script sees it)
+
+REPO = Path(__file__).resolve().parents[1]
+JOEYNMT = "joeynmt==2.3.0"
+JOEYNMT_MISSING = "importlib-metadata"  # joeynmt.helpers imports it; its requirements do not name it
+TORCH = "torch==2.13.0"  # the CPU wheel on this disk; JoeyNMT's own requirement admits it
+VENV = Path.home() / ".cache" / "attnseq" / "joeynmt-2.3.0"
+TARGETS = (90.0, 93.0, 95.0)  # dev BLEU; JoeyNMT publishes 95.42 dev, 95.19 test for its tutorial
+GOAL = 0.5  # attnseq's seconds to the highest target ÷ JoeyNMT's: at most this (issue 28)
+JOEY = "JoeyNMT 2.3.0"
+METRIC = "val/sacrebleu"
+ACCUMULATION = 2  # JoeyNMT's batch_multiplier = attnseq's trainer.accumulate_grad_batches
+SPLITS = {"train": "train", "val": "dev", "test": "test"}  # attnseq's split: JoeyNMT's file stem
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The task's scale: the preset's, or ``--quick``'s."""
+
+    overrides: tuple[str, ...]  # over experiment=joey_reverse, for both the export and the attnseq run
+    epochs: int
+    validate_every: int  # optimizer updates between validations
+    logging_every: int  # JoeyNMT's logging_freq (its step count is read off these lines)
+
+
+FULL = Sizes((), epochs=5, validate_every=1000, logging_every=100)
+QUICK = Sizes(("dataset.train_size=600", "dataset.val_size=40", "dataset.test_size=40"), epochs=1,
+              validate_every=10, logging_every=5)
+
+
+@dataclass
+class Run:
+    """One training: each validation as (seconds since launch, updates, dev BLEU); stopped or not."""
+
+    who: str
+    seed: int
+    validations: list[tuple[float, int, float]] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def reached(self, target: float) -> tuple[float, int] | None:
+        """(seconds, updates) of the first validation at or above ``target``; None if none was."""
+        return next(((s, step) for s, step, bleu in self.validations if bleu >= target), None)
+
+    @property
+    def best(self) -> float | None:
+        return max((bleu for _, _, bleu in self.validations), default=None)
+
+
+# ---- the data
+
+
+def export(seed: int, sizes: Sizes, folder: Path) -> dict[str, int]:
+    """``experiment=joey_reverse``'s splits for ``seed`` as JoeyNMT's plain files in ``folder``; pairs per split."""
+    from attnseq.cli import compose_command_line
+    from attnseq.config import validate_train
+    from attnseq.training.build import build_datamodule
+
+    [cfg] = compose_command_line("train", ["experiment=joey_reverse", *sizes.overrides, f"seed={seed}"])
+    datamodule = build_datamodule(validate_train(cfg))
+    datamodule.setup()
+    folder.mkdir(parents=True, exist_ok=True)
+    examples = {"train": datamodule.train_examples, "val": datamodule.val_examples, "test": datamodule.test_examples}
+    for split, stem in SPLITS.items():
+        for side, suffix in (("src", "src"), ("tgt", "trg")):
+            lines = [" ".join(getattr(example, side)) + "\n" for example in examples[split]]
+            (folder / f"{stem}.{suffix}").write_text("".join(lines), encoding="utf-8")
+    return {split: len(items) for split, items in examples.items()}
+
+
+# ---- JoeyNMT
+
+
+def joeynmt_config(data: Path, model_dir: Path, seed: int, sizes: Sizes) -> dict:
+    """JoeyNMT 2.3.0's tutorial configuration on ``data``, at a constant learning rate (the module's docstring)."""
+    side = {"max_length": 25, "level": "word", "voc_limit": 100, "voc_min_freq": 0}
+    embeddings = {"embedding_dim": 16, "scale": False}
+    return {
+        "name": "reverse_experiment",
+        "joeynmt_version": "2.3.0",
+        "model_dir": str(model_dir),
+        "use_cuda": False,
+        "fp16": False,
+        "random_seed": seed,
+        "data": {
+            "train": str(data / "train"), "dev": str(data / "dev"), "test": str(data / "test"),
+            "dataset_type": "plain",
+            "src": {"lang": "src", **side}, "trg": {"lang": "trg", **side},
+            "special_symbols": {"unk_token": "<unk>", "unk_id": 0, "pad_token": "<pad>", "pad_id": 1,
+                                "bos_token": "<s>", "bos_id": 2, "eos_token": "</s>", "eos_id": 3},
+        },
+        "testing": {"n_best": 1, "beam_size": 1, "beam_alpha": 1.0, "eval_metrics": ["bleu"], "min_output_length": 1,
+                    "max_output_length": 30, "batch_size": 12, "batch_type": "sentence", "return_prob": "none",
+                    "generate_unk": False, "sacrebleu_cfg": {"tokenize": "13a", "lowercase": False}},
+        "training": {
+            "optimizer": "adamw", "learning_rate": 0.001, "weight_decay": 0.0, "clip_grad_norm": 1.0,
+            "batch_size": 12, "batch_type": "sentence", "batch_multiplier": ACCUMULATION,
+            "scheduling": "exponential", "decrease_factor": 1.0,  # constant: JoeyNMT has no "none"
+            "early_stopping_metric": "bleu", "epochs": sizes.epochs, "validation_freq": sizes.validate_every,
+            "logging_freq": sizes.logging_every, "shuffle": True, "print_valid_sents": [0], "keep_best_ckpts": 2,
+            "overwrite": True,
+        },
+        "model": {
+            "initializer": "xavier_uniform", "embed_initializer": "normal", "embed_init_weight": 0.1,
+            "bias_initializer": "zeros", "init_rnn_orthogonal": False, "lstm_forget_gate": 0.0,
+            "encoder": {"type": "recurrent", "rnn_type": "lstm", "embeddings": embeddings, "hidden_size": 64,
+                        "bidirectional": True, "dropout": 0.1, "num_layers": 1, "activation": "tanh"},
+            "decoder": {"type": "recurrent", "rnn_type": "lstm", "embeddings": embeddings, "hidden_size": 64,
+                        "dropout": 0.1, "hidden_dropout": 0.1, "num_layers": 1, "activation": "tanh",
+                        "input_feeding": True, "init_hidden": "zero", "attention": "luong"},
+        },
+    }
+
+
+STEP_LINE = re.compile(r"Epoch\s+\d+,\s+Step:\s+(\d+),")
+VALIDATION_LINE = re.compile(r"Evaluation result \(greedy\).*?\bbleu:\s*([0-9.]+)")
+ENDED_LINE = re.compile(r"Training ended|Interrupt at epoch")
+
+
+class JoeyLog:
+    """JoeyNMT's log, read line by line as it prints it: the update count from its progress lines (every
+    ``logging_freq`` updates, so at each validation's own), each validation's BLEU until training ends
+    (the dev and test scoring after it are not validations)."""
+
+    def __init__(self) -> None:
+        self.step = 0
+        self.training = True
+
+    def read(self, line: str, seconds: float) -> tuple[float, int, float] | None:
+        """The validation this line reports, as (seconds, updates, BLEU); None for any other line."""
+        if ENDED_LINE.search(line):
+            self.training = False
+        elif found := STEP_LINE.search(line):
+            self.step = int(found.group(1))
+        elif self.training and (found := VALIDATION_LINE.search(line)):
+            return seconds, self.step, float(found.group(1))
+        return None
+
+
+def joeynmt_python(given: str | None, log) -> Path:
+    """The interpreter JoeyNMT runs in: ``given``, or ``VENV``'s, made with pip on first use."""
+    if given is not None:
+        return Path(given)
+    python = VENV / "bin" / "python"
+    if not python.exists():
+        log(f"installing {JOEYNMT} with {TORCH} into {VENV} (once; about a minute)")
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", TORCH, JOEYNMT, JOEYNMT_MISSING],
+                       check=True)
+    return python
+
+
+def run_joeynmt(python: Path, data: Path, workdir: Path, seed: int, sizes: Sizes, threads: int, stop_at: float,
+                budget_s: float) -> Run:
+    """One JoeyNMT training from launch, stopped at the first validation ≥ ``stop_at`` (or its end, or the budget)."""
+    workdir.mkdir(parents=True)
+    config = workdir / "config.yaml"
+    config.write_text(yaml.safe_dump(joeynmt_config(data, workdir / "model", seed, sizes), sort_keys=False))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "ATTNSEQ_", "PYTHON"))}
+    env["OMP_NUM_THREADS"] = str(threads)  # torch's intra-op threads, as attnseq's threads=T sets them
+    run, reader = Run(JOEY, seed), JoeyLog()
+    with open(workdir / "train.log", "w") as log:
+        launched = time.time()
+        process = subprocess.Popen([str(python), "-m", "joeynmt", "train", str(config)], cwd=workdir, env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        assert process.stdout is not None
+        stopped = False
+        for line in process.stdout:
+            seconds = time.time() - launched
+            log.write(line)
+            if (validation := reader.read(line, seconds)) is not None:
+                run.validations.append(validation)
+            if (validation is not None and validation[2] >= stop_at) or seconds > budget_s:
+                stopped = True
+                process.terminate()
+                break
+        process.wait(timeout=60)
+        run.wall_s = time.time() - launched
+    if process.returncode != 0 and not stopped:
+        tail = (workdir / "train.log").read_text()[-3000:]
+        raise RuntimeError(f"JoeyNMT exited with {process.returncode}:\n{tail}")
+    return run
+
+
+# ---- attnseq
+
+
+def attnseq_task(sizes: Sizes) -> tuple[str, ...]:
+    return (
+        "experiment=joey_reverse",
+        *sizes.overrides,
+        f"trainer.max_epochs={sizes.epochs}",
+        f"trainer.val_check_interval={sizes.validate_every * ACCUMULATION}",  # batches, within each epoch
+        "training.test_after_fit=false",
+    )
+
+
+def run_attnseq(seed: int, sizes: Sizes, threads: int, stop_at: float, budget_s: float, workdir: Path) -> Run:
+    settings = Settings(seeds=[seed], target=stop_at, budget_s=budget_s, threads=threads, task=attnseq_task(sizes),
+                        metric=METRIC, textbook=False)
+    attempt: Attempt = run_cli(settings, settings.task, seed, workdir, who="attnseq")
+    # run_cli's step is Lightning's global step + 1: optimizer updates, as JoeyNMT counts its steps
+    return Run("attnseq", seed, list(attempt.validations), attempt.wall_s)
+
+
+# ---- the report
+
+
+def median_or_none(values: list[float | None]) -> float | None:
+    """The median when every run reached it; None otherwise (a median over the runs that did would flatter)."""
+    return None if not values or any(v is None for v in values) else statistics.median(values)
+
+
+def medians(runs: dict[str, list[Run]], target: float) -> tuple[float | None, float | None]:
+    """Median seconds to ``target``: (attnseq, JoeyNMT); None where a run of that side did not reach it."""
+    return tuple(median_or_none([None if (hit := run.reached(target)) is None else hit[0] for run in runs[who]])
+                 for who in ("attnseq", JOEY))
+
+
+def render(runs: dict[str, list[Run]], targets: tuple[float, ...], command: str, sizes: dict[str, int]) -> str:
+    ours, theirs = runs["attnseq"], runs[JOEY]
+    seeds = ", ".join(str(run.seed) for run in ours)
+    lines = [
+        f"`{command}`: JoeyNMT's reverse task ({sizes['train']:,} training pairs, dev {sizes['val']:,}), "
+        f"seeds {seeds}, the two alternating; seconds from launch to the first validation at each dev BLEU.",
+        "",
+        "| dev BLEU ≥ | attnseq (s) | JoeyNMT 2.3.0 (s) | attnseq / JoeyNMT | updates: attnseq / JoeyNMT |",
+        "|---:|---:|---:|---:|---|",
+    ]
+    for target in targets:
+        a, j = medians(runs, target)
+        ratio = f"**{a / j:.2f}×**" if a is not None and j is not None else "–"
+        shown = [f"{v:.0f}" if v is not None else "not reached" for v in (a, j)]
+        hits = [[run.reached(target) for run in group] for group in (ours, theirs)]
+        updates = " / ".join(",".join("–" if hit is None else f"{hit[1]:,}" for hit in group) for group in hits)
+        lines.append(f"| {target:g} | {shown[0]} | {shown[1]} | {ratio} | {updates} |")
+    lines.append("")
+    for group in (ours, theirs):
+        for run in group:
+            best = "none" if run.best is None else f"{run.best:.2f}"
+            lines.append(f"- {run.who}, seed {run.seed}: {len(run.validations)} validations, best dev BLEU {best}, "
+                         f"{run.wall_s:.0f} s launch to exit")
+    return "\n".join(lines) + "\n"
+
+
+def measure(seeds: list[int], sizes: Sizes, threads: int, budget_s: float, python: Path, workdir: Path,
+            targets: tuple[float, ...], log) -> tuple[dict[str, list[Run]], dict[str, int]]:
+    runs: dict[str, list[Run]] = {"attnseq": [], JOEY: []}
+    counts: dict[str, int] = {}
+    stop_at = max(targets)
+    for seed in seeds:
+        data = workdir / f"data-{seed}"
+        counts = export(seed, sizes, data)
+        log(f"seed {seed}: {counts['train']:,} training pairs written to {data}")
+        ours = run_attnseq(seed, sizes, threads, stop_at, budget_s, workdir / f"attnseq-{seed}")
+        log(f"  attnseq: {ours.validations[-1] if ours.validations else 'no validation'} after {ours.wall_s:.0f} s")
+        theirs = run_joeynmt(python, data, workdir / f"joeynmt-{seed}", seed, sizes, threads, stop_at, budget_s)
+        log(f"  JoeyNMT: {theirs.validations[-1] if theirs.validations else 'no validation'} after "
+            f"{theirs.wall_s:.0f} s")
+        runs["attnseq"].append(ours)
+        runs[JOEY].append(theirs)
+    return runs, counts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 (default 1: a JoeyNMT run takes ~15 min)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--budget", type=float, default=1500.0, help="seconds per training before it is stopped")
+    parser.add_argument("--joeynmt-python", help=f"an interpreter with {JOEYNMT} (default: a venv under {VENV})")
+    parser.add_argument("--quick", action="store_true", help="a tiny corpus, one epoch, validated every 10 updates")
+    parser.add_argument("--workdir", help="keep the data, logs and stores here (default: a temporary folder)")
+    args = parser.parse_args()
+    if args.seeds < 1 or args.threads < 1 or args.budget <= 0:
+        parser.error("--seeds and --threads must be ≥ 1 and --budget > 0, e.g. --seeds 1 --threads 2 --budget 1500")
+    sizes = QUICK if args.quick else FULL
+    targets = (0.0,) if args.quick else TARGETS  # the quick corpus learns next to nothing: any BLEU counts
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    python = joeynmt_python(args.joeynmt_python, log)
+    command = "python benchmarks/joeynmt_reverse.py" + (" --quick" if args.quick else "") + \
+        (f" --seeds {args.seeds}" if args.seeds != 1 else "")
+    with tempfile.TemporaryDirectory(prefix="joeynmt-reverse-") as scratch:
+        workdir = Path(args.workdir) if args.workdir else Path(scratch)
+        runs, counts = measure(list(range(args.seeds)), sizes, args.threads, args.budget, python, workdir, targets, log)
+    print(render(runs, targets, command, counts))
+
+
+if __name__ == "__main__":
+    main()

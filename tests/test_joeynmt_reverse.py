@@ -1,0 +1,92 @@
+"""JoeyNMT's own task end to end (benchmarks/joeynmt_reverse.py): the data JoeyNMT is given is the data
+attnseq trains on, JoeyNMT's log is read into validations as its tutorial prints them, attnseq validates
+at JoeyNMT's cadence (counted in optimizer updates) through the real CLI, and the table's ratios come
+from the runs. JoeyNMT itself runs in its own environment (a second torch, 1.6 GB), in the benchmark only."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BENCHMARKS = REPO / "benchmarks"
+MODULES = ("joeynmt_reverse", "time_to_accuracy")
+
+
+@pytest.fixture(scope="module")
+def joey():
+    """benchmarks/joeynmt_reverse.py imported as the script sees its siblings (its folder first on sys.path)."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        yield importlib.import_module("joeynmt_reverse")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+        for name in MODULES:
+            sys.modules.pop(name, None)
+
+
+def test_the_files_joeynmt_reads_hold_the_pairs_attnseq_trains_on(joey, tmp_path):
+    """Each split written as JoeyNMT's ``<stem>.src|trg``: as many lines as the split has pairs, each target
+    the reversed source (the task, checked independently of the code that made it), every length in range."""
+    counts = joey.export(0, joey.QUICK, tmp_path)
+    assert counts == {"train": 600, "val": 40, "test": 40}
+    for split, stem in joey.SPLITS.items():
+        sources = (tmp_path / f"{stem}.src").read_text(encoding="utf-8").splitlines()
+        targets = (tmp_path / f"{stem}.trg").read_text(encoding="utf-8").splitlines()
+        assert len(sources) == len(targets) == counts[split]
+        for source, target in zip(sources, targets, strict=True):
+            assert target.split() == source.split()[::-1]
+        longest = 25 if split == "train" else 30  # conf/experiment/joey_reverse.yaml's lengths
+        assert all(1 <= len(source.split()) <= longest for source in sources)
+    again = tmp_path / "again"
+    joey.export(0, joey.QUICK, again)  # the seed decides the data: a second export is the same bytes
+    assert (again / "train.src").read_bytes() == (tmp_path / "train.src").read_bytes()
+
+
+# JoeyNMT 2.3.0's own lines (its tutorial, docs/source/tutorial.rst), around a validation and at the end
+TUTORIAL_LOG = """\
+2024-01-15 12:57:12,987 - INFO - joeynmt.training - Epoch   1, Step:      900, Batch Loss:    21.149554, Batch Acc: 0.390395, Tokens per Sec:     9462, Lr: 0.001000
+2024-01-15 12:57:16,549 - INFO - joeynmt.training - Epoch   1, Step:     1000, Batch Loss:    35.254892, Batch Acc: 0.414826, Tokens per Sec:     9317, Lr: 0.001000
+2024-01-15 12:57:16,550 - INFO - joeynmt.prediction - Predicting 1000 example(s)... (Greedy decoding with min_output_length=1, max_output_length=30, return_prob='none', generate_unk=True, repetition_penalty=-1, no_repeat_ngram_size=-1)
+2024-01-15 12:57:29,506 - INFO - joeynmt.prediction - Generation took 12.9554[sec].
+2024-01-15 12:57:29,549 - INFO - joeynmt.prediction - Evaluation result (greedy): bleu:  22.52, loss:  29.77, ppl:   5.88, acc:   0.50, 0.0398[sec]
+2024-01-15 12:57:29,549 - INFO - joeynmt.training - Hooray! New best validation result [bleu]!
+2024-01-15 13:02:11,001 - INFO - joeynmt.training - Epoch   5, Step:     7000, Batch Loss:     1.25, Batch Acc: 0.99, Tokens per Sec:     9317, Lr: 0.001000
+2024-01-15 13:02:12,001 - INFO - joeynmt.prediction - Evaluation result (greedy): bleu:  95.42, loss:   0.77, ppl:   1.08, acc:   0.98, 0.0398[sec]
+2024-01-15 13:02:15,429 - INFO - joeynmt.training - Training ended after   5 epochs.
+2024-01-15 13:25:32,725 - INFO - joeynmt.prediction - Evaluation result (greedy): bleu:  95.19, 0.1821[sec]
+"""  # noqa: E501  (verbatim)
+
+
+def test_joeynmts_log_is_read_into_its_validations_until_training_ends(joey):
+    reader = joey.JoeyLog()
+    found = [v for i, line in enumerate(TUTORIAL_LOG.splitlines()) if (v := reader.read(line, float(i))) is not None]
+    assert found == [(4.0, 1000, 22.52), (7.0, 7000, 95.42)]  # the test split's score after the end is not one
+
+
+def test_attnseq_validates_at_joeynmts_cadence_in_updates_through_the_cli(joey, tmp_path):
+    """The quick task (validation every 10 updates = 20 batches of 12 with 2 accumulated): attnseq's
+    validations fall at 10, 20 updates, read back from its store with their launch-relative seconds."""
+    run = joey.run_attnseq(0, joey.QUICK, threads=1, stop_at=101.0, budget_s=600, workdir=tmp_path / "run")
+    assert [step for _, step, _ in run.validations][:2] == [10, 20]
+    seconds = [s for s, _, _ in run.validations]
+    assert 0 < seconds[0] and seconds == sorted(seconds) and seconds[-1] < run.wall_s
+    assert all(0 <= bleu <= 100 for _, _, bleu in run.validations)
+
+
+def test_the_table_gives_each_target_its_median_seconds_and_ratio(joey):
+    Run = joey.Run
+    ours = [Run("attnseq", 0, [(30.0, 1000, 80.0), (60.0, 2000, 96.0)], 70.0),
+            Run("attnseq", 1, [(40.0, 1000, 91.0), (80.0, 2000, 94.0)], 90.0)]
+    theirs = [Run("JoeyNMT 2.3.0", 0, [(100.0, 1000, 91.0), (200.0, 2000, 95.5)], 210.0),
+              Run("JoeyNMT 2.3.0", 1, [(120.0, 1000, 92.0), (240.0, 2000, 96.0)], 250.0)]
+    table = joey.render({"attnseq": ours, "JoeyNMT 2.3.0": theirs}, (90.0, 95.0), "cmd",
+                        {"train": 50000, "val": 1000, "test": 1000})
+    rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
+            for line in table.splitlines() if line.startswith("| 9")}
+    assert rows["90"][:3] == ["50", "110", "**0.45×**"]  # medians (60+40)/2 and (100+120)/2
+    assert rows["95"][:3] == ["not reached", "220", "–"]  # seed 1 never reached it: no median over the others
+    assert rows["95"][3] == "2,000,– / 2,000,2,000"
