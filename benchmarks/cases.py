@@ -81,6 +81,7 @@ STEP_BY_STEP = FastPaths(fused_decoder=False)  # the decoder loop that decoding 
 AUTOGRAD_GRU = FastPaths(gru_sequence=False)  # torch.gru under autograd instead of the hand-written backward
 HAND_WRITTEN_LSTM = FastPaths(lstm_sequence=True)  # the whole-sequence LSTM kernel, off by default
 AUTOGRAD_ADDITIVE = FastPaths(additive_all_steps=False)  # the all-steps additive score under autograd, not the kernel
+AUTOGRAD_MULTIPLICATIVE = FastPaths(multiplicative_recurrence=False)  # Luong's input feeding, dot/general, autograd
 
 VARIANTS = [
     Variant(KEY_ADDITIVE, "step-by-step decoder loop", "minimal", fast_paths=STEP_BY_STEP),
@@ -97,6 +98,12 @@ VARIANTS = [
             fast_paths=AUTOGRAD_ADDITIVE),
     Variant(Case("bigru", "concat", "luong-nofeed"), "all-steps score under autograd", "minimal",
             fast_paths=AUTOGRAD_ADDITIVE),
+    Variant(Case("gru", "general", "luong"), "multiplicative recurrence under autograd", "minimal",
+            fast_paths=AUTOGRAD_MULTIPLICATIVE),
+    Variant(Case("lstm", "general", "luong"), "multiplicative recurrence under autograd", "minimal",
+            fast_paths=AUTOGRAD_MULTIPLICATIVE),
+    Variant(Case("lstm", "dot", "luong"), "multiplicative recurrence under autograd", "minimal",
+            fast_paths=AUTOGRAD_MULTIPLICATIVE),
     Variant(KEY_ADDITIVE, "progress bar off", "real", overrides=("trainer.enable_progress_bar=false",)),
     Variant(KEY_ADDITIVE, "1 DataLoader worker", "real", overrides=("dataset.num_workers=1",)),
 ]

@@ -63,8 +63,10 @@ class Attention(nn.Module):
     """The scorer's own settings (the keys of ``conf/scorer/<name>.yaml`` besides ``name``)."""
     fused_recurrence: ClassVar[str | None] = None
     """The kernel of ``attnseq.kernels`` that computes exactly this score inside a fused decoder
-    recurrence (``"additive"``: e = vᵀ tanh(W_q s + K), K = ``project_keys``), or None. Read from
-    the class's own body only: a subclass that does not declare it again has none, whatever its
+    recurrence, or None: ``"additive"``: e = vᵀ tanh(W_q s + K); ``"multiplicative"``: e_h = λ q_hᵀ K_h
+    with q the query itself (no ``query_weight``), each head its slice of it or, when K_h is as wide
+    as the query, all of it, and λ the scorer's ``score_scale()``; K = ``project_keys`` in both. Read
+    from the class's own body only: a subclass that does not declare it again has none, whatever its
     parent's, since a subclass may change the score."""
     values_are_keys: ClassVar[bool] = True
     """True when the context is the weights times each head's own slice of the keys (``average``

@@ -34,6 +34,11 @@ class DotAttention(Attention):
     """Luong dot: e = sᵀh; each head compares its slice of the query with its slice of the keys."""
 
     name = "dot"
+    fused_recurrence = "multiplicative"
+
+    def score_scale(self) -> float:
+        """λ of a multiplicative score e_h = λ q_hᵀ K_h (``fused_recurrence = "multiplicative"``)."""
+        return 1.0
 
     def project_keys(self, keys: Tensor) -> Tensor:
         return self.split_heads(keys)  # (B, H, T_enc, d_h)
@@ -49,6 +54,10 @@ class ScaledDotAttention(DotAttention):
     """Scaled dot product: e = sᵀh / √d_h, the transformer's score (d_h = d_k with one head)."""
 
     name = "scaled_dot"
+    fused_recurrence = "multiplicative"
+
+    def score_scale(self) -> float:
+        return 1.0 / math.sqrt(self.head_dim)
 
     def score_projected(self, projected_query: Tensor, projected_keys: Tensor) -> Tensor:
         scores = super().score_projected(projected_query, projected_keys)  # (B, H, T_dec, T_enc)
@@ -59,6 +68,7 @@ class GeneralAttention(Attention):
     """Luong general: e = sᵀ W h with W of shape (d_q, d_k); head h owns W's h-th column block."""
 
     name = "general"
+    fused_recurrence = "multiplicative"
 
     def __init__(self, query_dim: int, key_dim: int, heads: int = 1) -> None:
         super().__init__(query_dim, key_dim, heads)
@@ -71,6 +81,10 @@ class GeneralAttention(Attention):
 
     def split_query(self, query: Tensor) -> Tensor:
         return query.unsqueeze(1)  # (B, 1, T_dec, d_q): every head compares the whole query
+
+    def score_scale(self) -> float:
+        """λ of a multiplicative score e_h = λ qᵀ K_h (``fused_recurrence = "multiplicative"``)."""
+        return 1.0
 
     def score_projected(self, projected_query: Tensor, projected_keys: Tensor) -> Tensor:
         return projected_query @ projected_keys.transpose(-1, -2)  # (B, H, T_dec, T_enc)

@@ -8,7 +8,8 @@ scorer's query map W_q, Luong's W_c half), the scores, the context, and the cell
 
 A Bahdanau decoder whose scorer declares ``fused_recurrence = "additive"`` goes further, through
 ``AdditiveGRURecurrence`` or ``AdditiveLSTMRecurrence``: one autograd node with a hand-written
-backward pass; so does a Luong decoder with input feeding, through ``AdditiveLuongRecurrence``.
+backward pass; so does a Luong decoder with input feeding, through ``AdditiveLuongRecurrence`` (or,
+for a scorer that declares ``fused_recurrence = "multiplicative"``, ``MultiplicativeLuongRecurrence``).
 Luong without input feeding scores all steps at once; with such a scorer, through
 ``additive_all_steps``.
 
@@ -35,7 +36,7 @@ from attnseq.kernels import additive_recurrence, additive_scores
 from attnseq.kernels.additive_attention_steps import additive_weights
 from attnseq.kernels.additive_recurrence import AdditiveGRURecurrence, AdditiveLSTMRecurrence
 from attnseq.kernels.cells import gru_cell, layer_parameters, lstm_cell
-from attnseq.kernels.luong_recurrence import AdditiveLuongRecurrence
+from attnseq.kernels.luong_recurrence import AdditiveLuongRecurrence, MultiplicativeLuongRecurrence
 from attnseq.model.state import DecoderState, Memory
 
 Stepper = Callable[[Tensor, DecoderState], tuple[Tensor, Tensor | None, DecoderState]]
@@ -166,7 +167,8 @@ def luong_input_feeding(decoder, tgt_in: Tensor, state, memory) -> tuple[Tensor,
     """``LuongDecoder``'s teacher forcing with input feeding: per step the feed's share of the
     input gates, the cell, one matmul of s_t (next hidden gates, W_cs s_t, W_q s_t) and W_cc c_t
     straight from the weights (``values_through``); W_s over all steps after the loop. A scorer
-    that declares ``fused_recurrence = "additive"`` runs all of it in ``AdditiveLuongRecurrence``."""
+    that declares ``fused_recurrence = "additive"`` runs all of it in ``AdditiveLuongRecurrence``, one
+    that declares ``"multiplicative"`` in ``MultiplicativeLuongRecurrence``."""
     attention: Attention = decoder.attention
     hidden = decoder.hidden_size
     current = split_state(state.rnn)
@@ -179,6 +181,13 @@ def luong_input_feeding(decoder, tgt_in: Tensor, state, memory) -> tuple[Tensor,
         attentional, weights = AdditiveLuongRecurrence.apply(
             inputs.input_gates, current.h, current.c, feed, through, 2 * memory.projected_keys, memory.valid_mask,
             inputs.state_weight, inputs.state_bias, inputs.extra_input_weight, attention.v_a.view(attention.heads, -1),
+        )  # (B, T_dec, d_s), (B, H, T_dec, T_enc)
+        return decoder.W_s(decoder.dropout(attentional)), weights  # (B, T_dec, V), (B, H, T_dec, T_enc)
+    if (attention.fused_recurrence == "multiplicative" and decoder.fast_paths.multiplicative_recurrence
+            and additive_recurrence.supports(inputs.input_gates)):
+        attentional, weights = MultiplicativeLuongRecurrence.apply(
+            inputs.input_gates, current.h, current.c, feed, through, memory.projected_keys, memory.valid_mask,
+            inputs.state_weight, inputs.state_bias, inputs.extra_input_weight, attention.score_scale(),
         )  # (B, T_dec, d_s), (B, H, T_dec, T_enc)
         return decoder.W_s(decoder.dropout(attentional)), weights  # (B, T_dec, V), (B, H, T_dec, T_enc)
     state_weight_t = inputs.state_weight.T  # (d_s, G·d + d_s [+ rows of W_q])
