@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from scipy import stats
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
@@ -88,5 +89,7 @@ def test_the_table_gives_each_target_its_median_seconds_and_ratio(joey):
     rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
             for line in table.splitlines() if line.startswith("| 9")}
     assert rows["90"][:3] == ["50", "110", "**0.45×**"]  # medians (60+40)/2 and (100+120)/2
-    assert rows["95"][:3] == ["not reached", "220", "–"]  # seed 1 never reached it: no median over the others
-    assert rows["95"][3] == "2,000,– / 2,000,2,000"
+    t = (50 - 110) / (200 / 2 + 200 / 2) ** 0.5  # Welch's t of [60, 40] and [100, 120]: variances 200, df 2
+    assert float(rows["90"][3]) == pytest.approx(2 * stats.t.sf(abs(t), df=2), abs=1e-3)
+    assert rows["95"][:4] == ["not reached", "220", "–", "–"]  # seed 1 never reached it: no median over the others
+    assert rows["95"][4] == "2,000,– / 2,000,2,000"
