@@ -57,21 +57,32 @@ def apply_kernel(cell, inputs, valid):
 
 
 def textbook_loop(cell, inputs, valid):
-    """The same recurrence with autograd: the feed concatenated to the input, ATen's ``gru_cell`` /
-    ``lstm_cell`` on [identity, W_f] and W_state's gate rows, tanh scores, a masked softmax, each
-    head's weighted values summed, and h̃_t = tanh(that + W_cs s_t)."""
+    """The same recurrence with autograd, the additive score: tanh(W_q s_t + b_q + K) · v per head."""
+    gates, d = inputs["w_f"].shape
+    w_q, b_q = inputs["w_state"][gates + d :], inputs["b_state"][gates + d :]
+    heads, _, a = inputs["doubled_keys"].shape[1:]
+    projected_keys = inputs["doubled_keys"] / 2  # (B, H, T_enc, a): K
+    v = inputs["v"].view(1, heads, 1, a)
+
+    def score(h):
+        query = (h @ w_q.T + b_q).view(h.shape[0], heads, 1, a)  # (B, H, 1, a)
+        return (torch.tanh(query + projected_keys) * v).sum(-1)  # (B, H, T_enc)
+
+    return textbook_luong(cell, inputs, valid, score)
+
+
+def textbook_luong(cell, inputs, valid, score):
+    """The Luong input-feeding recurrence with autograd: the feed concatenated to the input, ATen's
+    ``gru_cell`` / ``lstm_cell`` on [identity, W_f] and W_state's gate rows, ``score(s_t)`` ``(B, H, T_enc)``,
+    a masked softmax, each head's weighted values summed, and h̃_t = tanh(that + W_cs s_t)."""
     input_gates, h, feed = inputs["input_gates"], inputs["s0"], inputs["feed0"]
     c = inputs.get("c0")
-    values, w_state, b_state, w_f, v = (inputs[k] for k in ("values", "w_state", "b_state", "w_f", "v"))
-    batch, steps, gates = input_gates.shape
-    heads, t_enc, a = inputs["doubled_keys"].shape[1:]
-    d = h.shape[-1]
-    projected_keys = inputs["doubled_keys"] / 2  # (B, H, T_enc, a): K
+    values, w_state, b_state, w_f = (inputs[k] for k in ("values", "w_state", "b_state", "w_f"))
+    steps, (gates, d) = input_gates.shape[1], w_f.shape
     weight_ih = torch.cat([torch.eye(gates, dtype=torch.float64), w_f], dim=1)  # (G·d, G·d + d)
     zeros = torch.zeros(gates, dtype=torch.float64)
     w_hh, b_hh = w_state[:gates], b_state[:gates]
     w_cs, b_cs = w_state[gates : gates + d], b_state[gates : gates + d]
-    w_q, b_q = w_state[gates + d :], b_state[gates + d :]
     feeds, weights = [], []
     for t in range(steps):
         x = torch.cat([input_gates[:, t], feed], dim=1)  # (B, G·d + d)
@@ -79,9 +90,7 @@ def textbook_loop(cell, inputs, valid):
             h = torch.gru_cell(x, h, weight_ih, w_hh, zeros, b_hh)
         else:
             h, c = torch.lstm_cell(x, (h, c), weight_ih, w_hh, zeros, b_hh)
-        query = (h @ w_q.T + b_q).view(batch, heads, 1, a)  # (B, H, 1, a)
-        scores = (torch.tanh(query + projected_keys) * v.view(1, heads, 1, a)).sum(-1)  # (B, H, T_enc)
-        scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
+        scores = score(h).masked_fill(~valid[:, None, :], float("-inf"))  # (B, H, T_enc)
         alpha = torch.softmax(scores, dim=-1)  # (B, H, T_enc)
         context = (alpha.unsqueeze(2) @ values).squeeze(2).sum(1)  # (B, d): Σ_h α_h V_h
         feed = torch.tanh(context + h @ w_cs.T + b_cs)  # (B, d)
@@ -166,35 +175,16 @@ def multiplicative_kernel(scale):
 
 def multiplicative_loop(scale):
     def loop(cell, inputs, valid):
-        """The same recurrence with autograd: ATen's cells on [identity, W_f], the scores λ Σ_a K q per
-        head from s_t itself (split by head when the keys are narrower than s_t), a masked softmax, each
-        head's weighted values summed, h̃_t = tanh(that + W_cs s_t)."""
-        input_gates, h, feed = inputs["input_gates"], inputs["s0"], inputs["feed0"]
-        c = inputs.get("c0")
-        values, keys, w_state, b_state, w_f = (inputs[k] for k in ("values", "keys", "w_state", "b_state", "w_f"))
-        batch, steps, gates = input_gates.shape
+        """The same recurrence with autograd, the score λ Σ_a K q per head from s_t itself (split by head
+        when the keys are narrower than s_t)."""
+        keys = inputs["keys"]
         heads, a = keys.shape[1], keys.shape[-1]
-        d = h.shape[-1]
-        weight_ih = torch.cat([torch.eye(gates, dtype=torch.float64), w_f], dim=1)  # (G·d, G·d + d)
-        zeros = torch.zeros(gates, dtype=torch.float64)
-        w_hh, b_hh = w_state[:gates], b_state[:gates]
-        w_cs, b_cs = w_state[gates:], b_state[gates:]
-        feeds, weights = [], []
-        for t in range(steps):
-            x = torch.cat([input_gates[:, t], feed], dim=1)  # (B, G·d + d)
-            if c is None:
-                h = torch.gru_cell(x, h, weight_ih, w_hh, zeros, b_hh)
-            else:
-                h, c = torch.lstm_cell(x, (h, c), weight_ih, w_hh, zeros, b_hh)
-            query = h.view(batch, 1, 1, d) if a == d else h.view(batch, heads, 1, a)  # (B, H or 1, 1, a)
-            scores = scale * (keys * query).sum(-1)  # (B, H, T_enc)
-            scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
-            alpha = torch.softmax(scores, dim=-1)  # (B, H, T_enc)
-            context = (alpha.unsqueeze(2) @ values).squeeze(2).sum(1)  # (B, d): Σ_h α_h V_h
-            feed = torch.tanh(context + h @ w_cs.T + b_cs)  # (B, d)
-            feeds.append(feed)
-            weights.append(alpha)
-        return torch.stack(feeds, 1), torch.stack(weights, 2)
+
+        def score(h):
+            query = h.view(h.shape[0], 1 if a == h.shape[-1] else heads, 1, a)  # (B, H or 1, 1, a)
+            return scale * (keys * query).sum(-1)  # (B, H, T_enc)
+
+        return textbook_luong(cell, inputs, valid, score)
     return loop
 
 
