@@ -217,7 +217,11 @@ def run_joeynmt(python: Path, data: Path, workdir: Path, seed: int, sizes: Sizes
                 stopped = True
                 process.terminate()
                 break
-        process.wait(timeout=60)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:  # stopped but not gone: no run may outlive its measurement
+            process.kill()
+            process.wait()
         run.wall_s = time.time() - launched
     if process.returncode != 0 and not stopped:
         tail = (workdir / "train.log").read_text()[-3000:]
