@@ -18,7 +18,8 @@ JoeyNMT 2.3.0 on the same data, the same model, the same validation cadence, one
   ``python -m joeynmt train`` in its own environment (``--joeynmt-python``; by default a venv under
   ``~/.cache/attnseq`` made with ``pip install torch==2.13.0 joeynmt==2.3.0 importlib-metadata``); each
   validation is read off its log as it is printed.
-- **attnseq**: ``train.py experiment=joey_reverse`` validated every 2,000 batches (1,000 updates), counted
+- **attnseq**: ``train.py experiment=joey_reverse`` (its weights drawn as JoeyNMT's: ``model.init=xavier``)
+  validated every 2,000 batches (1,000 updates), counted
   within each epoch (JoeyNMT counts across them: its n-th validation falls at most 167 batches an epoch
   apart from attnseq's); its validations are read back from its MLflow store.
 - Time to a target: from just before the launch to the first validation whose dev BLEU (sacreBLEU, 13a,

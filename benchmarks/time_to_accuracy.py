@@ -4,6 +4,7 @@ reaches a target, through the real CLI, beside a textbook baseline trained by a 
     .venv/bin/python benchmarks/time_to_accuracy.py              # 3 seeds → Markdown on stdout
     .venv/bin/python benchmarks/time_to_accuracy.py --defaults   # also the CLI without the preset
     .venv/bin/python benchmarks/time_to_accuracy.py --batching   # also the CLI with other training batches
+    .venv/bin/python benchmarks/time_to_accuracy.py --init       # also the CLI with model.init=xavier
     .venv/bin/python benchmarks/time_to_accuracy.py --joey --batching --seeds 1   # JoeyNMT's reverse, to dev BLEU 90
     .venv/bin/python benchmarks/time_to_accuracy.py --quick      # a tiny task, one seed (what the tests run)
 
@@ -58,6 +59,10 @@ BATCHINGS = {  # --batching: how the training batches are made (conf/dataset/bas
     "cli, random batches": ("dataset.length_bucketing=false",),
     "cli, pools of 4 batches": ("dataset.bucket_pool=4",),
     "cli, pools of 50 batches": ("dataset.bucket_pool=50",),
+}
+INITS = {  # --init: the task's weights drawn by the other scheme (conf/train.yaml: model.init)
+    "copy": {"cli, model.init=xavier": ("model.init=xavier",)},
+    "joey": {"cli, model.init=torch": ("model.init=torch",)},  # the preset draws them as JoeyNMT does
 }
 JOEY_TASK = (  # JoeyNMT's reverse tutorial (conf/experiment/joey_reverse.yaml), validated 8 times an epoch
     "experiment=joey_reverse",
@@ -386,7 +391,8 @@ def make_settings(args: argparse.Namespace) -> Settings:
     if args.joey:
         return Settings(seeds=list(range(args.seeds)), target=args.target if args.target is not None else JOEY_TARGET,
                         budget_s=args.budget, threads=args.threads, task=JOEY_TASK,
-                        variants=BATCHINGS if args.batching else {}, metric=JOEY_METRIC, textbook=False)
+                        variants={**(BATCHINGS if args.batching else {}), **(INITS["joey"] if args.init else {})},
+                        metric=JOEY_METRIC, textbook=False)
     return Settings(
         seeds=list(range(args.seeds)),
         target=args.target if args.target is not None else TARGET,
@@ -394,7 +400,7 @@ def make_settings(args: argparse.Namespace) -> Settings:
         threads=args.threads,
         task=TASK,
         defaults_task=DEFAULTS_TASK if args.defaults else None,
-        variants=BATCHINGS if args.batching else {},
+        variants={**(BATCHINGS if args.batching else {}), **(INITS["copy"] if args.init else {})},
     )
 
 
@@ -407,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="torch threads of each training")
     parser.add_argument("--defaults", action="store_true", help="also the CLI on conf/train.yaml's own schedule")
     parser.add_argument("--batching", action="store_true", help="also the CLI with each of BATCHINGS")
+    parser.add_argument("--init", action="store_true", help="also the CLI with the weights drawn by the other "
+                        "model.init scheme")
     parser.add_argument("--joey", action="store_true", help=f"JoeyNMT's reverse task to {JOEY_METRIC} ≥ {JOEY_TARGET} "
                         "(no textbook: it trains the default model only)")
     parser.add_argument("--textbook-worker", action="store_true", help=argparse.SUPPRESS)

@@ -57,6 +57,7 @@ def test_the_model_and_training_are_joeys(preset):
     assert (config.optimizer.target, config.optimizer.lr) == ("torch.optim.AdamW", 0.001)
     assert (config.dataset.batch_size, config.trainer.accumulate_grad_batches, config.trainer.max_epochs) == (12, 2, 5)
     assert config.scheduler is None and config.checkpoint.monitor == "val/sacrebleu"
+    assert config.model.init == "xavier"  # JoeyNMT's initializer, embed_initializer 0.1 and zero biases
     assert {"val/sacrebleu", "val/chrf"} <= set(logged_metrics(config))  # the reverse task declares is_text
 
 

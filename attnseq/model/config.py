@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, create_model
 
@@ -39,6 +39,9 @@ class ModelGroup(BaseModel):
                              "Wolf 2017), after a projection to model.embedding_dim where the decoder's width differs")
     share_embeddings: bool = Field(False, description="one embedding reads the source and the target (the tasks "
                                    "with one vocabulary: copy, reverse, sort)")
+    init: Literal["torch", "xavier"] = Field("torch", description="how the weights start: torch (each module's "
+                                             "default) or xavier (JoeyNMT's: Glorot-uniform matrices, an RNN's "
+                                             "gates counted apart, N(0, 0.1²) embeddings, zero biases)")
 
 
 def architecture_problems(model: ModelGroup, encoder: EncoderSettings, scorer: ScorerSettings,
@@ -119,6 +122,8 @@ class ModelConfig:
     """``model.tie_output``: the output layer's weight matrix is the target embedding (one Parameter)."""
     share_embeddings: bool = False
     """``model.share_embeddings``: the source and target embeddings are one Parameter (one vocabulary)."""
+    init: str = "torch"
+    """``model.init``: how the weights start (``attnseq.model.initialization``)."""
 
     @classmethod
     def from_config(cls, cfg: Any, src_vocab_size: int, tgt_vocab_size: int) -> ModelConfig:

@@ -14,6 +14,7 @@ from attnseq.errors import ConfigError
 from attnseq.kernels import DEFAULT_FAST_PATHS, FastPaths
 from attnseq.model.config import ModelConfig
 from attnseq.model.decoders import PlainDecoder, SequenceDecoder, TiedOutput
+from attnseq.model.initialization import initialize_
 from attnseq.model.state import DecoderState, Memory
 
 
@@ -100,8 +101,8 @@ class Seq2Seq(nn.Module):
 
 
 def build_seq2seq(config: ModelConfig, fast_paths: FastPaths = DEFAULT_FAST_PATHS) -> Seq2Seq:
-    """Validate the configuration, then build the model it describes, taking the fast paths
-    ``fast_paths`` allows (they change the speed, never the values)."""
+    """Validate the configuration, then build the model it describes, its weights drawn by
+    ``config.init``, taking the fast paths ``fast_paths`` allows (they change the speed, never the values)."""
     config.validate()
     _, encoder_settings, _, convention, local = config.parts()
     encoder = encoder_settings.build(config, fast_paths)
@@ -116,13 +117,13 @@ def build_seq2seq(config: ModelConfig, fast_paths: FastPaths = DEFAULT_FAST_PATH
         tie_output=config.tie_output,
     )
     if not config.uses_attention:
-        return tied(Seq2Seq(encoder, PlainDecoder(**shared), config))
+        return initialize_(tied(Seq2Seq(encoder, PlainDecoder(**shared), config)), config.init)
 
     def make_attention() -> nn.Module:
         return build_attention(config.scorer, config.query_dim, encoder.key_dim, heads=config.heads, local=local,
                                **config.scorer_options)
 
-    return tied(Seq2Seq(encoder, convention.build_from(make_attention, **shared), config))
+    return initialize_(tied(Seq2Seq(encoder, convention.build_from(make_attention, **shared), config)), config.init)
 
 
 def tied(model: Seq2Seq) -> Seq2Seq:
