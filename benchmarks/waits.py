@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,10 +146,23 @@ SECTIONS: dict[str, Callable[[int, Log], Waited]] = {
 
 
 def run_sections(names: list[str], threads: int, log: Log) -> dict[str, Waited]:
+    """Each section in turn. One that fails is reported as failed, with its error, and the others still run:
+    an hour's full run is not lost to its last section."""
     waited = {}
     for name in names:
         began = time.perf_counter()
         log(f"== {name}")
-        waited[name] = SECTIONS[name](threads, log)
+        try:
+            waited[name] = SECTIONS[name](threads, log)
+        except Exception as error:  # noqa: BLE001 — any failure of one section is reported, not raised
+            log("".join(traceback.format_exception(error)))
+            waited[name] = failed(name, error)
         log(f"== {name}: {time.perf_counter() - began:.0f} s")
     return waited
+
+
+def failed(name: str, error: BaseException) -> Waited:
+    """The report's entry for a section that raised ``error``."""
+    said = f"{type(error).__name__}: {error}".splitlines()[0]
+    return Waited(f"## {name}: failed\n\nThe section raised `{said}` (its traceback is in the run's log).\n",
+                  [f"- {name}: **not measured**: the section failed (`{said}`)"])

@@ -304,3 +304,24 @@ def test_the_launch_cost_times_each_phase_by_cpu_and_renders_the_ratio(tmp_path,
                "phases": {"this": {"spinning": [1.0]}, "against": {"spinning": [2.0]}}}
     table = startup.render_launch_cost(results)
     assert "| CPU s per launch | 3.00 | 4.00 | 0.75× |" in table and "| spinning | 1.00 | 2.00 | 0.50× |" in table
+
+
+def test_a_failing_section_is_reported_and_the_next_still_runs(bench, monkeypatch):
+    """An hour's full run is not lost to one section: its failure is in the report, the sections after it run."""
+    waits = sys.modules["waits"]
+    ran, logged = [], []
+
+    def broken(threads, log):
+        raise RuntimeError("the tracking server went away\nsecond line")
+
+    def fine(threads, log):
+        ran.append(threads)
+        return waits.Waited("## Fine\n", ["- fine: met"])
+
+    monkeypatch.setattr(waits, "SECTIONS", {"broken": broken, "fine": fine})
+    waited = waits.run_sections(["broken", "fine"], 2, logged.append)
+    assert ran == [2] and waited["fine"].targets == ["- fine: met"]
+    assert "RuntimeError: the tracking server went away" in waited["broken"].markdown
+    (target,) = waited["broken"].targets  # one line in the targets, naming the section and its error
+    assert "broken" in target and "RuntimeError" in target and "second line" not in target
+    assert any("Traceback" in line for line in logged)
