@@ -325,3 +325,17 @@ def test_a_failing_section_is_reported_and_the_next_still_runs(bench, monkeypatc
     (target,) = waited["broken"].targets  # one line in the targets, naming the section and its error
     assert "broken" in target and "RuntimeError" in target and "second line" not in target
     assert any("Traceback" in line for line in logged)
+
+
+def test_time_to_accuracy_states_the_ratio_issue_28_names(bench, monkeypatch):
+    """The section's targets give the CLI's time over the textbook's against the goal, from the medians."""
+    waits = sys.modules["waits"]
+    tta = importlib.import_module("time_to_accuracy")
+    seconds = {"cli": (20.0, 24.0, 30.0), "textbook": (40.0, 50.0, 60.0)}
+    found = [tta.Attempt(who, seed, [(s, 500, 0.97)], s + 3) for who, times in seconds.items()
+             for seed, s in enumerate(times)]
+    found += [tta.Attempt(who, 0, [(99.0, 900, 0.5)], 100.0) for who in tta.BATCHINGS]  # never reached
+    monkeypatch.setattr(tta, "measure", lambda settings, log: found)
+    targets = waits.time_to_accuracy(1, lambda line: None).targets
+    (versus,) = [line for line in targets if "textbook (issue 28" in line]
+    assert f"**{24.0 / 50.0:.2f}×**" in versus and f"{waits.TEXTBOOK_GOAL:g}×" in versus and versus.endswith(": met")
