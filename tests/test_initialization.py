@@ -5,13 +5,15 @@ drawn weights are checked against Glorot & Bengio's variance computed here from 
 from __future__ import annotations
 
 import math
+import typing
 
 import pytest
 import torch
 from torch import nn
 
 from attnseq.errors import ConfigError
-from attnseq.model.config import ModelConfig
+from attnseq.model.config import InitScheme, ModelConfig
+from attnseq.model.initialization import DRAWS
 from attnseq.model.seq2seq import build_seq2seq
 
 VOCAB = 400  # rows enough that a drawn matrix's spread is known to a few per cent
@@ -81,3 +83,7 @@ def test_the_draw_follows_the_seed_and_keeps_shared_weights_one():
 def test_a_bad_scheme_names_the_key():
     with pytest.raises(ConfigError, match="model.init"):
         build("glorot", **CASES["gru/bahdanau/additive"])
+
+
+def test_every_scheme_the_config_admits_has_a_draw():
+    assert set(typing.get_args(InitScheme)) == set(DRAWS)

@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, create_model
 
 Size = Annotated[int, Field(ge=1, le=2**16)]  # a 2**16 × 2**16 weight matrix is 17 GB of float32: past any memory
+InitScheme = Literal["torch", "xavier"]
+"""``model.init``: how the weights start (``attnseq.model.initialization.DRAWS`` holds one draw per name)."""
 MAX_BEAM_SIZE = 16  # translate.py's beam_size, and the served model's max_beam_size unless its model_config says more
 
 from attnseq.attention.settings import LOCAL_ATTENTION, NO_ATTENTION, LocalSettings, ScorerSettings, size_problems
@@ -39,7 +41,7 @@ class ModelGroup(BaseModel):
                              "Wolf 2017), after a projection to model.embedding_dim where the decoder's width differs")
     share_embeddings: bool = Field(False, description="one embedding reads the source and the target (the tasks "
                                    "with one vocabulary: copy, reverse, sort)")
-    init: Literal["torch", "xavier"] = Field("torch", description="how the weights start: torch (each module's "
+    init: InitScheme = Field("torch", description="how the weights start: torch (each module's "
                                              "default) or xavier (JoeyNMT's: Glorot-uniform matrices, an RNN's "
                                              "gates counted apart, N(0, 0.1²) embeddings, zero biases)")
 
@@ -122,7 +124,7 @@ class ModelConfig:
     """``model.tie_output``: the output layer's weight matrix is the target embedding (one Parameter)."""
     share_embeddings: bool = False
     """``model.share_embeddings``: the source and target embeddings are one Parameter (one vocabulary)."""
-    init: str = "torch"
+    init: InitScheme = "torch"
     """``model.init``: how the weights start (``attnseq.model.initialization``)."""
 
     @classmethod

@@ -7,11 +7,11 @@ row, and zero biases."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 
-INIT_SCHEMES = ("torch", "xavier")
 EMBEDDING_STD = 0.1
 """The ``xavier`` scheme's token-embedding standard deviation (JoeyNMT's reverse recipe's ``embed_init_weight``)."""
 
@@ -31,13 +31,9 @@ def stacked_xavier_(weight: Tensor, gates: int) -> None:
     nn.init.uniform_(weight, -bound, bound)
 
 
-def initialize_(model: nn.Module, scheme: str) -> nn.Module:
-    """Re-draw ``model``'s weights by ``scheme`` (``INIT_SCHEMES``) from torch's random state; returns
-    ``model``. A shared Parameter (tied or shared embeddings) is drawn once, as its first owner's."""
-    if scheme == "torch":
-        return model
-    if scheme != "xavier":
-        raise ValueError(f"model.init={scheme!r}: must be one of {', '.join(INIT_SCHEMES)}")
+def xavier_(model: nn.Module) -> None:
+    """Re-draw ``model``'s weights by JoeyNMT's recipe from torch's random state. A shared Parameter
+    (tied or shared embeddings) is drawn once, as its first owner's."""
     done: set[int] = set()
     with torch.no_grad():
         for module in model.modules():
@@ -55,4 +51,13 @@ def initialize_(model: nn.Module, scheme: str) -> nn.Module:
                     stacked_xavier_(weight, GATES[module.mode])
                 elif weight.dim() > 1:
                     nn.init.xavier_uniform_(weight)
+
+
+DRAWS: dict[str, Callable[[nn.Module], None]] = {"torch": lambda model: None, "xavier": xavier_}
+"""Each ``model.init`` scheme (``attnseq.model.config.InitScheme``, checked there) and how it re-draws a built model."""
+
+
+def initialize_(model: nn.Module, scheme: str) -> nn.Module:
+    """``model`` with its weights drawn by ``scheme`` (a name of ``DRAWS``); returns ``model``."""
+    DRAWS[scheme](model)
     return model
