@@ -19,9 +19,10 @@ JoeyNMT 2.3.0 on the same data, the same model, the same validation cadence, one
   ``~/.cache/attnseq`` made with ``pip install torch==2.13.0 joeynmt==2.3.0 importlib-metadata``); each
   validation is read off its log as it is printed.
 - **attnseq**: ``train.py experiment=joey_reverse`` (its weights drawn as JoeyNMT's: ``model.init=xavier``)
-  validated every 2,000 batches (1,000 updates), counted
-  within each epoch (JoeyNMT counts across them: its n-th validation falls at most 167 batches an epoch
-  apart from attnseq's); its validations are read back from its MLflow store.
+  validated every 2,000 batches (1,000 updates) counted over the whole run, as JoeyNMT counts its updates
+  (``+trainer.check_val_every_n_epoch=null``; counted within each epoch, as before 2026-12-06, attnseq's
+  validations fell at 1,000, 2,000, 3,084, 4,084 … updates); its validations are read back from its MLflow
+  store.
 - Time to a target: from just before the launch to the first validation whose dev BLEU (sacreBLEU, 13a,
   on the tokens joined by spaces, in both) reaches it; each run stops at the highest target, at the end of
   its epochs, or at ``--budget``. The two alternate, seed by seed, on ``--threads`` threads each.
@@ -89,6 +90,14 @@ class Run:
     @property
     def best(self) -> float | None:
         return max((bleu for _, _, bleu in self.validations), default=None)
+
+    @property
+    def pace(self) -> float | None:
+        """Seconds per 1,000 updates from launch to the last validation; None before any."""
+        if not self.validations:
+            return None
+        seconds, updates, _ = self.validations[-1]
+        return 1000 * seconds / updates
 
 
 # ---- the data
@@ -238,7 +247,8 @@ def attnseq_task(sizes: Sizes) -> tuple[str, ...]:
         "experiment=joey_reverse",
         *sizes.overrides,
         f"trainer.max_epochs={sizes.epochs}",
-        f"trainer.val_check_interval={sizes.validate_every * ACCUMULATION}",  # batches, within each epoch
+        f"trainer.val_check_interval={sizes.validate_every * ACCUMULATION}",
+        "+trainer.check_val_every_n_epoch=null",  # those batches counted over the run, as JoeyNMT counts updates
         "training.test_after_fit=false",
     )
 
@@ -292,8 +302,17 @@ def render(runs: dict[str, list[Run]], targets: tuple[float, ...], command: str,
     for group in (ours, theirs):
         for run in group:
             best = "none" if run.best is None else f"{run.best:.2f}"
+            pace = "" if run.pace is None else f", {run.pace:.0f} s per 1,000 updates"
             lines.append(f"- {run.who}, seed {run.seed}: {len(run.validations)} validations, best dev BLEU {best}, "
-                         f"{run.wall_s:.0f} s launch to exit")
+                         f"{run.wall_s:.0f} s launch to exit{pace}")
+    paces = [[run.pace for run in group if run.pace is not None] for group in (ours, theirs)]
+    if all(paces):
+        a, j = (statistics.median(p) for p in paces)
+        p = welch_p(*paces) if min(map(len, paces)) > 1 else None
+        lines += ["", f"Seconds per 1,000 updates (launch to the last validation, start-up and validations included), "
+                      f"medians: attnseq {a:.0f}, JoeyNMT {j:.0f}: **{a / j:.2f}×**"
+                      + ("" if p is None else f" (Welch p = {p:.3f})")
+                      + ". Updates to a target vary between seeds and runs for both; this does not."]
     return "\n".join(lines) + "\n"
 
 

@@ -22,7 +22,7 @@ from attnseq.data.batch import Batch
 from attnseq.data.vocab import BOS, EOS, PAD
 from attnseq.model import beam_search, greedy_decode
 from attnseq.tracking.logged_model import logging_scope
-from attnseq.training.build import partial
+from attnseq.training.build import optimizer_factory
 from attnseq.training.lit_module import Seq2SeqLitModule, decode_length_limit
 
 BASELINE = "textbook"
@@ -112,7 +112,7 @@ class Loop:
     def __init__(self, model: nn.Module, loader, cfg, device: str, bf16: bool | None = None) -> None:
         self.bf16 = device == "cuda" if bf16 is None else bf16
         self.model = model.to(device).train()
-        self.optimizer = partial("optimizer._target_", validate_train(cfg).optimizer)(model.parameters())  # as train()
+        self.optimizer = optimizer_factory(validate_train(cfg).optimizer)(model.parameters())  # as train() makes it
         self.clip = cfg.trainer.gradient_clip_val
         self.batches = iter(loader)
         self.device = device

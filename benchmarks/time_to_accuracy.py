@@ -227,7 +227,7 @@ def textbook_worker(seed: int, threads: int, target: float, budget_s: float, ove
     from loops import TextbookBahdanau, loss_fn
 
     from attnseq.config import validate_train
-    from attnseq.training.build import build_datamodule, partial
+    from attnseq.training.build import build_datamodule, optimizer_factory, partial
 
     torch.set_num_threads(threads)
     cfg = compose_case(KEY_ADDITIVE, [*overrides, f"seed={seed}"])  # the default model, as train.py composes it
@@ -242,7 +242,7 @@ def textbook_worker(seed: int, threads: int, target: float, budget_s: float, ove
         cfg.model.hidden_size,
         project_keys_once=True,
     )
-    optimizer = partial("optimizer._target_", typed.optimizer)(model.parameters())  # a null key: the class's default
+    optimizer = optimizer_factory(typed.optimizer)(model.parameters())  # as train() makes it
     # as train.py builds it: scheduler.interval is attnseq's, not an argument of the class (stepped per epoch here)
     scheduler = partial("scheduler._target_", typed.scheduler)(optimizer) if typed.scheduler is not None else None
     clip = cfg.trainer.get("gradient_clip_val")

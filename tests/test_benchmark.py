@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from benchmark_scripts import imported  # tests/ on sys.path
 
 from attnseq.attention import NO_ATTENTION, SCORERS
 from attnseq.config import validate_train
@@ -21,20 +22,13 @@ from attnseq.training.build import check_with_libraries
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
-# the benchmark's scripts import each other by these names
-MODULES = ("bench", "cases", "waits", "loops", "report", "transformer_reference")
 
 
 @pytest.fixture(scope="module")
 def bench():
     """benchmarks/bench.py imported as the script sees its siblings (its folder first on sys.path)."""
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        yield importlib.import_module("bench")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-        for name in MODULES:
-            sys.modules.pop(name, None)
+    with imported("bench") as module:
+        yield module
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ from attnseq.errors import ConfigError
 from attnseq.evaluation import evaluate
 from attnseq.problems import describe
 from attnseq.training import build_datamodule, build_module, validate
-from attnseq.training.validation import bound
+from attnseq.training.validation import arguments, bound
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 GiB = 2**30
@@ -154,6 +154,10 @@ BAD = [
      ["average.k=3 is more than the 2 checkpoints"], ["average.k=2", "trainer.max_epochs=6"]),
     (["average.k=2", "+trainer.limit_val_batches=0"], ["average.k=2", "limit_val_batches=0"],
      ["average.k=null"]),
+    (["+trainer.check_val_every_n_epoch=null"],  # Lightning would refuse a fraction of an epoch at fit time
+     ["trainer.check_val_every_n_epoch=null", "trainer.val_check_interval=1.0"], ["trainer.val_check_interval=2000"]),
+    (["+trainer.check_val_every_n_epoch=null", "trainer.val_check_interval=0.5"], ["trainer.val_check_interval=0.5"],
+     ["~trainer.check_val_every_n_epoch"]),
 ]
 
 
@@ -167,6 +171,20 @@ def test_validate_names_the_key_what_it_must_be_and_the_fix(overrides, problem, 
     for fragment in fix:
         assert fragment in caught.value.fix, caught.value
     assert list(tmp_path.iterdir()) == []  # nothing created: no store, no output folder
+
+
+@pytest.mark.parametrize(("overrides", "handed_on"), [
+    ([], {}),                                                                          # Lightning's own default, 1
+    (["+trainer.check_val_every_n_epoch=2"], {"check_val_every_n_epoch": 2}),
+    (["+trainer.check_val_every_n_epoch=null", "trainer.val_check_interval=100"],    # batches over the whole run
+     {"check_val_every_n_epoch": None}),
+])
+def test_a_null_check_val_every_n_epoch_reaches_lightning_as_its_own_choice(overrides, handed_on, tmp_path):
+    config = validate_train(compose_config("train", [*overrides, *outputs(tmp_path)]))
+    given = arguments(config.trainer)
+    assert {k: given[k] for k in given if k == "check_val_every_n_epoch"} == handed_on
+    trainer = L.Trainer(**{**given, "logger": False, "default_root_dir": str(tmp_path)})
+    assert trainer.check_val_every_n_epoch == handed_on.get("check_val_every_n_epoch", 1)
 
 
 def test_a_directory_as_the_tsv_path_must_hold_the_split_files(tmp_path):

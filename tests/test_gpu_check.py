@@ -4,27 +4,20 @@ cannot be met."""
 
 from __future__ import annotations
 
-import importlib
-import sys
 from pathlib import Path
 
 import pytest
+from benchmark_scripts import imported  # tests/ on sys.path
 
 from attnseq.attention import NO_ATTENTION, SCORERS
 
 REPO = Path(__file__).resolve().parents[1]
-BENCHMARKS = REPO / "benchmarks"
 
 
 @pytest.fixture(scope="module")
 def gpu_check():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        yield importlib.import_module("gpu_check")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-        for name in ("gpu_check", "cases", "loops"):
-            sys.modules.pop(name, None)
+    with imported("gpu_check") as module:
+        yield module
 
 
 def rows(text: str) -> dict[str, list[str]]:

@@ -5,28 +5,16 @@ from the runs. JoeyNMT itself runs in its own environment (a second torch, 1.6 G
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 import pytest
+from benchmark_scripts import imported  # tests/ on sys.path
 from scipy import stats
-
-REPO = Path(__file__).resolve().parents[1]
-BENCHMARKS = REPO / "benchmarks"
-MODULES = ("joeynmt_reverse", "time_to_accuracy")
 
 
 @pytest.fixture(scope="module")
 def joey():
     """benchmarks/joeynmt_reverse.py imported as the script sees its siblings (its folder first on sys.path)."""
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        yield importlib.import_module("joeynmt_reverse")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-        for name in MODULES:
-            sys.modules.pop(name, None)
+    with imported("joeynmt_reverse") as module:
+        yield module
 
 
 def test_the_files_joeynmt_reads_hold_the_pairs_attnseq_trains_on(joey, tmp_path):
@@ -69,10 +57,13 @@ def test_joeynmts_log_is_read_into_its_validations_until_training_ends(joey):
 
 
 def test_attnseq_validates_at_joeynmts_cadence_in_updates_through_the_cli(joey, tmp_path):
-    """The quick task (validation every 10 updates = 20 batches of 12 with 2 accumulated): attnseq's
-    validations fall at 10, 20 updates, read back from its store with their launch-relative seconds."""
-    run = joey.run_attnseq(0, joey.QUICK, threads=1, stop_at=101.0, budget_s=600, workdir=tmp_path / "run")
-    assert [step for _, step, _ in run.validations][:2] == [10, 20]
+    """The quick corpus (600 pairs: about 26 updates of 2 batches of 12 an epoch) for two epochs, validated
+    every 15 updates = 30 batches: attnseq's validations fall at 15, 30, 45 updates, counted over the run as
+    JoeyNMT counts them (counted within each epoch they would fall at 15, then 15 updates into the second
+    epoch), read back from its store with their launch-relative seconds."""
+    sizes = joey.Sizes(joey.QUICK.overrides, epochs=2, validate_every=15, logging_every=5)
+    run = joey.run_attnseq(0, sizes, threads=1, stop_at=101.0, budget_s=600, workdir=tmp_path / "run")
+    assert [step for _, step, _ in run.validations] == [15, 30, 45]
     seconds = [s for s, _, _ in run.validations]
     assert 0 < seconds[0] and seconds == sorted(seconds) and seconds[-1] < run.wall_s
     assert all(0 <= bleu <= 100 for _, _, bleu in run.validations)
@@ -93,3 +84,9 @@ def test_the_table_gives_each_target_its_median_seconds_and_ratio(joey):
     assert float(rows["90"][3]) == pytest.approx(2 * stats.t.sf(abs(t), df=2), abs=1e-3)
     assert rows["95"][:4] == ["not reached", "220", "–", "–"]  # seed 1 never reached it: no median over the others
     assert rows["95"][4] == "2,000,– / 2,000,2,000"
+    # seconds per 1,000 updates to each run's last validation: 30, 40 against 100, 120 (medians 35, 110)
+    pace = next(line for line in table.splitlines() if line.startswith("Seconds per 1,000 updates"))
+    assert "attnseq 35, JoeyNMT 110: **0.32×**" in pace
+    t = (35 - 110) / (50 / 2 + 200 / 2) ** 0.5  # Welch's t of [30, 40] and [100, 120]
+    df = (50 / 2 + 200 / 2) ** 2 / ((50 / 2) ** 2 + (200 / 2) ** 2)  # Welch-Satterthwaite: 1 each side
+    assert f"Welch p = {2 * stats.t.sf(abs(t), df=df):.3f}" in pace

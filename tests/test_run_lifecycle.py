@@ -350,12 +350,13 @@ def test_resume_refuses_overrides_that_would_change_what_the_run_trains(tmp_path
 
 def test_every_metric_state_is_in_the_checkpoint():
     from attnseq.training.lit_module import Seq2SeqLitModule
+    from attnseq.training.optimizers import OptimizerFactory
 
     def module() -> Seq2SeqLitModule:
         from attnseq.model import ModelConfig, build_seq2seq
 
         model = build_seq2seq(ModelConfig(src_vocab_size=8, tgt_vocab_size=8, embedding_dim=4, hidden_size=8))
-        return Seq2SeqLitModule(model, lambda p: torch.optim.SGD(p, lr=0.1), train_lengths=(1, 4),
+        return Seq2SeqLitModule(model, OptimizerFactory(torch.optim.SGD, {"lr": 0.1}), train_lengths=(1, 4),
                                 max_eval_length=8, bucket_width=4)
 
     trained = module()

@@ -8,11 +8,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from benchmark_scripts import imported  # tests/ on sys.path
 from hydra import compose, initialize_config_dir
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
@@ -23,20 +23,13 @@ from attnseq.errors import ConfigError
 from attnseq.training.stopping import stop_at
 
 REPO = Path(__file__).resolve().parents[1]
-BENCHMARKS = REPO / "benchmarks"
-MODULES = ("time_to_accuracy", "cases", "loops", "report", "run_breakdown", "startup", "probes")  # they import these
 
 
 @pytest.fixture(scope="module")
 def tta():
     """benchmarks/time_to_accuracy.py imported as the script sees its siblings (its folder first on sys.path)."""
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        yield importlib.import_module("time_to_accuracy")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-        for name in MODULES:
-            sys.modules.pop(name, None)
+    with imported("time_to_accuracy") as module:
+        yield module
 
 
 def composed(*overrides: str):

@@ -20,6 +20,7 @@ from attnseq.data.vocab import PAD
 from attnseq.kernels import FastPaths
 from attnseq.model import ModelConfig, build_seq2seq
 from attnseq.training.lit_module import Seq2SeqLitModule, token_cross_entropy
+from attnseq.training.optimizers import OptimizerFactory
 from attnseq.training.schedules import InverseSqrt, Noam
 
 V_SRC, V_TGT = 11, 9
@@ -190,7 +191,7 @@ def model(fast_paths: FastPaths | None = None, **settings) -> torch.nn.Module:
 
 
 def lit_module(seq2seq, label_smoothing: float = 0.0) -> Seq2SeqLitModule:
-    return Seq2SeqLitModule(seq2seq, lambda params: torch.optim.SGD(params, lr=0.1), train_lengths=(1, 6),
+    return Seq2SeqLitModule(seq2seq, OptimizerFactory(torch.optim.SGD, {"lr": 0.1}), train_lengths=(1, 6),
                             max_eval_length=12, bucket_width=5, label_smoothing=label_smoothing)
 
 

@@ -121,6 +121,8 @@ class Paths(Group):
 class Trainer(Group):
     """The ``lightning.Trainer`` arguments that need a sensible range (the others: its signature)."""
 
+    NULL_HANDED_ON: ClassVar[tuple[str, ...]] = ("check_val_every_n_epoch",)  # set to null: handed on as None
+
     max_epochs: PositiveInt | None = Field(None, description="epochs to train", examples=[5])
     devices: Annotated[PositiveInt | Literal[-1, "auto"] | Annotated[list[NonNegativeInt], Field(min_length=1)]
                        | Annotated[str, Field(pattern=r"^(0*[1-9][0-9]*|-1|([0-9]+,)+[0-9]*)$")],
@@ -133,7 +135,9 @@ class Trainer(Group):
     min_epochs: NonNegativeInt | None = Field(None, examples=[1])
     max_steps: Annotated[int, Field(ge=-1), What("a whole number ≥ 1, or -1 (no limit)")] = Field(-1, examples=[-1])
     log_every_n_steps: PositiveInt | None = Field(None, examples=[50])
-    check_val_every_n_epoch: PositiveInt | None = Field(None, examples=[1])
+    check_val_every_n_epoch: PositiveInt | None = Field(
+        None, description="validate at every n-th epoch; null (+trainer.check_val_every_n_epoch=null): a whole "
+        "trainer.val_check_interval counts batches over the whole run, not within each epoch", examples=[1])
     accumulate_grad_batches: PositiveInt | None = Field(None, le=10_000, description="batches whose gradients add "
                                                         "up before each optimizer step (each batch's loss ÷ this)",
                                                         examples=[2])

@@ -73,7 +73,7 @@ def validated_config(model_now: Callable[[], type], cfg: DictConfig) -> Any:
     if isinstance(typed, TrainBase):
         problems += architecture_problems(typed.model, typed.encoder, typed.scorer, typed.decoder, typed.attention)
         problems += vocabulary_problems(typed.model, TASKS.lookup(typed.dataset.task))
-        problems += metric_problems(typed) + average_problems(typed)
+        problems += metric_problems(typed) + average_problems(typed) + cadence_problems(typed)
     if isinstance(typed, EvalConfig | TranslateConfig):
         problems += n_best_problems(typed)
     raise_all(problems)
@@ -168,6 +168,21 @@ def average_problems(cfg: TrainBase) -> list[ConfigError]:
         f"(trainer.max_epochs={trainer.max_epochs}{every}).",
         f"set average.k to at most {count} (average.k={count}), or train longer "
         f"(trainer.max_epochs={-(-k // per_epoch) * every_n}).",
+    )]
+
+
+def cadence_problems(cfg: TrainBase) -> list[ConfigError]:
+    """``trainer.check_val_every_n_epoch=null`` counts ``trainer.val_check_interval``'s batches over the whole
+    run, so that interval must be a number of batches (Lightning refuses a fraction of an epoch there)."""
+    trainer = cfg.trainer
+    over_the_run = "check_val_every_n_epoch" in trainer.model_fields_set and trainer.check_val_every_n_epoch is None
+    if not over_the_run or isinstance(trainer.val_check_interval, int):
+        return []
+    return [ConfigError(
+        f"trainer.check_val_every_n_epoch=null counts trainer.val_check_interval in batches over the whole run, "
+        f"and trainer.val_check_interval={trainer.val_check_interval} is not a whole number of batches.",
+        "set it to one, e.g. trainer.val_check_interval=2000 (validation every 2000 training batches), or drop "
+        "trainer.check_val_every_n_epoch (~trainer.check_val_every_n_epoch).",
     )]
 
 

@@ -14,6 +14,7 @@ from attnseq.model import ModelConfig, build_seq2seq
 from attnseq.model.config import sharing_problem
 from attnseq.tracking.store import check_tracking_uri
 from attnseq.training.lit_module import Seq2SeqLitModule
+from attnseq.training.optimizers import OptimizerFactory
 from attnseq.training.validation import arguments, check_handed_on, locate
 
 
@@ -38,7 +39,7 @@ def build_module(
     model = build_seq2seq(model_config(cfg, len(datamodule.src_vocab), len(datamodule.tgt_vocab)), fast_paths)
     return module_class(
         model,
-        partial("optimizer._target_", cfg.optimizer),
+        optimizer_factory(cfg.optimizer),
         partial("scheduler._target_", cfg.scheduler) if cfg.scheduler is not None else None,
         train_lengths=tuple(cfg.dataset.train_lengths),
         max_eval_length=datamodule.max_eval_length,
@@ -58,6 +59,12 @@ def partial(key: str, group) -> functools.partial:
 
     home = torch.optim if key.startswith("optimizer") else torch.optim.lr_scheduler
     return functools.partial(locate(key, group.target, home, object), **arguments(group))
+
+
+def optimizer_factory(group) -> OptimizerFactory:
+    """The optimizer ``optimizer.*`` names, as train() makes it: with the fused step where it applies."""
+    factory = partial("optimizer._target_", group)
+    return OptimizerFactory(factory.func, factory.keywords)
 
 
 def validate(cfg: DictConfig) -> TrainConfig:

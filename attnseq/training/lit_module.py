@@ -19,7 +19,7 @@ console prints and the run logs as a table.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from functools import partial
 
 import lightning as L
@@ -36,8 +36,8 @@ from attnseq.data.vocab import PAD
 from attnseq.metrics import BatchOutputs, MetricSuite, SuiteSpec
 from attnseq.metrics.faithfulness import TrainFaithSettings
 from attnseq.model import Seq2Seq, decode_length_limit, greedy_decode
+from attnseq.training.optimizers import FULL_PRECISION, OptimizerFactory
 
-OptimizerFactory = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
 SchedulerFactory = Callable[[torch.optim.Optimizer], object]
 
 # the decode-length rule lives in attnseq.model
@@ -171,7 +171,8 @@ class Seq2SeqLitModule(L.LightningModule):
         self.train_padding.reset()
 
     def configure_optimizers(self):
-        optimizer = self.optimizer_factory(self.model.parameters())
+        optimizer = self.optimizer_factory(self.model.parameters(),
+                                           full_precision=str(self.trainer.precision) in FULL_PRECISION)
         if self.scheduler_factory is None:
             return optimizer
         scheduler = self.scheduler_factory(optimizer)

@@ -62,10 +62,12 @@ def check_handed_on(cfg: TrainBase) -> None:
 
 def arguments(group: Any) -> dict[str, Any]:
     """The keyword arguments a handed-on group gives its callable (the keys set to a value, ``_target_``
-    left out): a key set to null is left to the callable's own default (``optimizer.weight_decay``)."""
+    left out): a key set to null is left to the callable's own default (``optimizer.weight_decay``), but
+    for those whose null the callable reads as a choice of its own (the group's ``NULL_HANDED_ON``)."""
     own = getattr(group, "READ_BY_ATTNSEQ", ())  # e.g. scheduler.interval: when attnseq steps it
+    null_handed_on = getattr(group, "NULL_HANDED_ON", ())  # e.g. trainer.check_val_every_n_epoch
     return {k: v for k, v in group.model_dump(exclude_unset=True, by_alias=True).items()
-            if not k.startswith("_") and k not in own and v is not None}
+            if not k.startswith("_") and k not in own and (v is not None or k in null_handed_on)}
 
 
 def bound(group: str, values: dict[str, Any], function: Callable, owner: str, skip: Any = ()) -> list[ConfigError]:
