@@ -6,6 +6,7 @@ tests/test_terminal_story.py)."""
 from __future__ import annotations
 
 import fcntl
+import json
 import logging
 import os
 import pty
@@ -24,7 +25,7 @@ from cli_helpers import REPO, TRAIN_PY, clean_env, explain, outputs_under, run_c
 
 from attnseq.cli import config_help, quiet_libraries
 from attnseq.tracking.store import ui_links
-from attnseq.training.console import TrainingReport, bucket_table, epoch_line
+from attnseq.training.console import SAMPLES_TABLE, TrainingReport, bucket_table, epoch_line
 from attnseq.training.sweep import job_table
 
 
@@ -67,6 +68,27 @@ def test_the_last_bucket_table_is_printed_only_after_a_real_validation(capsys):
     report.on_validation_end(trainer, module)
     report.on_fit_end(trainer, module)
     assert bucket_table(rows, (1, 6)) in capsys.readouterr().out
+
+
+def test_an_epoch_without_a_validation_of_its_own_shows_and_logs_no_validation_numbers(tmp_path):
+    """``+trainer.check_val_every_n_epoch=2`` over 3 epochs: epoch 2 alone validates, so epochs 1 and 3
+    print their training loss only (the last validation's numbers are epoch 2's), and the run's table of
+    sample outputs holds epoch 2's samples alone, not a copy of them under epoch 3."""
+    from mlflow.tracking import MlflowClient
+
+    proc = run_cli(tmp_path, *tiny(max_epochs=3, heatmaps=False), "+trainer.check_val_every_n_epoch=2",
+                   *outputs_under(tmp_path))
+    assert proc.returncode == 0, explain(proc)
+    lines = {int(m.group(1)): m.group(0) for m in re.finditer(r"^epoch (\d)/3 .*$", proc.stdout, re.M)}
+    assert sorted(lines) == [1, 2, 3], proc.stdout
+    assert "val loss" in lines[2] and "exact" in lines[2]
+    for epoch in (1, 3):
+        assert "loss" in lines[epoch] and "val loss" not in lines[epoch] and "exact" not in lines[epoch], lines
+    client = MlflowClient(outputs_under(tmp_path)[0].split("=", 1)[1])
+    [run] = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    table = json.loads(Path(client.download_artifacts(run.info.run_id, SAMPLES_TABLE, str(tmp_path))).read_text())
+    epochs = [row[table["columns"].index("epoch")] for row in table["data"]]
+    assert epochs and set(epochs) == {2}
 
 
 # -- UI links ----------------------------------------------------------------------------------------

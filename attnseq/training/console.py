@@ -163,6 +163,8 @@ class TrainingReport(Callback):
         self.started_at = self.epoch_started_at = self.sanity_started_at = time.monotonic()
         self.epochs_timed = 0  # epochs this process trained (a resumed run's earlier ones not counted)
         self.validated = False  # this process ran a validation other than the sanity check
+        self.validations = 0  # validations this process ran (the sanity check not counted)
+        self.validations_printed = 0  # of those, the ones an epoch line has shown
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.is_global_zero:
@@ -186,6 +188,7 @@ class TrainingReport(Callback):
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.validated = self.validated or not trainer.sanity_checking
+        self.validations += 0 if trainer.sanity_checking else 1
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._print_finished_epoch(trainer, trainer.current_epoch - 1)
@@ -211,13 +214,18 @@ class TrainingReport(Callback):
         epoch_s, self.epoch_started_at = now - self.epoch_started_at, now
         self.epochs_timed += 1
         metrics = {key: float(value) for key, value in trainer.callback_metrics.items() if value.numel() == 1}
+        # an epoch without a validation of its own (trainer.check_val_every_n_epoch=2, or batches counted over the
+        # run) shows its training numbers only: the last validation's belong to the epoch that ran it
+        validated, self.validations_printed = self.validations > self.validations_printed, self.validations
+        if not validated:
+            metrics = {key: value for key, value in metrics.items() if not key.startswith("val/")}
         if not any(key in metrics for key, _ in EPOCH_FIELDS):
             return
         max_epochs = trainer.max_epochs or -1
         left = max_epochs - (epoch + 1) if max_epochs > 0 else None
         say(epoch_line(epoch + 1, max_epochs, metrics,
                        epoch_clock(epoch_s, (now - self.started_at) / self.epochs_timed, left)))
-        samples = getattr(trainer.lightning_module, "last_samples", [])
+        samples = getattr(trainer.lightning_module, "last_samples", []) if validated else []
         if samples:
             say("\n".join(sample_lines(samples)))
             self.run.log_table({"epoch": [epoch + 1] * len(samples),
