@@ -162,7 +162,6 @@ class TrainingReport(Callback):
         self.printed_through = -1  # the last epoch whose line is printed
         self.started_at = self.epoch_started_at = self.sanity_started_at = time.monotonic()
         self.epochs_timed = 0  # epochs this process trained (a resumed run's earlier ones not counted)
-        self.validated = False  # this process ran a validation other than the sanity check
         self.validations = 0  # validations this process ran (the sanity check not counted)
         self.validations_printed = 0  # of those, the ones an epoch line has shown
 
@@ -187,7 +186,6 @@ class TrainingReport(Callback):
         self.started_at = self.epoch_started_at = time.monotonic()
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.validated = self.validated or not trainer.sanity_checking
         self.validations += 0 if trainer.sanity_checking else 1
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -200,7 +198,7 @@ class TrainingReport(Callback):
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         rows = getattr(pl_module, "last_bucket_tables", {}).get("val")
         # a run resumed after its last epoch validated only its sanity check's few batches: no table
-        if not trainer.is_global_zero or not rows or not self.validated:
+        if not trainer.is_global_zero or not rows or not self.validations:
             return
         say(f"\nValidation by source length after the last epoch (* = within the training lengths "
             f"{pl_module.train_lengths[0]}-{pl_module.train_lengths[1]}):\n"
