@@ -107,9 +107,13 @@ def test_queued_records_are_stored_at_flush_and_failures_surface(server, monkeyp
     run.flush()
     assert [m.step for m in server.backend.get_metric_history(run.run_id, "m")] == list(range(50))
     server.kill()
-    run.log_metrics({"m": 50.0}, 50)  # queued: the failure is the flush's to report
+    gone = time.monotonic()
+    for step in range(50, 100):  # queued: the failure is the flush's to report
+        run.log_metrics({"m": float(step)}, step)
     with pytest.raises(TrackingUnavailable, match="stopped answering"):
         run.flush()
+    # the first of them waits out the budget, the 49 behind it fail with it at once (one budget each: 100 s)
+    assert time.monotonic() - gone < 2 * OUTAGE_BUDGET_S
     with pytest.raises(TrackingUnavailable):  # and every later call at once
         run.finish("FINISHED")
     assert len(server.backend.get_metric_history(run.run_id, "m")) == 50
@@ -188,7 +192,10 @@ def test_server_dying_mid_run_stops_the_run_with_the_retry_message(server, tmp_p
                 stored = [m.step for m in server.backend.get_metric_history(run_id, "val/loss")]
         server.kill()
         killed_at = time.monotonic()
-        returncode = proc.wait(timeout=CLI_TIMEOUT_S)
+        try:
+            returncode = proc.wait(timeout=CLI_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"still running {CLI_TIMEOUT_S} s after the server died:\n{log.read_text()[-3000:]}")
         stopped_after = time.monotonic() - killed_at
     finally:
         if proc.poll() is None:

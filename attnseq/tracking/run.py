@@ -21,7 +21,9 @@ silently: a batch whose answer was cut off (a server stopped mid-response) is se
 each call first raises the error of any earlier record that failed (``TrackingUnavailable``
 when the store stopped answering), and ``flush`` waits for every queued record and raises the first
 failure; ``finish`` flushes before it marks the run, so a FINISHED, FAILED or KILLED run holds every
-record logged before. A process killed with SIGKILL loses what was still queued.
+record logged before. Once one record finds the store gone, the records queued behind it fail with
+it at once: a process ending with a backlog (a server slower than the training) waits out one
+budget, not one per record. A process killed with SIGKILL loses what was still queued.
 """
 
 from __future__ import annotations
@@ -65,8 +67,7 @@ class TrackedRun:
         self.name = name
         self.lost: TrackingUnavailable | None = None  # set when the store stopped answering
         self.asynchronous = logs_asynchronously(client.tracking_uri)
-        # (action, the batch, its send) not yet known to have succeeded
-        self.queued: list[tuple[str, dict[str, list], Future]] = []
+        self.queued: list[Future] = []  # the sends of records not yet known to have succeeded
         self.sender: ThreadPoolExecutor | None = None  # sends the queued batches, one at a time, in order
 
     @classmethod
@@ -154,8 +155,10 @@ class TrackedRun:
             raise self.lost
         if self.sender is None:
             self.sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnseq-tracking")
-        sent = self.sender.submit(self.client.log_batch, self.run_id, synchronous=True, **batch)
-        self.queued.append((action, batch, sent))
+        # through the one retry path, in the sender thread: once a record finds the store gone (``lost``),
+        # every record queued after it fails at once instead of waiting out the budget again
+        sent = self.sender.submit(self._call, action, self.client.log_batch, self.run_id, synchronous=True, **batch)
+        self.queued.append(sent)
 
     def flush(self) -> None:
         """Wait until every queued record is in the store; raise the first that failed."""
@@ -163,26 +166,17 @@ class TrackedRun:
 
     def _raise_failed(self, wait: bool) -> None:
         """Forget the queued records that are stored; raise the first failure among those done (all,
-        with ``wait``: then every queued record is waited for before anything is raised). A batch
-        whose answer was cut off (the server stopped mid-response) is sent again, waited for."""
-        failure: tuple[str, BaseException] | None = None
+        with ``wait``: then every queued record is waited for before anything is raised)."""
+        failure: BaseException | None = None
         still_queued = []
-        resend = []
-        for action, batch, sent in self.queued:
+        for sent in self.queued:
             if not wait and not sent.done():
-                still_queued.append((action, batch, sent))
-                continue
-            error = sent.exception()
-            if error is not None and answer_cut_off(error):
-                resend.append((action, batch))
-            elif error is not None and failure is None:
-                failure = (action, error)
+                still_queued.append(sent)
+            elif failure is None:
+                failure = sent.exception()
         self.queued = still_queued
-        for action, batch in resend:
-            self._call(action, self.client.log_batch, self.run_id, synchronous=True, **batch)
         if failure is not None:
-            action, error = failure
-            self._call(action, _raise, error)
+            raise failure
 
     # -- artifacts -------------------------------------------------------------------------
     def log_text(self, text: str, artifact_file: str) -> None:
@@ -264,10 +258,6 @@ def logs_asynchronously(tracking_uri: str) -> bool:
     if MLFLOW_ENABLE_ASYNC_LOGGING.is_set():
         return MLFLOW_ENABLE_ASYNC_LOGGING.get()
     return str(tracking_uri).lower().startswith(("http://", "https://"))
-
-
-def _raise(error: BaseException) -> None:
-    raise error
 
 
 def _tag_value(key: str, value: Any) -> str:
