@@ -167,14 +167,16 @@ def checked_command_line(config_name: str, argv: list[str], conf_dir: Path = CON
 
         validate = {"train": validate_train, "translate": validate_translate}.get(config_name, validate_evaluate)
         with user_errors():
-            check_every_job(validate, configs)
+            check_every_job(validate, configs, added_keys(parsed[0]) if parsed is not None else set())
     return configs
 
 
-def check_every_job(check: Callable[[DictConfig], object], configs: list[DictConfig]) -> None:
+def check_every_job(check: Callable[[DictConfig], object], configs: list[DictConfig],
+                    added: set[str] = frozenset()) -> None:
     """``check`` on every config (one run's, or a sweep's jobs), the ``ConfigError`` of all of them raised
     at once: each problem once, however many jobs share it (``-m scorer=dot,additive model.heads=-1``
-    names model.heads once), and one that only some jobs have (``-m model.heads=1,-1``) too."""
+    names model.heads once), and one that only some jobs have (``-m model.heads=1,-1``) too; a fix's
+    example for one of the ``added`` keys keeps its ``+`` (``with_added``)."""
     from attnseq.problems import raise_all
 
     problems: list[ConfigError] = []
@@ -182,7 +184,7 @@ def check_every_job(check: Callable[[DictConfig], object], configs: list[DictCon
         try:
             check(config)
         except ConfigError as error:
-            for problem in getattr(error, "problems", None) or [error]:
+            for problem in (with_added(p, added) for p in getattr(error, "problems", None) or [error]):
                 if all((problem.problem, problem.fix) != (seen.problem, seen.fix) for seen in problems):
                     problems.append(problem)
     raise_all(problems)
@@ -257,7 +259,21 @@ def check_before_the_run(config_name: str, configs: list[DictConfig], argv: list
             check_with_libraries(validate_train(config))
 
     with user_errors():
-        check_every_job(check, jobs)
+        check_every_job(check, jobs, added_keys(command_line_overrides(argv)[0]))
+
+
+def added_keys(overrides: list[str]) -> set[str]:
+    """The keys a command line adds with one ``+`` (``+optimizer.fused=true``): keys the config files lack."""
+    return {o[1:].split("=", 1)[0] for o in overrides if o.startswith("+") and not o.startswith("++")}
+
+
+def with_added(problem: ConfigError, added: set[str]) -> ConfigError:
+    """``problem``, its fix suggesting a key the command line added (``added_keys``) with the ``+``: pasted
+    without it (``optimizer.fused=true``), Hydra refuses a key the config files lack."""
+    fix = problem.fix
+    for key in added:
+        fix = re.sub(rf"(?<![\w.+~-]){re.escape(key)}=", f"+{key}=", fix)
+    return problem if fix == problem.fix else ConfigError(problem.problem, fix)
 
 
 def as_config_error(error: Exception, config_name: str, conf_dir: Path = CONF_DIR) -> ConfigError:

@@ -167,18 +167,51 @@ def example_of(field: FieldInfo | None, item: dict | None = None) -> Any:
         return "…" if repaired is None else repaired
     if field.examples:
         return field.examples[0]
-    return "…" if field.default is PydanticUndefined or field.default is None else field.default
+    if field.default is not PydanticUndefined and field.default is not None:
+        return field.default
+    return allowed(schema_of(field.annotation, field))  # e.g. +optimizer.fused=maybe: true
+
+
+def schema_of(annotation: Any, field: FieldInfo | None = None) -> dict:
+    """The JSON schema of an annotation with a field's constraints; {} for a type that has none."""
+    meta = [Field(json_schema_extra=field.json_schema_extra), *field.metadata] if field is not None else [Field()]
+    try:
+        config = None if models_in(annotation) else ConfigDict(arbitrary_types_allowed=True)
+        return TypeAdapter(Annotated[(annotation, *meta)], config=config).json_schema()
+    except Exception:  # noqa: BLE001 - a type with no JSON schema
+        return {}
 
 
 def describe(annotation: Any, field: FieldInfo | None = None) -> str:
     """An annotation (with a field's constraints) in words, read from its JSON schema:
     ``PositiveInt | None`` → "a whole number ≥ 1, or null"."""
-    meta = [Field(json_schema_extra=field.json_schema_extra), *field.metadata] if field is not None else [Field()]
-    try:
-        config = None if models_in(annotation) else ConfigDict(arbitrary_types_allowed=True)
-        return words(TypeAdapter(Annotated[(annotation, *meta)], config=config).json_schema())
-    except Exception:  # noqa: BLE001 - a type with no JSON schema
-        return "a valid value"
+    schema = schema_of(annotation, field)
+    return words(schema) if schema else "a valid value"
+
+
+def allowed(schema: dict) -> Any:
+    """A value ``schema`` allows, for a fix's example where the field names none: the first choice, true,
+    the least number in range; "…" where no one value stands for the type (a string, a list)."""
+    if "anyOf" in schema:
+        found = [allowed(part) for part in schema["anyOf"] if part.get("type") != "null"]
+        return next((value for value in found if value != "…"), "…")
+    if "enum" in schema or "const" in schema:
+        return schema.get("enum", [schema.get("const")])[0]
+    kind = schema.get("type")
+    if kind == "boolean":
+        return True
+    if kind not in ("integer", "number"):
+        return "…"
+    if "minimum" in schema:
+        return schema["minimum"]
+    lo, hi = schema.get("exclusiveMinimum"), schema.get("maximum", schema.get("exclusiveMaximum"))
+    if lo is not None and hi is not None and kind == "number":
+        return (lo + hi) / 2
+    if lo is not None:
+        return lo + 1
+    if hi is not None:
+        return hi if "maximum" in schema else hi - 1
+    return 1
 
 
 def words(schema: dict) -> str:

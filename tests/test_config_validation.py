@@ -15,6 +15,7 @@ import torch
 from cli_helpers import EVALUATE_PY, explain, outputs_under, run_cli, user_env  # noqa: E402  (tests/ on sys.path)
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, MissingConfigException
+from pydantic import Field, TypeAdapter
 
 from attnseq.cli import as_config_error, known_keys
 from attnseq.config import validate as stage_one
@@ -24,7 +25,7 @@ from attnseq.config.validate import logged_metrics
 from attnseq.data.errors import DataError
 from attnseq.errors import ConfigError
 from attnseq.evaluation import evaluate
-from attnseq.problems import describe
+from attnseq.problems import allowed, describe, schema_of
 from attnseq.training import build_datamodule, build_module, validate
 from attnseq.training.validation import arguments, bound
 
@@ -371,6 +372,30 @@ def test_handed_on_arguments_are_bound_to_the_signature_with_their_annotations()
 def test_annotations_are_described_in_words():
     assert describe(typing.Optional[int]) == "a whole number, or null"
     assert describe(typing.Literal["max", "min"]) == "one of max, min"
+
+
+ANNOTATED = [
+    typing.Optional[bool],
+    typing.Literal["max", "min"],
+    typing.Annotated[int, Field(ge=2)],
+    typing.Annotated[int, Field(gt=0)],
+    typing.Annotated[int, Field(gt=0, lt=2)],
+    typing.Annotated[float, Field(gt=0, lt=1)],
+    typing.Annotated[float, Field(gt=0)],
+    typing.Annotated[float, Field(lt=0)],
+    typing.Annotated[float, Field(le=-3)],
+    typing.Optional[typing.Annotated[float, Field(gt=0, le=10)]],
+    int,
+]
+
+
+@pytest.mark.parametrize("annotation", ANNOTATED, ids=[str(a) for a in ANNOTATED])
+def test_a_field_without_example_or_default_gets_one_its_type_accepts(annotation):
+    """A fix's example where the field names none (``+optimizer.fused=maybe``): a value the field takes."""
+    example = allowed(schema_of(annotation))
+    assert example != "…"
+    TypeAdapter(annotation).validate_python(example)  # raises if the example is not one
+    assert allowed(schema_of(list[int])) == "…"  # a list has no one value that stands for it
 
 
 # ---- evaluate(cfg) ---------------------------------------------------------------------------------
