@@ -5,6 +5,7 @@ default for a server: ``attnseq.tracking.run``).
 
     .venv/bin/python benchmarks/remote_tracking.py            # the full measurement, Markdown on stdout
     .venv/bin/python benchmarks/remote_tracking.py --quick    # one small repeat
+    .venv/bin/python benchmarks/remote_tracking.py --backlog  # records queued while the server stalls
 
 The server is started here (SQLite backend in a temporary folder, ``--workers 1``, no job runner)
 and stopped at the end. The variants run one after another, alternating, their order rotated each
@@ -30,6 +31,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from probes import answers, free_port  # benchmarks/ is first on sys.path for its scripts
 
@@ -78,9 +80,24 @@ def clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "ATTNSEQ_"))}
 
 
+@dataclass(frozen=True)
+class Server:
+    url: str
+    group: int  # its process group: its workers too
+
+    @contextlib.contextmanager
+    def stalled(self) -> Iterator[None]:
+        """The server stopped (SIGSTOP: connections wait, nothing answers) for the block's duration."""
+        os.killpg(self.group, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.killpg(self.group, signal.SIGCONT)
+
+
 @contextlib.contextmanager
-def mlflow_server(root: Path) -> Iterator[str]:
-    """``mlflow server`` on loopback with an SQLite backend under ``root``; yields its URL."""
+def mlflow_server(root: Path) -> Iterator[Server]:
+    """``mlflow server`` on loopback with an SQLite backend under ``root``."""
     port = free_port()
     log = (root / "server.log").open("w")
     argv = [str(Path(sys.executable).with_name("mlflow")), "server", "--backend-store-uri",
@@ -95,7 +112,7 @@ def mlflow_server(root: Path) -> Iterator[str]:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"mlflow server did not start:\n{(root / 'server.log').read_text()[-3000:]}")
             time.sleep(0.25)
-        yield url
+        yield Server(url, proc.pid)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
@@ -170,7 +187,8 @@ def measure(settings: Settings, log: Callable[[str], None] = print) -> dict:
     measurements: list[Measurement] = []
     with tempfile.TemporaryDirectory(prefix="attnseq-remote-") as tmp:
         root = Path(tmp)
-        with mlflow_server(root) as url:
+        with mlflow_server(root) as server:
+            url = server.url
             targets = {
                 "sqlite": (f"sqlite:///{root}/direct.db", {}),
                 "server sync": (url, {ASYNC_ENV: "false"}),
@@ -234,6 +252,63 @@ def render(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+BACKLOGS = (300, 1000, 3000)
+"""Records (one ``log_metrics`` call of two metrics each) queued while the server stalls (``--backlog``)."""
+
+
+def backlog(sizes: tuple[int, ...] = BACKLOGS, repeats: int = 3, log: Callable[[str], None] = print) -> dict:
+    """What a run queued while its server stalled costs once the server answers again: ``size`` records
+    logged to a stopped server (``Server.stalled``), then the seconds from its resumption until every
+    record is stored and the run FINISHED (``TrackedRun.finish``), and the ``log_batch`` calls it took;
+    medians of ``repeats``. In this process (no training): only the sender is measured."""
+    from mlflow.tracking import MlflowClient
+
+    from attnseq.tracking.run import TrackedRun
+    from attnseq.tracking.store import ensure_experiment
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="attnseq-backlog-") as tmp, mlflow_server(Path(tmp)) as server:
+        client = MlflowClient(server.url)
+        experiment = ensure_experiment(client, "backlog")
+        calls: list[int] = []
+        send = client.log_batch
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            calls.append(1)
+            return send(*args, **kwargs)
+
+        client.log_batch = counted
+        for size in sizes:
+            seconds, counts = [], []
+            for repeat in range(repeats):
+                run = TrackedRun.create(client, experiment, f"backlog-{size}-{repeat}", {})
+                calls.clear()
+                with server.stalled():
+                    for step in range(size):
+                        run.log_metrics({"m": float(step), "n": float(-step)}, step)
+                    time.sleep(0.2)  # the sender holds the first record, waiting for an answer
+                    resumed = time.perf_counter()
+                run.finish("FINISHED")
+                seconds.append(time.perf_counter() - resumed)
+                counts.append(len(calls))
+                stored = len(client.get_metric_history(run.run_id, "m"))
+                if stored != size:
+                    raise RuntimeError(f"{stored} of {size} records stored")
+            log(f"  backlog {size}: {statistics.median(seconds):.2f} s, {statistics.median(counts):.0f} calls")
+            rows.append({"records": size, "seconds": statistics.median(seconds), "calls": statistics.median(counts)})
+    return {"repeats": repeats, "rows": rows}
+
+
+def render_backlog(results: dict) -> str:
+    lines = ["## A stalled server's backlog", "",
+             f"Records (two metrics each) logged while `mlflow server` was stopped (SIGSTOP), then resumed: seconds "
+             f"from the resumption to every record stored and the run FINISHED, and the `log_batch` calls; medians "
+             f"of {results['repeats']}.", "",
+             "| records queued | seconds to FINISHED | calls |", "|---:|---:|---:|"]
+    lines += [f"| {row['records']:,} | {row['seconds']:.2f} | {row['calls']:.0f} |" for row in results["rows"]]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="one small repeat")
@@ -241,7 +316,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-size", type=int)
     parser.add_argument("--epochs", type=int)
     parser.add_argument("--threads", type=int, help="torch threads of each training (default 2)")
+    parser.add_argument("--backlog", action="store_true", help="only what a stalled server's backlog costs")
     args = parser.parse_args(argv)
+    if args.backlog:
+        print(render_backlog(backlog(repeats=args.repeats or 3, log=lambda line: print(line, file=sys.stderr))))
+        return 0
     settings = Settings(**QUICK.__dict__) if args.quick else Settings()
     for key in ("repeats", "train_size", "epochs", "threads"):
         if getattr(args, key) is not None:

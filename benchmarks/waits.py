@@ -141,7 +141,11 @@ def remote_tracking(threads: int, log: Log) -> Waited:
         f"{asynchronous:+.1%} with asynchronous logging (attnseq's default for a server; goal: measured, and "
         "asynchronous past +3%): " + ("async needed and on" if sync > 0.03 else "within 3% even waited")
     )
-    return Waited(module.render(results), [target])
+    stalled = module.backlog(log=log)
+    largest = stalled["rows"][-1]
+    backlog = (f"- a stalled server's backlog of {largest['records']:,} records stored and the run FINISHED "
+               f"{largest['seconds']:.2f} s after it answers again, in {largest['calls']:.0f} calls (measured)")
+    return Waited(module.render(results) + "\n" + module.render_backlog(stalled), [target, backlog])
 
 
 SECTIONS: dict[str, Callable[[int, Log], Waited]] = {

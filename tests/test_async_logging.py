@@ -8,10 +8,12 @@ after the server is gone."""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -28,13 +30,13 @@ from cli_helpers import (
     tiny,
     user_env,
 )
-from mlflow.entities import RunStatus
+from mlflow.entities import Metric, Param, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
 from pauses import pause_at  # noqa: E402  (tests/ is on sys.path under pytest)
 
 from attnseq.tracking import paths
 from attnseq.tracking.retry import TrackingUnavailable, retry_settings
-from attnseq.tracking.run import TrackedRun, logs_asynchronously
+from attnseq.tracking.run import TrackedRun, logs_asynchronously, merged
 from attnseq.tracking.store import ensure_experiment
 
 NO_JOBS = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
@@ -118,6 +120,45 @@ def test_queued_records_are_stored_at_flush_and_failures_surface(server, monkeyp
         run.finish("FINISHED")
     assert len(server.backend.get_metric_history(run.run_id, "m")) == 50
     assert server.backend.get_run(run.run_id).info.status == "RUNNING"
+
+
+@pytest.mark.slow
+def test_records_queued_while_the_server_stalls_reach_it_in_a_few_calls_in_order(shared_server):
+    """The server stops answering for a while (SIGSTOP) as 300 records are logged: once it answers again the
+    backlog goes in a few calls, not 300 round trips, and the store holds every record in order; a param
+    logged twice with one value and a tag set twice keep MLflow's meaning (the later tag wins)."""
+    client = MlflowClient(shared_server.url)
+    run = TrackedRun.create(client, ensure_experiment(client, "stalled"), "stalled", {})
+    calls: list[int] = []
+    sent = client.log_batch
+
+    def counted(*args, **kwargs):
+        calls.append(sum(len(kwargs.get(kind, ())) for kind in ("metrics", "params", "tags")))
+        return sent(*args, **kwargs)
+
+    client.log_batch = counted  # the real client, its calls counted
+    os.killpg(shared_server.proc.pid, signal.SIGSTOP)
+    try:
+        run.log_params({"p": 1})
+        for step in range(300):
+            run.log_metrics({"m": float(step), "n": float(-step)}, step)
+            if step == 100:
+                run.set_tags({"t": "first"})
+                run.log_params({"p": 1})
+            if step == 200:
+                run.set_tags({"t": "second"})
+        time.sleep(0.5)
+    finally:
+        os.killpg(shared_server.proc.pid, signal.SIGCONT)
+    run.finish("FINISHED")
+    stored = shared_server.backend.get_run(run.run_id)
+    history = shared_server.backend.get_metric_history(run.run_id, "m")
+    assert [(m.step, m.value) for m in sorted(history, key=lambda m: m.step)] == [(s, float(s)) for s in range(300)]
+    assert len(shared_server.backend.get_metric_history(run.run_id, "n")) == 300
+    assert stored.data.params["p"] == "1" and stored.data.tags["t"] == "second"
+    assert stored.info.status == "FINISHED"
+    assert sum(calls) == 1 + 600 + 1 + 1 + 1, calls  # every record sent once
+    assert len(calls) <= 10, calls  # one call before the stall, then the backlog merged (split where p repeats)
 
 
 @pytest.mark.slow
@@ -212,6 +253,23 @@ def test_server_dying_mid_run_stops_the_run_with_the_retry_message(server, tmp_p
     assert run.info.status == RunStatus.to_string(RunStatus.RUNNING)
     after = [m.step for m in server.backend.get_metric_history(run_id, "val/loss")]
     assert after[: len(stored)] == stored
+
+
+def test_records_merge_in_order_until_a_param_or_tag_repeats():
+    records = [("logging params", {"params": [Param("p", "1")]}),
+               ("logging metrics", {"metrics": [Metric("m", 0, 0, 0)]}),
+               ("setting tags", {"tags": [RunTag("t", "a")]}),
+               ("logging metrics", {"metrics": [Metric("m", 1, 0, 1)]}),
+               ("setting tags", {"tags": [RunTag("t", "b")]}),  # t again: a batch of its own
+               ("logging params", {"params": [Param("q", "2")]})]
+    sends = [Future() for _ in records]
+    batches = merged([(action, batch, sent) for (action, batch), sent in zip(records, sends)])
+    assert [action for action, _, _ in batches] == ["logging params and logging metrics and setting tags",
+                                                   "setting tags and logging params"]
+    assert [[m.step for m in batch["metrics"]] for _, batch, _ in batches] == [[0, 1], []]
+    assert [[t.value for t in batch["tags"]] for _, batch, _ in batches] == [["a"], ["b"]]
+    assert [[p.key for p in batch["params"]] for _, batch, _ in batches] == [["p"], ["q"]]
+    assert [sent for _, _, group in batches for sent in group] == sends
 
 
 def test_a_finished_runs_sender_thread_ends(tmp_path, monkeypatch):

@@ -21,13 +21,16 @@ silently: a batch whose answer was cut off (a server stopped mid-response) is se
 each call first raises the error of any earlier record that failed (``TrackingUnavailable``
 when the store stopped answering), and ``flush`` waits for every queued record and raises the first
 failure; ``finish`` flushes before it marks the run, so a FINISHED, FAILED or KILLED run holds every
-record logged before. Once one record finds the store gone, the records queued behind it fail with
-it at once: a process ending with a backlog (a server slower than the training) waits out one
-budget, not one per record. A process killed with SIGKILL loses what was still queued.
+record logged before. The records waiting when the sender gets to them go in one call (``merged``),
+so a server slower than the training is caught up with in one round trip, not one per record; and
+once a call finds the store gone, the records queued behind it fail with it at once: a process
+ending with a backlog waits out one budget, not one per record. A process killed with SIGKILL loses
+what was still queued.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -68,7 +71,9 @@ class TrackedRun:
         self.lost: TrackingUnavailable | None = None  # set when the store stopped answering
         self.asynchronous = logs_asynchronously(client.tracking_uri)
         self.queued: list[Future] = []  # the sends of records not yet known to have succeeded
-        self.sender: ThreadPoolExecutor | None = None  # sends the queued batches, one at a time, in order
+        self.waiting: list[tuple[str, dict[str, list], Future]] = []  # queued, not yet taken by the sender
+        self.waiting_lock = threading.Lock()
+        self.sender: ThreadPoolExecutor | None = None  # sends the queued batches, in order
 
     @classmethod
     def create(
@@ -155,10 +160,28 @@ class TrackedRun:
             raise self.lost
         if self.sender is None:
             self.sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnseq-tracking")
-        # through the one retry path, in the sender thread: once a record finds the store gone (``lost``),
-        # every record queued after it fails at once instead of waiting out the budget again
-        sent = self.sender.submit(self._call, action, self.client.log_batch, self.run_id, synchronous=True, **batch)
+        sent: Future = Future()
+        with self.waiting_lock:
+            self.waiting.append((action, batch, sent))
+        self.sender.submit(self._send_waiting)
         self.queued.append(sent)
+
+    def _send_waiting(self) -> None:
+        """In the sender thread: the records waiting, in order, merged into as few ``log_batch`` calls as
+        ``merged`` allows (a store slower than the training catches up in one call, not one per record),
+        each through the one retry path: once a call finds the store gone (``lost``), every record behind
+        it fails at once instead of waiting out the budget again."""
+        with self.waiting_lock:
+            taken, self.waiting = self.waiting, []
+        for action, batch, sends in merged(taken):
+            try:
+                self._call(action, self.client.log_batch, self.run_id, synchronous=True, **batch)
+            except BaseException as error:  # noqa: BLE001 - each record's own to raise, at the next call or flush
+                for sent in sends:
+                    sent.set_exception(error)
+            else:
+                for sent in sends:
+                    sent.set_result(None)
 
     def flush(self) -> None:
         """Wait until every queued record is in the store; raise the first that failed."""
@@ -249,6 +272,25 @@ def _created(client: MlflowClient, experiment_id: str, tags: Mapping[str, str]) 
     found = client.search_runs([experiment_id], run_tags.tag_equals(run_tags.CREATE_ID, tags[run_tags.CREATE_ID]),
                                run_view_type=ViewType.ALL, max_results=1)
     return (found[0].info.run_id, found[0].info.run_name) if found else None
+
+
+def merged(records: list[tuple[str, dict[str, list], Future]]) -> list[tuple[str, dict[str, list], list[Future]]]:
+    """Consecutive records as one batch while no param or tag key repeats in it (MLflow refuses a batch
+    that sets a param twice, and a tag set twice keeps its later value only when sent later): each
+    batch with what it does and the sends it settles. MLflow's client splits a batch at the store's limits."""
+    batches: list[tuple[list[str], dict[str, list], list[Future], set[tuple[str, str]]]] = []
+    for action, batch, sent in records:
+        keys = {(kind, entry.key) for kind in ("params", "tags") for entry in batch.get(kind, ())}
+        if not batches or keys & batches[-1][3]:
+            batches.append(([], {"metrics": [], "params": [], "tags": []}, [], set()))
+        actions, joined, sends, seen = batches[-1]
+        if action not in actions:
+            actions.append(action)
+        for kind, entries in batch.items():
+            joined[kind] += entries
+        sends.append(sent)
+        seen |= keys
+    return [(" and ".join(actions), joined, sends) for actions, joined, sends, _ in batches]
 
 
 def logs_asynchronously(tracking_uri: str) -> bool:
