@@ -267,7 +267,8 @@ def backlog(sizes: tuple[int, ...] = BACKLOGS, repeats: int = 3, log: Callable[[
     from attnseq.tracking.store import ensure_experiment
 
     rows = []
-    with tempfile.TemporaryDirectory(prefix="attnseq-backlog-") as tmp, mlflow_server(Path(tmp)) as server:
+    with tempfile.TemporaryDirectory(prefix="attnseq-backlog-") as tmp, mlflow_server(Path(tmp)) as server, \
+            quiet_run_links():
         client = MlflowClient(server.url)
         experiment = ensure_experiment(client, "backlog")
         calls: list[int] = []
@@ -297,6 +298,22 @@ def backlog(sizes: tuple[int, ...] = BACKLOGS, repeats: int = 3, log: Callable[[
             log(f"  backlog {size}: {statistics.median(seconds):.2f} s, {statistics.median(counts):.0f} calls")
             rows.append({"records": size, "seconds": statistics.median(seconds), "calls": statistics.median(counts)})
     return {"repeats": repeats, "rows": rows}
+
+
+@contextlib.contextmanager
+def quiet_run_links() -> Iterator[None]:
+    """MLflow's client prints a "View run … at: <url>" line to stdout as each run ends on a server (as
+    ``train.py``'s own summary does not need): not for the many short runs of ``backlog``."""
+    name = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
+    before = os.environ.get(name)
+    os.environ[name] = "true"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = before
 
 
 def render_backlog(results: dict) -> str:

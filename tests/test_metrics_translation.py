@@ -47,6 +47,13 @@ def test_ter_counts_the_edits_per_reference_word(hypothesis, reference, edits, w
     assert corpus_scores([hypothesis], [reference])["ter"] == pytest.approx(100 * edits / words)
 
 
+def test_empty_sentences_score_as_sacrebleu_scores_them():
+    hypotheses, references = ["", "the cat", ""], ["the cat sat", "", ""]
+    for picked in ([0], [1], [2], [1, 2], [0, 1, 2]):
+        chosen = [hypotheses[i] for i in picked], [references[i] for i in picked]
+        assert corpus_scores(*chosen) == pytest.approx(sacrebleu_own(*chosen), abs=1e-9), picked
+
+
 def test_a_corpus_ter_pools_the_edits_of_every_sentence():
     hypotheses, references = ["sat the cat", "the cat sat", "The Cat"], ["the cat sat", "the cat sat down", "the cat"]
     assert corpus_scores(hypotheses, references)["ter"] == pytest.approx(100 * 2 / 9)  # not the mean of 33, 25, 0

@@ -31,6 +31,24 @@ def _metrics() -> dict[str, Metric]:
     return {"sacrebleu": BLEU(), "chrf": CHRF(), "ter": TER()}
 
 
+def ter_edits(hypotheses: Sequence[str], references: Sequence[str]) -> list[tuple[float, float]]:
+    """Each sentence's TER edits and reference words (sacreBLEU's ``TERScore.num_edits``, ``ref_length``).
+    A corpus's TER is its sentences' edits over their words (``pooled_ter``), so a sentence's are counted
+    once for the corpus and for its bucket: TER's shift search is the slow score (seconds per thousand
+    sentences that are far from their references)."""
+    from sacrebleu.metrics import TER
+
+    metric = TER()
+    scores = (metric.sentence_score(hypothesis, [reference]) for hypothesis, reference in zip(hypotheses, references))
+    return [(score.num_edits, score.ref_length) for score in scores]
+
+
+def pooled_ter(edits: Sequence[tuple[float, float]]) -> float:
+    """The TER of the sentences whose ``ter_edits`` these are, as sacreBLEU scores them as one corpus."""
+    count, words = sum(e for e, _ in edits), sum(w for _, w in edits)
+    return 100.0 * (count / words if words > 0 else 1.0 if count > 0 else 0.0)
+
+
 @dataclass(frozen=True)
 class TranslationScores:
     overall: dict[str, float]
@@ -40,14 +58,18 @@ class TranslationScores:
     score (``None`` for an empty bucket)."""
 
 
-def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
-    """Each score of ``hypotheses`` against ``references`` (one per hypothesis), as one corpus."""
+def corpus_scores(hypotheses: Sequence[str], references: Sequence[str],
+                  edits: Sequence[tuple[float, float]] | None = None) -> dict[str, float]:
+    """Each score of ``hypotheses`` against ``references`` (one per hypothesis), as one corpus; TER from
+    their ``edits`` when given (``ter_edits``)."""
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references: give one reference each")
     if not hypotheses:
         raise ValueError("no sentences to score: give at least one hypothesis and its reference")
+    pooled = {"ter": pooled_ter(ter_edits(hypotheses, references) if edits is None else edits)}
     hypotheses, references = list(hypotheses), [list(references)]
-    return {name: metric.corpus_score(hypotheses, references).score for name, metric in _metrics().items()}
+    return {name: pooled[name] if name in pooled else metric.corpus_score(hypotheses, references).score
+            for name, metric in _metrics().items()}
 
 
 def translation_scores(
@@ -60,7 +82,8 @@ def translation_scores(
     """
     if len(src_lengths) != len(hypotheses):
         raise ValueError(f"{len(src_lengths)} source lengths for {len(hypotheses)} hypotheses: give one each")
-    overall = corpus_scores(hypotheses, references)
+    edits = ter_edits(hypotheses, references)  # once: the corpus's and each bucket's TER pool them
+    overall = corpus_scores(hypotheses, references, edits)
     bucket_of, _ = buckets.assign(torch.tensor(list(src_lengths), dtype=torch.long))  # (N,) raises when out of range
     members: list[list[int]] = [[] for _ in buckets.bounds]
     for index, bucket in enumerate(bucket_of.tolist()):
@@ -68,7 +91,8 @@ def translation_scores(
     rows = []
     for name, (lo, hi), indices in zip(buckets.names, buckets.bounds, members, strict=True):
         scores = (
-            corpus_scores([hypotheses[i] for i in indices], [references[i] for i in indices])
+            corpus_scores([hypotheses[i] for i in indices], [references[i] for i in indices],
+                          [edits[i] for i in indices])
             if indices
             else dict.fromkeys(SCORES)
         )
