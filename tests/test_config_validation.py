@@ -25,6 +25,7 @@ from attnseq.config.validate import logged_metrics
 from attnseq.data.errors import DataError
 from attnseq.errors import ConfigError
 from attnseq.evaluation import evaluate
+from attnseq.metrics.declarations import SCORES
 from attnseq.problems import allowed, describe, schema_of
 from attnseq.training import build_datamodule, build_module, validate
 from attnseq.training.validation import arguments, bound
@@ -136,8 +137,11 @@ BAD = [
     (["model.tie_output=maybe"], ["model.tie_output=maybe", "true or false"], ["model.tie_output"]),
     (["dataset=translate", "model.share_embeddings=true"], ["model.share_embeddings=true", "dataset=translate"],
      ["model.share_embeddings=false", "dataset=copy"]),
-    (["dataset=translate", "checkpoint.monitor=val/ter"], ["checkpoint.mode=max", "val/ter is better when lower"],
-     ["checkpoint.mode=min"]),
+    (["dataset=translate", "training.val_text_scores=[sacrebleu,ter]", "checkpoint.monitor=val/ter"],
+     ["checkpoint.mode=max", "val/ter is better when lower"], ["checkpoint.mode=min"]),
+    (["dataset=translate", "checkpoint.monitor=val/ter", "checkpoint.mode=min"],
+     ["checkpoint.monitor=val/ter", "training.val_text_scores=[sacrebleu,chrf]"],
+     ["training.val_text_scores=[sacrebleu,chrf,ter]"]),
     (["scorer=dot", "encoder=bigru"], ["scorer=dot", "d_k=256"], ["scorer=general"]),
     (["scorer=multihead", "model.heads=4", "scorer.model_dim=6"],
      ["scorer.model_dim=6 must be a positive multiple of model.heads=4"], ["multiple of 4", "leave it null"]),
@@ -304,11 +308,15 @@ def test_every_key_of_evaluate_yaml_is_a_declared_field(tmp_path):
     assert undeclared(validate_evaluate(compose_config("evaluate", [f"paths.output_dir={tmp_path}"]))) == set()
 
 
-@pytest.mark.parametrize("task", [[], ["dataset=translate"]], ids=["copy", "translate"])
-def test_the_metrics_the_monitor_may_name_are_exactly_those_the_module_logs(tmp_path, task):
+TEXT_SCORES_LOGGED = [([], set()), (["dataset=translate"], {"val/sacrebleu", "val/chrf"}),
+                      (["dataset=translate", "training.val_text_scores=[ter]"], {"val/ter"})]
+
+
+@pytest.mark.parametrize(("task", "text_scores"), TEXT_SCORES_LOGGED, ids=["copy", "translate", "translate-ter"])
+def test_the_metrics_the_monitor_may_name_are_exactly_those_the_module_logs(tmp_path, task, text_scores):
     """``logged_metrics`` (what checkpoint.monitor and optimized_metric are checked against) against
     what one real epoch of fit logs, for a model with attention on a task with a gold alignment, and
-    on one whose outputs are sentences (sacreBLEU and chrF)."""
+    on one whose outputs are sentences (sacreBLEU and chrF by default, the scores asked for otherwise)."""
     cfg = compose_config("train", [
         *task, "dataset.train_size=32", "dataset.val_size=64", "dataset.batch_size=16", "dataset.train_lengths=[1,6]",
         "dataset.eval_lengths=[1,10]", "model.hidden_size=8", "model.embedding_dim=8", *outputs(tmp_path),
@@ -321,7 +329,7 @@ def test_the_metrics_the_monitor_may_name_are_exactly_those_the_module_logs(tmp_
     trainer.fit(build_module(config, datamodule), datamodule=datamodule)
     logged = set(trainer.callback_metrics) - {"train/loss_step"}
     assert logged == set(logged_metrics(config))
-    assert ({"val/sacrebleu", "val/chrf"} <= logged) == bool(task)
+    assert {name for name in logged if name.startswith("val/") and name[4:] in SCORES} == text_scores
 
 
 # ---- memory --------------------------------------------------------------------------------------

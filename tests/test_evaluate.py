@@ -438,7 +438,7 @@ def subword_run(tmp_path_factory):
         root, "dataset=tsv", f"dataset.path={root / 'corpus'}", "dataset.tokenizer=bpe", "dataset.vocab_size=120",
         "dataset.train_lengths=[1,30]", "dataset.eval_lengths=[1,30]", "dataset.bucket_width=10",
         "model.hidden_size=16", "model.embedding_dim=8", "model.tie_output=true", "trainer.max_epochs=2",
-        "trainer.enable_progress_bar=false",
+        "trainer.enable_progress_bar=false", "training.val_text_scores=[sacrebleu,chrf,ter]",
         "trainer.enable_model_summary=false", "tracking.heatmap_samples=1", *outputs_under(root, seeded=True),
     )
     assert trained.returncode == 0, explain(trained)

@@ -29,6 +29,7 @@ from attnseq.data.vocab import PAD
 from attnseq.evaluation.evaluator import EvalSettings, evaluate_run
 from attnseq.evaluation.trained_runs import TrainedRun
 from attnseq.metrics import METRICS, BatchOutputs, MetricSuite, SuiteMetric, SuiteSpec, lower_is_better, names
+from attnseq.metrics.declarations import SCORES
 from attnseq.training.build import build_datamodule, build_module
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -46,8 +47,8 @@ def composed(tmp_path: Path, *overrides: str):
 
 
 # ---------------------------------------------------------------- validation = evaluation
-@pytest.mark.parametrize("overrides", [[], ["dataset=translate"], ["scorer=none"]],
-                         ids=["copy", "translate", "no-attention"])
+@pytest.mark.parametrize("overrides", [[], ["dataset=translate", "training.val_text_scores=[sacrebleu,chrf,ter]"],
+                                       ["scorer=none"]], ids=["copy", "translate", "no-attention"])
 def test_validation_and_evaluation_report_the_same_numbers_on_the_same_batches(tmp_path, overrides):
     cfg = composed(tmp_path, *overrides)
     config = validate_train(cfg)
@@ -189,10 +190,12 @@ def test_text_scores_are_sacrebleus_of_the_detokenised_outputs():
     to_text = lambda ids: " ".join(words[i] for i in ids if i in words)  # noqa: E731
     gen = torch.Generator().manual_seed(4)
     suite = MetricSuite(spec(text=True, to_text=to_text))
+    chosen = MetricSuite(spec(text=True, to_text=to_text, text_scores=("chrf",)))  # training.val_text_scores=[chrf]
     hypotheses, references = [], []
     for _ in range(3):
         outputs = random_outputs(gen)
         suite.update(outputs)
+        chosen.update(outputs)
         hypotheses += [to_text(row) for row in outputs.predictions.tolist()]
         references += [to_text(row[:n]) for row, n in zip(outputs.target.tolist(), outputs.target_lengths.tolist())]
     values = suite.compute()
@@ -200,6 +203,8 @@ def test_text_scores_are_sacrebleus_of_the_detokenised_outputs():
                                                           rel=1e-6)
     assert float(values["val/chrf"]) == pytest.approx(sacrebleu.corpus_chrf(hypotheses, [references]).score, rel=1e-6)
     assert float(values["val/ter"]) == pytest.approx(sacrebleu.corpus_ter(hypotheses, [references]).score, rel=1e-6)
+    only = {name: value for name, value in chosen.compute().items() if name[4:] in SCORES}
+    assert only == {"val/chrf": pytest.approx(float(values["val/chrf"]))}  # BLEU and TER not computed
 
 
 # ---------------------------------------------------------------- names, from the registry

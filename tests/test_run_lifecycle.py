@@ -320,6 +320,29 @@ def fake_run(root: Path, status: str, heartbeat_age_s: float | None) -> str:
 
 
 @pytest.mark.slow
+def test_a_run_older_than_val_text_scores_resumes_scoring_ter_as_it_did(tmp_path):
+    """A text run whose stored config predates ``training.val_text_scores`` scored TER at every validation and
+    may pick its checkpoints by it: resumed, it goes on doing both (the key's value for such runs)."""
+    translate = ["dataset=translate", "dataset.train_size=64", "dataset.val_size=32", "dataset.test_size=32",
+                 "model.hidden_size=16", "model.embedding_dim=8", "trainer.enable_progress_bar=false",
+                 "trainer.enable_model_summary=false", "tracking.heatmap_samples=0", "checkpoint.monitor=val/ter",
+                 "checkpoint.mode=min"]
+    first = run_cli(tmp_path, *translate, "trainer.max_epochs=1", "training.val_text_scores=[sacrebleu,chrf,ter]",
+                    *outputs_under(tmp_path, seeded=True))
+    assert first.returncode == 0, explain(first)
+    client = client_for(tmp_path)
+    [run] = runs_in(tmp_path)
+    run_id = run.info.run_id
+    stored = yaml.safe_load(Path(client.download_artifacts(run_id, paths.RESOLVED_CONFIG, str(tmp_path))).read_text())
+    del stored["training"]["val_text_scores"]  # as a run trained before the key stored its config
+    client.log_text(run_id, yaml.safe_dump(stored), paths.RESOLVED_CONFIG)
+    client.set_terminated(run_id, "KILLED")  # stopped after its first epoch
+    resumed = resume(tmp_path, run_id, "trainer.max_epochs=2")
+    assert resumed.returncode == 0, explain(resumed)
+    assert len(metric_values(client, run_id, "val/ter")) == 2  # each epoch's validation
+
+
+@pytest.mark.slow
 def test_resume_refuses_a_run_whose_process_is_still_alive(tmp_path):
     run_id = fake_run(tmp_path, "RUNNING", heartbeat_age_s=5)
     proc = run_cli(tmp_path, f"resume={run_id}", *outputs_under(tmp_path), env=user_env())

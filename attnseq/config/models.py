@@ -14,6 +14,7 @@ from pydantic.functional_validators import AfterValidator
 
 from attnseq.attention.settings import LOCAL_ATTENTION, GlobalSettings
 from attnseq.data.tasks import TASKS, dataset_model
+from attnseq.metrics.declarations import SCORES
 from attnseq.metrics.faithfulness import FaithSettings, TrainFaithSettings
 from attnseq.model.config import CHOICES, MAX_BEAM_SIZE, ModelGroup
 from attnseq.problems import PAIR, Text, What, _pair
@@ -64,9 +65,18 @@ class Training(Group):
                                  examples=[False])
     stop_at: float | None = Field(None, description="stop at the first validation where checkpoint.monitor "
                                   "reaches this", examples=[0.95])
+    val_text_scores: list[Literal[SCORES]] = Field(
+        ["sacrebleu", "chrf"], description="a text task's scores at each validation (val/<score>); TER's shift search "
+        "takes seconds per thousand outputs far from their references: [sacrebleu,chrf,ter] adds it (test and "
+        "evaluate.py score all three)", examples=[["sacrebleu", "chrf", "ter"]])
     label_smoothing: float = Field(0.0, ge=0, lt=1, description="ε of the training loss: target (1 - ε) on the gold "
                                    "token + ε/V on each of the V tokens; val/loss stays the plain cross-entropy",
                                    examples=[0.1])
+
+
+KEYS_ADDED_SINCE: dict[str, object] = {"training.val_text_scores": list(SCORES)}
+"""Keys a run trained before they existed lacks in its stored config, each with the value that does what
+such a run did (validation scored TER too): ``resume=`` sets them (``validate.as_it_ran``)."""
 
 
 class Decode(Group):

@@ -15,12 +15,19 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from attnseq.attention.settings import NO_ATTENTION
 from attnseq.config.memory import check_memory, memory_budget
-from attnseq.config.models import HANDED_ON, EvalConfig, TrainBase, TranslateConfig, train_config_model
+from attnseq.config.models import (
+    HANDED_ON,
+    KEYS_ADDED_SINCE,
+    EvalConfig,
+    TrainBase,
+    TranslateConfig,
+    train_config_model,
+)
 from attnseq.data.tasks import TASKS
 from attnseq.errors import ConfigError
-from attnseq.metrics.declarations import SuiteSpec, lower_is_better, names
+from attnseq.metrics.declarations import SCORES, SuiteSpec, lower_is_better, names
 from attnseq.model.config import architecture_problems, vocabulary_problems
-from attnseq.problems import raise_all, shown, told
+from attnseq.problems import override, raise_all, shown, told
 from attnseq.registry import closest, did_you_mean, import_plugins
 
 AT_RUN_TIME = "<set by Hydra at run time>"  # a ${hydra:...} value in a config composed without a Hydra run
@@ -99,7 +106,20 @@ def suite_spec(cfg: TrainBase, stage: str) -> SuiteSpec:
     return SuiteSpec(stage, max_length=cfg.dataset.eval_lengths[1], bucket_width=cfg.dataset.bucket_width,
                      train_lengths=tuple(cfg.dataset.train_lengths), attention=cfg.scorer.name != NO_ATTENTION,
                      gold_alignment=task.has_gold_alignment, text=task.is_text,
-                     faith=cfg.faith.groups() if stage == "val" else ())
+                     faith=cfg.faith.groups() if stage == "val" else (),
+                     text_scores=tuple(dict.fromkeys(cfg.training.val_text_scores)) if stage == "val" else SCORES)
+
+
+_ABSENT = object()
+
+
+def as_it_ran(saved: DictConfig) -> DictConfig:
+    """A run's stored config (``resume=``) with each key added since it was stored set to the value that
+    does what the run did (``KEYS_ADDED_SINCE``), so the resumed run goes on logging what it logged."""
+    for key, value in KEYS_ADDED_SINCE.items():
+        if OmegaConf.select(saved, key, default=_ABSENT) is _ABSENT:
+            OmegaConf.update(saved, key, value, force_add=True)
+    return saved
 
 
 def logged_metrics(cfg: TrainBase, stage: str = "val") -> list[str]:
@@ -128,7 +148,16 @@ def metric_problems(cfg: TrainBase) -> list[ConfigError]:
     problems = []
     for key, metric, valid in (("checkpoint.monitor", cfg.checkpoint.monitor, during_fit),
                                ("optimized_metric", cfg.optimized_metric, by_end)):
-        if metric not in valid:
+        stage, _, score = metric.partition("/")
+        text = suite_spec(cfg, "val").text
+        if metric not in valid and stage == "val" and score in SCORES and text:  # a text score validation skips
+            scores = [*dict.fromkeys(cfg.training.val_text_scores), score]
+            problems.append(ConfigError(
+                f"{key}={metric} is not computed at validation (training.val_text_scores="
+                f"{shown(cfg.training.val_text_scores)}).",
+                f"add it, e.g. {override('training.val_text_scores', scores)}",
+            ))
+        elif metric not in valid:
             match = closest(metric, valid)
             buckets = [m for m in valid if "_len/" in m]
             listed = [m for m in valid if "_len/" not in m]

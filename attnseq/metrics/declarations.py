@@ -93,6 +93,7 @@ class SuiteSpec:
     text: bool  # the task's outputs are sentences (sacreBLEU, chrF)
     counterfactual: bool = False  # the caller replays the attention (evaluation's eval.counterfactual)
     faith: tuple[str, ...] = ()  # the faithfulness groups the caller probes (``FaithSettings.groups``); (): off
+    text_scores: tuple[str, ...] = SCORES  # of a text task: the ones computed (validation: training.val_text_scores)
     to_text: Callable[[Sequence[int]], str] | None = field(default=None, compare=False)
     """Text tasks: a target row of ids, as the sentence it stands for (up to EOS, detokenised)."""
 
@@ -250,12 +251,16 @@ class Translation(MetricDeclaration):
     lower_is_better = ("ter",)  # edits per reference word
 
     @classmethod
+    def applies(cls, spec: SuiteSpec) -> bool:
+        return super().applies(spec) and bool(spec.text_scores)
+
+    @classmethod
     def overall_names(cls, spec: SuiteSpec) -> list[str]:
-        return list(SCORES)
+        return list(spec.text_scores)
 
     @classmethod
     def bucket_names(cls, spec: SuiteSpec) -> list[str]:
-        return [] if spec.stage in FIT_STAGES else [f"{name}_len" for name in SCORES]
+        return [] if spec.stage in FIT_STAGES else [f"{name}_len" for name in spec.text_scores]
 
 
 class Counterfactual(MetricDeclaration):

@@ -163,7 +163,8 @@ class Translation(SuiteMetric, declared.Translation):
         hypotheses, references, lengths = self.sentences()
         if self.spec.stage in FIT_STAGES:
             hypotheses, references = _gathered(hypotheses, references)
-            return {name: torch.tensor(score) for name, score in corpus_scores(hypotheses, references).items()}
+            found = corpus_scores(hypotheses, references, scores=self.spec.text_scores)  # TER only when asked
+            return {name: torch.tensor(score) for name, score in found.items()}
         scores = translation_scores(hypotheses, references, lengths, buckets_of(self.spec))
         self.table = scores.buckets
         values: dict[str, Tensor | float] = dict(scores.overall)

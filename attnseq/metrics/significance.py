@@ -156,17 +156,18 @@ def text_bootstrap(a: SequenceOutcomes, b: SequenceOutcomes, samples: int, seed:
 def text_differences(a: SequenceOutcomes, b: SequenceOutcomes, samples: int, seed: int | None) -> dict[str, np.ndarray]:
     """``(samples,)`` resampled differences b − a of BLEU and TER, each resample's corpus score recomputed
     from the sequences' summed statistics (the module's docstring)."""
-    from sacrebleu.metrics import BLEU, TER
+    from sacrebleu.metrics import BLEU
 
-    corpus, sentence, ter = BLEU(), BLEU(effective_order=True), TER()  # effective order changes no statistic
+    from attnseq.metrics.translation import pooled_ter, ter_edits
+
+    corpus, sentence = BLEU(), BLEU(effective_order=True)  # effective order changes no statistic
 
     def bleu_stats(o: SequenceOutcomes) -> np.ndarray:
         scores = [sentence.sentence_score(h, [r]) for h, r in zip(o.hypotheses, o.references, strict=True)]
         return np.array([[s.sys_len, s.ref_len, *s.counts, *s.totals] for s in scores], dtype=np.int64)  # (N, 10)
 
     def ter_stats(o: SequenceOutcomes) -> np.ndarray:
-        scores = [ter.sentence_score(h, [r]) for h, r in zip(o.hypotheses, o.references, strict=True)]
-        return np.array([[s.num_edits, s.ref_length] for s in scores], dtype=np.float64)  # (N, 2)
+        return np.array(ter_edits(o.hypotheses, o.references), dtype=np.float64)  # (N, 2)
 
     def bleu(sums: np.ndarray) -> float:
         order = corpus.max_ngram_order
@@ -175,7 +176,7 @@ def text_differences(a: SequenceOutcomes, b: SequenceOutcomes, samples: int, see
                                    max_ngram_order=order).score
 
     def ter_score(sums: np.ndarray) -> float:
-        return 100 * sums[0] / sums[1] if sums[1] > 0 else 100.0 * (sums[0] > 0)  # sacreBLEU's corpus TER
+        return pooled_ter([(sums[0], sums[1])])  # sacreBLEU's corpus TER
 
     idx = resample_indices(len(a), samples, seed)  # (S, N)
     differences = {}

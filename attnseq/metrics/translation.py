@@ -59,17 +59,17 @@ class TranslationScores:
 
 
 def corpus_scores(hypotheses: Sequence[str], references: Sequence[str],
-                  edits: Sequence[tuple[float, float]] | None = None) -> dict[str, float]:
-    """Each score of ``hypotheses`` against ``references`` (one per hypothesis), as one corpus; TER from
-    their ``edits`` when given (``ter_edits``)."""
+                  edits: Sequence[tuple[float, float]] | None = None, scores: Sequence[str] = SCORES,
+                  ) -> dict[str, float]:
+    """Each of ``scores`` of ``hypotheses`` against ``references`` (one per hypothesis), as one corpus; TER
+    from their ``edits`` when given (``ter_edits``)."""
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references: give one reference each")
     if not hypotheses:
         raise ValueError("no sentences to score: give at least one hypothesis and its reference")
-    pooled = {"ter": pooled_ter(ter_edits(hypotheses, references) if edits is None else edits)}
-    hypotheses, references = list(hypotheses), [list(references)]
-    return {name: pooled[name] if name in pooled else metric.corpus_score(hypotheses, references).score
-            for name, metric in _metrics().items()}
+    metrics, corpus = _metrics(), [list(references)]
+    return {name: pooled_ter(ter_edits(hypotheses, references) if edits is None else edits) if name == "ter"
+            else metrics[name].corpus_score(list(hypotheses), corpus).score for name in scores}
 
 
 def translation_scores(

@@ -50,6 +50,7 @@ def build_module(
         decode_ratio=cfg.decode.max_length_ratio,
         decode_extra=cfg.decode.max_length_extra,
         faith=cfg.faith,
+        val_text_scores=cfg.training.val_text_scores,
     )
 
 

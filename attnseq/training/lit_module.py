@@ -19,7 +19,7 @@ console prints and the run logs as a table.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 
 import lightning as L
@@ -34,6 +34,7 @@ from attnseq.data.tasks import TASKS
 from attnseq.data.tokenizers import output_text
 from attnseq.data.vocab import PAD
 from attnseq.metrics import BatchOutputs, MetricSuite, SuiteSpec
+from attnseq.metrics.declarations import SCORES
 from attnseq.metrics.faithfulness import TrainFaithSettings
 from attnseq.model import Seq2Seq, decode_length_limit, greedy_decode
 from attnseq.training.optimizers import FULL_PRECISION, OptimizerFactory
@@ -61,6 +62,7 @@ class Seq2SeqLitModule(L.LightningModule):
         decode_extra: int = 5,
         scheduler_monitor: str = "val/loss",
         faith: TrainFaithSettings | None = None,
+        val_text_scores: Sequence[str] = SCORES,
     ) -> None:
         super().__init__()
         self.model = model
@@ -76,6 +78,7 @@ class Seq2SeqLitModule(L.LightningModule):
         self.max_eval_length = max_eval_length
         self.bucket_width = bucket_width
         self.faith = faith if faith is not None and faith.samples > 0 and model.attention is not None else None
+        self.val_text_scores = tuple(dict.fromkeys(val_text_scores))  # validation's; the test split's: all
         self.val_metrics = self.metric_suite("val")
         self.test_metrics = self.metric_suite("test")
         # nan_strategy="disable": no NaN test (a host sync) per step; FiniteLossGuard stops a NaN loss
@@ -103,6 +106,7 @@ class Seq2SeqLitModule(L.LightningModule):
             gold_alignment=task is not None and TASKS.lookup(task).has_gold_alignment,
             text=text,
             faith=self.faith.groups() if self.faith is not None and stage == "val" else (),
+            text_scores=self.val_text_scores if stage == "val" else SCORES,
             to_text=partial(output_text, vocab=data.tgt_vocab, tokenizer=data.tgt_tokenizer) if text else None,
         )
         suite = MetricSuite(spec)

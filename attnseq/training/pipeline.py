@@ -21,6 +21,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from omegaconf import DictConfig
 
 from attnseq.config import TrainConfig, validate_train
+from attnseq.config.validate import as_it_ran
 from attnseq.data import Seq2SeqDataModule
 from attnseq.errors import AttnSeqError, TrainingError
 from attnseq.lifecycle.guards import (
@@ -282,6 +283,7 @@ def prepare(cfg: DictConfig) -> tuple[TrainConfig, dict[str, Any], Resumption | 
                                            force=config.resume_force or requeued is not None,
                                            stale_after_s=config.heartbeat.stale_after_s,
                                            check_alive=not data_parallel_worker(), requeued=requeued is not None)
+        saved = as_it_ran(saved)  # a run older than a key: as it ran
         config, record = validate_train(saved), config_record(saved)
     # a worker trains in its node's folder: the one its node's first process was handed, else (another
     # node's first process, a resume too) the one it composed — rank 0's is on another machine
