@@ -228,6 +228,7 @@ def words(schema: dict) -> str:
     if kind == "array":
         count = f"{schema['maxItems']} " if schema.get("minItems") == schema.get("maxItems") is not None else ""
         item = words(schema.get("items") or (schema.get("prefixItems") or [{}])[0]).removeprefix("a ")
+        item = f"values from {item.removeprefix('one of ')}" if item.startswith("one of ") else item
         return f"a list of {count}{item.replace('string', 'strings').replace('number', 'numbers')}"
     if kind not in ("integer", "number"):
         return {"boolean": "true or false", "null": "null", "object": "a mapping", "string": "a non-empty string"

@@ -380,6 +380,7 @@ def test_handed_on_arguments_are_bound_to_the_signature_with_their_annotations()
 def test_annotations_are_described_in_words():
     assert describe(typing.Optional[int]) == "a whole number, or null"
     assert describe(typing.Literal["max", "min"]) == "one of max, min"
+    assert describe(list[typing.Literal["max", "min"]]) == "a list of values from max, min"
 
 
 ANNOTATED = [
