@@ -67,9 +67,13 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str],
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references: give one reference each")
     if not hypotheses:
         raise ValueError("no sentences to score: give at least one hypothesis and its reference")
-    metrics, corpus = _metrics(), [list(references)]
-    return {name: pooled_ter(ter_edits(hypotheses, references) if edits is None else edits) if name == "ter"
-            else metrics[name].corpus_score(list(hypotheses), corpus).score for name in scores}
+    metrics, found = _metrics(), {}
+    for name in scores:
+        if name == "ter":  # pooled from each sentence's edits (``ter_edits``)
+            found[name] = pooled_ter(ter_edits(hypotheses, references) if edits is None else edits)
+        else:
+            found[name] = metrics[name].corpus_score(list(hypotheses), [list(references)]).score
+    return found
 
 
 def translation_scores(
