@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from attnseq.attention import NO_ATTENTION, SCORERS, lengths_to_valid_mask
-from attnseq.data.vocab import EOS, PAD
+from attnseq.data.vocab import BOS, EOS, PAD
 from attnseq.model import ModelConfig, build_seq2seq, greedy_decode
-from attnseq.model.beam import beam_search, beam_search_n_best, length_penalty_factor, sequence_log_prob
+from attnseq.model.beam import _beam_core, beam_search, beam_search_n_best, length_penalty_factor, sequence_log_prob
 
 V_SRC, V_TGT = 10, 12
 DECODERS = {
@@ -92,6 +92,30 @@ def test_beam_is_never_below_greedy_and_reports_true_log_probs(scorer, dec, vari
     assert (beam.scores >= greedy_scores - 1e-12).all(), (beam.scores, greedy_scores)
     rescored = sequence_log_prob(model, src, lengths, beam.tokens, beam.lengths)  # (B,)
     torch.testing.assert_close(beam.scores, rescored)
+
+
+@pytest.mark.parametrize("beam_size", [2, 4])
+@pytest.mark.parametrize("scorer,dec,variant", model_cases())
+def test_the_greedy_rows_beside_the_beam_decode_as_greedy_decoding_does(scorer, dec, variant, beam_size):
+    """The fallback's greedy output, decoded as one more row per item inside the beam's batch (and alone once
+    the beam is done): greedy_decode's tokens, lengths and attention, and the log-probability a teacher-forced
+    pass gives them."""
+    model = make_model(scorer, dec, variant)
+    src, lengths = make_src()
+    expected = greedy_decode(model, src, lengths, max_length=7, check_every=1)
+    with torch.no_grad():
+        _, greedy = _beam_core(model, model.encode(src, lengths), beam_size, 7, 0.0, BOS, EOS, PAD, check_every=1,
+                               with_greedy=True)
+    steps = int(expected.lengths.max())
+    assert torch.equal(greedy.lengths, expected.lengths)
+    assert torch.equal(greedy.tokens[:, :steps], expected.tokens[:, :steps])
+    assert (greedy.tokens[:, steps:] == PAD).all()
+    if scorer == NO_ATTENTION:
+        assert greedy.attention is None
+    else:
+        torch.testing.assert_close(greedy.attention[:, :, :steps], expected.attention[:, :, :steps])
+        assert (greedy.attention[:, :, steps:] == 0).all()
+    torch.testing.assert_close(greedy.scores, sequence_log_prob(model, src, lengths, expected.tokens, expected.lengths))
 
 
 def test_length_penalty_ranks_but_scores_stay_raw_log_probs():

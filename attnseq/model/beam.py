@@ -38,7 +38,7 @@ import torch
 from torch import Tensor
 
 from attnseq.data.vocab import BOS, EOS, PAD
-from attnseq.model.decoding import Encoded, greedy_decode
+from attnseq.model.decoding import Encoded
 from attnseq.model.seq2seq import Seq2Seq
 from attnseq.model.state import select_memory, select_state
 
@@ -138,10 +138,11 @@ def beam_search(
     **Never worse than greedy, by construction.** Plain beam search does not guarantee that a
     width-K beam finds a sequence at least as probable as greedy decoding's: the greedy prefix can
     fall out of the beam. So with ``greedy_fallback`` (the default) and ``beam_size > 1`` this
-    also runs ``greedy_decode``, scores its output with ``sequence_log_prob`` and returns, per item,
-    whichever ranks higher (the greedy one when the two are the same sequence). The guarantee is
-    thus one of this function, not of the search itself; it costs one greedy decode and one
-    teacher-forced pass. Under a length penalty the comparison uses the same penalised ranking.
+    also decodes greedily, as ``greedy_decode`` does, in the same steps (one more row per item beside
+    its K, its log-probability summed as it goes) and returns, per item, whichever ranks higher (the
+    greedy one when the two are the same sequence). The guarantee is thus one of this function, not
+    of the search itself; it costs one row in K + 1 of every step. Under a length penalty the
+    comparison uses the same penalised ranking.
     ``greedy_fallback=False`` returns the beam's own best, for studying the search alone.
 
     ``beam_size=1`` is greedy decoding exactly (tokens, lengths and attention; ``T_out`` as from
@@ -157,11 +158,12 @@ def beam_search(
     """
     _check_arguments(beam_size, 1, max_length, length_penalty)
     encoded = encoded if encoded is not None else model.encode(src, src_lengths)
-    best = _one(_beam_core(model, encoded, beam_size, max_length, length_penalty, bos_id, eos_id, pad_id,
-                           check_every, keep_attention, stepwise=stepwise))
-    if greedy_fallback and beam_size > 1:
-        best = _pick_better(best, _scored_greedy(model, src, src_lengths, max_length, bos_id, eos_id, pad_id,
-                                                 check_every, encoded, keep_attention, stepwise), length_penalty)
+    found, greedy = _beam_core(model, encoded, beam_size, max_length, length_penalty, bos_id, eos_id, pad_id,
+                               check_every, keep_attention, stepwise=stepwise,
+                               with_greedy=greedy_fallback and beam_size > 1)
+    best = _one(found)
+    if greedy is not None:
+        best = _pick_better(best, greedy, length_penalty)
     return _trim(best)
 
 
@@ -194,11 +196,10 @@ def beam_search_n_best(
     ``beam_search``'s output; the greedy output joins the others where the beam does not hold it."""
     _check_arguments(beam_size, n_best, max_length, length_penalty)
     encoded = encoded if encoded is not None else model.encode(src, src_lengths)
-    found = _beam_core(model, encoded, beam_size, max_length, length_penalty, bos_id, eos_id, pad_id, check_every,
-                       keep_attention, n_best, stepwise)
-    if greedy_fallback and beam_size > 1:
-        greedy = _scored_greedy(model, src, src_lengths, max_length, bos_id, eos_id, pad_id, check_every, encoded,
-                                keep_attention, stepwise)
+    found, greedy = _beam_core(model, encoded, beam_size, max_length, length_penalty, bos_id, eos_id, pad_id,
+                               check_every, keep_attention, n_best, stepwise,
+                               with_greedy=greedy_fallback and beam_size > 1)
+    if greedy is not None:
         found = _with_greedy(found, greedy, length_penalty)
     rank_scores = found.scores / length_penalty_factor(found.lengths.to(found.scores.dtype), length_penalty)  # (B, N)
     steps = int(found.lengths.max())
@@ -220,20 +221,6 @@ def _check_arguments(beam_size: int, n_best: int, max_length: int, length_penalt
         )
 
 
-def _scored_greedy(model: Seq2Seq, src: Tensor, src_lengths: Tensor, max_length: int, bos_id: int, eos_id: int,
-                   pad_id: int, check_every: int, encoded: Encoded, keep_attention: bool,
-                   stepwise: bool = False) -> BeamDecoded:
-    """Greedy decoding's output with its log-probability, from a teacher-forced pass."""
-    greedy = greedy_decode(
-        model, src, src_lengths, max_length, bos_id, eos_id, pad_id, check_every, encoded=encoded,
-        keep_attention=keep_attention, stepwise=stepwise,
-    )
-    greedy_scores = sequence_log_prob(
-        model, src, src_lengths, greedy.tokens, greedy.lengths, bos_id, encoded=encoded
-    )  # (B,)
-    return BeamDecoded(*greedy, scores=greedy_scores)
-
-
 def _one(found: BeamDecoded) -> BeamDecoded:
     """The n-best axis of ``_beam_core``'s output, of size 1, taken away."""
     attention = None if found.attention is None else found.attention[:, 0]  # (B, H, T_out, T_enc)
@@ -253,20 +240,29 @@ def _beam_core(
     keep_attention: bool = True,
     n_best: int = 1,
     stepwise: bool = False,
-) -> BeamDecoded:
+    with_greedy: bool = False,
+) -> tuple[BeamDecoded, BeamDecoded | None]:
     """The beam search itself: its ``n_best`` best hypotheses per item, best first, as a ``BeamDecoded``
     with an n-best axis after the batch one (tokens ``(B, N, T_out)``, lengths and scores ``(B, N)``,
-    attention ``(B, N, H, T_out, T_enc)``); the time axis runs over every step it ran."""
+    attention ``(B, N, H, T_out, T_enc)``); the time axis runs over every step it ran.
+
+    ``with_greedy``: also greedy decoding's output and its log-probability (``BeamDecoded`` without the
+    n-best axis), decoded in the same steps as one more row per item (row b·(K+1) + K) that follows its own
+    argmax as ``greedy_decode`` does, and alone where it runs on after the beam is done; else None. That
+    costs less than a greedy decoding after the search and a teacher-forced pass to score it
+    (``benchmarks/results.md``)."""
     memory, state = encoded
     device = memory.keys.device
     batch, width = memory.keys.shape[0], beam_size
-    expand = torch.arange(batch, device=device).repeat_interleave(width)  # (B*K,): row b*K + k ← item b
-    memory = select_memory(memory, expand)  # keys (B*K, T_enc, d_k)
-    state = select_state(state, expand)  # rnn (L, B*K, d_s)
-    step = model.decoder.decoding_step(memory, stepwise=stepwise)  # over all B*K rows
-    row_base = (torch.arange(batch, device=device) * width)[:, None]  # (B, 1)
+    rows_per_item = width + 1 if with_greedy else width  # R
+    expand = torch.arange(batch, device=device).repeat_interleave(rows_per_item)  # (B*R,): row b*R + k ← item b
+    memory = select_memory(memory, expand)  # keys (B*R, T_enc, d_k)
+    state = select_state(state, expand)  # rnn (L, B*R, d_s)
+    step = model.decoder.decoding_step(memory, stepwise=stepwise)  # over all B*R rows
+    row_base = (torch.arange(batch, device=device) * rows_per_item)[:, None]  # (B, 1)
+    greedy = _GreedyRows(batch, max_length, row_base + width, eos_id, pad_id, keep_attention) if with_greedy else None
 
-    prev_tokens = torch.full((batch * width,), bos_id, dtype=torch.long, device=device)  # (B*K,)
+    prev_tokens = torch.full((batch * rows_per_item,), bos_id, dtype=torch.long, device=device)  # (B*R,)
     raw: Tensor | None = None  # (B, K): log p of each slot's hypothesis; dtype from the first step
     finished = torch.zeros(batch, width, dtype=torch.bool, device=device)  # (B, K)
     lengths = torch.full((batch, width), max_length, dtype=torch.long, device=device)  # (B, K)
@@ -275,9 +271,10 @@ def _beam_core(
     step_weights: list[Tensor] = []  # per step (B, K, H, T_enc)
 
     for t in range(max_length):
-        logits, weights, new_state = step(prev_tokens, state)  # (B*K, V), (B*K, H, T_enc)
+        logits, weights, new_state = step(prev_tokens, state)  # (B*R, V), (B*R, H, T_enc)
         vocab = logits.shape[-1]
-        log_probs = _log_probs(logits).view(batch, width, vocab)  # (B, K, V)
+        every_log_prob = _log_probs(logits).view(batch, rows_per_item, vocab)  # (B, R, V)
+        log_probs = every_log_prob[:, :width]  # (B, K, V)
         if raw is None:  # step 0: every slot holds BOS alone; expand slot 0 only
             raw = torch.full((batch, width), float("-inf"), dtype=log_probs.dtype, device=device)  # (B, K)
             raw[:, 0] = 0.0
@@ -290,24 +287,30 @@ def _beam_core(
             finished[:, :, None], _at_pad_only(finished_rank, vocab, pad_id), extended / lp_here
         )  # (B, K, V)
 
-        _, top = cand_rank.view(batch, width * vocab).topk(width, dim=1)  # (B, K) into K*V
+        _, top = cand_rank.reshape(batch, width * vocab).topk(width, dim=1)  # (B, K) into K*V
         origin = top // vocab  # (B, K)
         token = top % vocab  # (B, K)
-        raw = cand_raw.view(batch, width * vocab).gather(1, top)  # (B, K)
+        raw = cand_raw.reshape(batch, width * vocab).gather(1, top)  # (B, K)
         was_finished = finished.gather(1, origin)  # (B, K)
         token = token.masked_fill(was_finished, pad_id)
         ended = ~was_finished & (token == eos_id)  # (B, K)
         lengths = torch.where(ended, torch.full_like(lengths, t + 1), lengths.gather(1, origin))  # (B, K)
         finished = was_finished | ended
 
-        rows = (origin + row_base).view(-1)  # (B*K,)
-        state = select_state(new_state, rows)
-        prev_tokens = token.view(-1)  # (B*K,)
+        rows = origin + row_base  # (B, K)
         step_tokens.append(token)
         step_origins.append(origin)
         if weights is not None and keep_attention:
-            chosen = weights.index_select(0, rows).view(batch, width, *weights.shape[1:])  # (B, K, H, T_enc)
+            chosen = weights.index_select(0, rows.view(-1)).view(batch, width, *weights.shape[1:])  # (B, K, H, T_enc)
             step_weights.append(chosen.masked_fill(was_finished[:, :, None, None], 0.0))
+        if greedy is not None:
+            greedy_weights = None if weights is None else weights.view(batch, rows_per_item, *weights.shape[1:])
+            greedy_token = greedy.step(t, logits.view(batch, rows_per_item, vocab)[:, width], every_log_prob[:, width],
+                                       None if greedy_weights is None else greedy_weights[:, width])  # (B,)
+            rows = torch.cat([rows, greedy.rows], dim=1)  # (B, K+1): each greedy row stays where it is
+            token = torch.cat([token, greedy_token[:, None]], dim=1)  # (B, K+1)
+        state = select_state(new_state, rows.view(-1))
+        prev_tokens = token.view(-1)  # (B*R,)
 
         # Stop an item once no live hypothesis can ever outrank its n_best-th best finished one.
         lp_max = length_penalty_factor(max_length, alpha)
@@ -338,7 +341,58 @@ def _beam_core(
         slot = step_origins[t][items, slot]  # (B, N)
     tokens = torch.stack(out_tokens, dim=2)  # (B, N, T_out)
     attention = torch.stack(out_weights, dim=3) if step_weights else None  # (B, N, H, T_out, T_enc)
-    return BeamDecoded(tokens, best_lengths, attention, scores)
+    found = BeamDecoded(tokens, best_lengths, attention, scores)
+    if greedy is None:
+        return found, None
+    # Greedy rows still running when the beam is done go on alone, B rows instead of B·(K+1).
+    alone = greedy.rows.view(-1)  # (B,)
+    greedy_step = model.decoder.decoding_step(select_memory(memory, alone), stepwise=stepwise)
+    greedy_state, greedy_tokens = select_state(state, alone), prev_tokens.index_select(0, alone)  # (B,)
+    for t in range(steps, max_length):
+        if (t - steps) % check_every == 0 and bool(greedy.finished.all()):
+            break
+        logits, weights, greedy_state = greedy_step(greedy_tokens, greedy_state)  # (B, V), (B, H, T_enc)
+        greedy_tokens = greedy.step(t, logits, _log_probs(logits), weights)  # (B,)
+    return found, greedy.decoded()
+
+
+class _GreedyRows:
+    """The greedy row of each item inside a beam search's batch: its argmax at each step, as ``greedy_decode``
+    takes it (PAD after EOS; length ``max_length`` where no EOS came), the log-probabilities of its tokens up
+    to and including EOS summed as it goes, and its weights where they are kept (zeros after EOS)."""
+
+    def __init__(self, batch: int, max_length: int, rows: Tensor, eos_id: int, pad_id: int,
+                 keep_attention: bool) -> None:
+        self.rows = rows  # (B, 1): where each item's greedy row lies in the batch
+        self.eos_id, self.pad_id, self.keep_attention = eos_id, pad_id, keep_attention
+        device = rows.device
+        self.finished = torch.zeros(batch, dtype=torch.bool, device=device)  # (B,)
+        self.lengths = torch.full((batch,), max_length, dtype=torch.long, device=device)  # (B,)
+        self.tokens = torch.full((batch, max_length), pad_id, dtype=torch.long, device=device)  # (B, max_length)
+        self.scores: Tensor | None = None  # (B,), in the log-probabilities' dtype
+        self.weights: list[Tensor] = []  # per step (B, H, T_enc)
+        self.steps = 0
+
+    def step(self, t: int, logits: Tensor, log_probs: Tensor, weights: Tensor | None) -> Tensor:
+        """Step ``t`` from the greedy rows' logits, log-probabilities ``(B, V)`` and weights ``(B, H, T_enc)``:
+        the tokens ``(B,)`` the rows read next."""
+        token = logits.argmax(-1).masked_fill_(self.finished, self.pad_id)  # (B,)
+        self.tokens[:, t] = token
+        self.steps = t + 1
+        taken = log_probs.gather(1, token[:, None]).squeeze(1).masked_fill(self.finished, 0.0)  # (B,)
+        self.scores = taken if self.scores is None else self.scores + taken
+        if weights is not None and self.keep_attention:
+            self.weights.append(weights.masked_fill(self.finished[:, None, None], 0.0))  # (B, H, T_enc)
+        just_ended = (token == self.eos_id) & ~self.finished  # (B,)
+        self.lengths.masked_fill_(just_ended, t + 1)
+        self.finished |= just_ended
+        return token
+
+    def decoded(self) -> BeamDecoded:
+        """The output over the steps run, with its log-probability."""
+        assert self.scores is not None  # at least one step ran
+        attention = torch.stack(self.weights, dim=2) if self.weights else None  # (B, H, T_out, T_enc)
+        return BeamDecoded(self.tokens[:, : self.steps], self.lengths, attention, self.scores)  # (B, T_out)
 
 
 def _at_pad_only(values: Tensor, vocab: int, pad_id: int) -> Tensor:
