@@ -1,7 +1,7 @@
-"""The parts of the full benchmark that measure what a user waits on outside the training step —
-time to accuracy, where a run's time goes, JoeyNMT's own task beside JoeyNMT, start-up, evaluation, a
-remote tracking server — each by its own module, run in this order after the training tables. Each
-section returns its Markdown and its lines for the report's targets.
+"""The parts of the full benchmark that measure what a user waits on outside the training step, and the
+peers beside it — time to accuracy, where a run's time goes, JoeyNMT's own task beside JoeyNMT, OpenNMT-py
+beside attnseq, start-up, evaluation, a remote tracking server — each by its own module, run in this order
+after the training tables. Each section returns its Markdown and its lines for the report's targets.
 
     .venv/bin/python benchmarks/bench.py --sections startup,evaluation   # these only, after the training tables
 """
@@ -91,6 +91,18 @@ def joeynmt(threads: int, log: Log) -> Waited:
     return Waited(f"## JoeyNMT's own task beside {module.JOEY}\n\n{table}", [line])
 
 
+def opennmt(threads: int, log: Log) -> Waited:
+    """OpenNMT-py 3.5.1 beside attnseq (installed in a venv of its own on first use): the same GRU models trained
+    and decoded by each, 3 repeats alternating: about 25 minutes on 2 cores."""
+    import opennmt_peer as module
+
+    bin_dir = module.onmt_bin(None, log)
+    with tempfile.TemporaryDirectory(prefix="opennmt-peer-") as workdir:
+        results = module.measure(module.FULL, threads, bin_dir, Path(workdir), log)
+    table = module.render(results, module.FULL, threads, "python benchmarks/opennmt_peer.py")
+    return Waited(f"## {module.PEER} beside attnseq\n\n{table}", module.targets(results, module.FULL))
+
+
 def startup(threads: int, log: Log) -> Waited:
     import startup as module
 
@@ -152,6 +164,7 @@ SECTIONS: dict[str, Callable[[int, Log], Waited]] = {
     "time-to-accuracy": time_to_accuracy,
     "run-breakdown": run_breakdown,
     "joeynmt": joeynmt,
+    "opennmt": opennmt,
     "startup": startup,
     "evaluation": evaluation,
     "remote-tracking": remote_tracking,
