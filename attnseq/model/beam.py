@@ -304,9 +304,9 @@ def _beam_core(
             chosen = weights.index_select(0, rows.view(-1)).view(batch, width, *weights.shape[1:])  # (B, K, H, T_enc)
             step_weights.append(chosen.masked_fill(was_finished[:, :, None, None], 0.0))
         if greedy is not None:
-            greedy_weights = None if weights is None else weights.view(batch, rows_per_item, *weights.shape[1:])
+            own_weights = None if weights is None else weights.view(batch, rows_per_item, *weights.shape[1:])[:, width]
             greedy_token = greedy.step(t, logits.view(batch, rows_per_item, vocab)[:, width], every_log_prob[:, width],
-                                       None if greedy_weights is None else greedy_weights[:, width])  # (B,)
+                                       own_weights)  # (B,)
             rows = torch.cat([rows, greedy.rows], dim=1)  # (B, K+1): each greedy row stays where it is
             token = torch.cat([token, greedy_token[:, None]], dim=1)  # (B, K+1)
         state = select_state(new_state, rows.view(-1))
@@ -344,15 +344,16 @@ def _beam_core(
     found = BeamDecoded(tokens, best_lengths, attention, scores)
     if greedy is None:
         return found, None
-    # Greedy rows still running when the beam is done go on alone, B rows instead of B·(K+1).
-    alone = greedy.rows.view(-1)  # (B,)
-    greedy_step = model.decoder.decoding_step(select_memory(memory, alone), stepwise=stepwise)
-    greedy_state, greedy_tokens = select_state(state, alone), prev_tokens.index_select(0, alone)  # (B,)
-    for t in range(steps, max_length):
-        if (t - steps) % check_every == 0 and bool(greedy.finished.all()):
-            break
-        logits, weights, greedy_state = greedy_step(greedy_tokens, greedy_state)  # (B, V), (B, H, T_enc)
-        greedy_tokens = greedy.step(t, logits, _log_probs(logits), weights)  # (B,)
+    if steps < max_length and not bool(greedy.finished.all()):
+        # Greedy rows still running when the beam is done go on alone, B rows instead of B·(K+1).
+        alone = greedy.rows.view(-1)  # (B,)
+        greedy_step = model.decoder.decoding_step(select_memory(memory, alone), stepwise=stepwise)
+        greedy_state, greedy_tokens = select_state(state, alone), prev_tokens.index_select(0, alone)  # (B,)
+        for t in range(steps, max_length):
+            logits, weights, greedy_state = greedy_step(greedy_tokens, greedy_state)  # (B, V), (B, H, T_enc)
+            greedy_tokens = greedy.step(t, logits, _log_probs(logits), weights)  # (B,)
+            if (t + 1 - steps) % check_every == 0 and bool(greedy.finished.all()):
+                break
     return found, greedy.decoded()
 
 
