@@ -26,6 +26,15 @@ JoeyNMT 2.3.0 on the same data, the same model, the same validation cadence, one
 - Time to a target: from just before the launch to the first validation whose dev BLEU (sacreBLEU, 13a,
   on the tokens joined by spaces, in both) reaches it; each run stops at the highest target, at the end of
   its epochs, or at ``--budget``. The two alternate, seed by seed, on ``--threads`` threads each.
+- **Decoding** (issue 28, point 3): each seed's two models, as they stood at the validation that reached the
+  highest target (JoeyNMT's checkpoint of that validation: the run stops once it is saved; attnseq's run, which
+  stops there itself), translate the test split's 1,000 sources through each command line, greedy and beam 5:
+  ``python -m joeynmt translate`` (sources on its standard input) and ``translate.py``. The same search on both
+  sides: no length penalty (JoeyNMT's ``beam_alpha`` 0, attnseq's ``length_penalty`` 0), at most
+  ``DECODE_BATCH`` sources a batch (``translate.py``'s cap: it batches sources of one length; JoeyNMT sorts
+  each batch by length and pads). Timed as the translation alone, the model loaded (JoeyNMT's own "Generation
+  took" line; attnseq's ``Translator`` in this process, as ``opennmt_peer.py`` times it) and from launch to
+  exit; each output's test BLEU (sacreBLEU, 13a) says the two decoded alike.
 """
 
 from __future__ import annotations
@@ -44,7 +53,11 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from time_to_accuracy import Attempt, Settings, run_cli  # noqa: E402  (its sibling, as a script sees it)
+from opennmt_peer import TRUSTED_CHECKPOINTS, Decoding, decode_attnseq, mean_words, welch  # noqa: E402
+from opennmt_peer import run as run_command  # noqa: E402
+from time_to_accuracy import Attempt, Settings, run_cli  # noqa: E402  (its siblings, as a script sees them)
+
+from attnseq.serving.predictor import BATCH_SIZE  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 JOEYNMT = "joeynmt==2.3.0"
@@ -57,6 +70,8 @@ JOEY = "JoeyNMT 2.3.0"
 METRIC = "val/sacrebleu"
 ACCUMULATION = 2  # JoeyNMT's batch_multiplier = attnseq's trainer.accumulate_grad_batches
 SPLITS = {"train": "train", "val": "dev", "test": "test"}  # attnseq's split: JoeyNMT's file stem
+BEAMS = (1, 5)  # the decodings of each seed's two models: greedy, beam 5
+DECODE_BATCH = BATCH_SIZE  # sources a decoding batch holds at most: translate.py's cap, given to JoeyNMT too
 
 
 @dataclass(frozen=True)
@@ -82,6 +97,9 @@ class Run:
     seed: int
     validations: list[tuple[float, int, float]] = field(default_factory=list)
     wall_s: float = 0.0
+    model: str | None = None  # what decodes: JoeyNMT's checkpoint of its last validation, attnseq's run id
+    decodings: dict[int, Decoding] = field(default_factory=dict)  # by beam size
+    bleu: dict[int, float] = field(default_factory=dict)  # each decoding's test BLEU, by beam size
 
     def reached(self, target: float) -> tuple[float, int] | None:
         """(seconds, updates) of the first validation at or above ``target``; None if none was."""
@@ -168,16 +186,21 @@ def joeynmt_config(data: Path, model_dir: Path, seed: int, sizes: Sizes) -> dict
 STEP_LINE = re.compile(r"Epoch\s+\d+,\s+Step:\s+(\d+),")
 VALIDATION_LINE = re.compile(r"Evaluation result \(greedy\).*?\bbleu:\s*([0-9.]+)")
 ENDED_LINE = re.compile(r"Training ended|Interrupt at epoch")
+CHECKPOINT_LINE = re.compile(r"Checkpoint saved in (.+?)\.?\s*$")
+GENERATION_LINE = re.compile(r"Generation took ([0-9.]+)\[sec\]")  # its translation alone, data to outputs
 
 
 class JoeyLog:
     """JoeyNMT's log, read line by line as it prints it: the update count from its progress lines (every
     ``logging_freq`` updates, so at each validation's own), each validation's BLEU until training ends
-    (the dev and test scoring after it are not validations)."""
+    (the dev and test scoring after it are not validations), and the checkpoints it saves (after a
+    validation that beats the ones it keeps)."""
 
     def __init__(self) -> None:
         self.step = 0
         self.training = True
+        self.checkpoint: str | None = None  # the last checkpoint saved
+        self.saved = False  # whether one was saved since the last validation
 
     def read(self, line: str, seconds: float) -> tuple[float, int, float] | None:
         """The validation this line reports, as (seconds, updates, BLEU); None for any other line."""
@@ -185,9 +208,17 @@ class JoeyLog:
             self.training = False
         elif found := STEP_LINE.search(line):
             self.step = int(found.group(1))
+        elif found := CHECKPOINT_LINE.search(line):
+            self.checkpoint, self.saved = found.group(1), True
         elif self.training and (found := VALIDATION_LINE.search(line)):
+            self.saved = False
             return seconds, self.step, float(found.group(1))
         return None
+
+    def settled(self, step_at_validation: int) -> bool:
+        """Whether what follows a validation is over: its checkpoint saved, or training gone on (or ended)
+        without one."""
+        return self.saved or self.step > step_at_validation or not self.training
 
 
 def joeynmt_python(given: str | None, log) -> Path:
@@ -205,7 +236,8 @@ def joeynmt_python(given: str | None, log) -> Path:
 
 def run_joeynmt(python: Path, data: Path, workdir: Path, seed: int, sizes: Sizes, threads: int, stop_at: float,
                 budget_s: float) -> Run:
-    """One JoeyNMT training from launch, stopped at the first validation ≥ ``stop_at`` (or its end, or the budget)."""
+    """One JoeyNMT training from launch, stopped once the first validation ≥ ``stop_at`` has saved its checkpoint
+    (or at its end, or the budget); the run's ``model`` is the last checkpoint saved."""
     workdir.mkdir(parents=True)
     config = workdir / "config.yaml"
     config.write_text(yaml.safe_dump(joeynmt_config(data, workdir / "model", seed, sizes), sort_keys=False))
@@ -218,12 +250,15 @@ def run_joeynmt(python: Path, data: Path, workdir: Path, seed: int, sizes: Sizes
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
         assert process.stdout is not None
         stopped = False
+        reached: int | None = None  # the updates of the validation that reached ``stop_at``
         for line in process.stdout:
             seconds = time.time() - launched
             log.write(line)
             if (validation := reader.read(line, seconds)) is not None:
                 run.validations.append(validation)
-            if (validation is not None and validation[2] >= stop_at) or seconds > budget_s:
+                if validation[2] >= stop_at:
+                    reached = validation[1]
+            if (reached is not None and reader.settled(reached)) or seconds > budget_s:
                 stopped = True
                 process.terminate()
                 break
@@ -236,7 +271,43 @@ def run_joeynmt(python: Path, data: Path, workdir: Path, seed: int, sizes: Sizes
     if process.returncode != 0 and not stopped:
         tail = (workdir / "train.log").read_text()[-3000:]
         raise RuntimeError(f"JoeyNMT exited with {process.returncode}:\n{tail}")
+    run.model = reader.checkpoint
     return run
+
+
+def decoding_config(training: dict, checkpoint: str, beam: int) -> dict:
+    """JoeyNMT's configuration of a training, set to decode with ``checkpoint``: greedy or beam search without a
+    length penalty, ``DECODE_BATCH`` sources a batch."""
+    testing = {**training["testing"], "load_model": checkpoint, "beam_size": beam, "beam_alpha": 0.0,
+               "batch_size": DECODE_BATCH, "batch_type": "sentence"}
+    return {**training, "testing": testing}
+
+
+def decode_joeynmt(python: Path, checkpoint: str, data: Path, workdir: Path, beam: int, threads: int) -> Decoding:
+    """``python -m joeynmt translate`` of the test sources (on its standard input) with the training's checkpoint;
+    its outputs on its standard output (its ``-o`` fails in 2.3.0: ``BaseConfig`` has no ``n_best``), its log on
+    its standard error."""
+    config = workdir / f"translate-beam{beam}.yaml"
+    training = yaml.safe_load((workdir / "config.yaml").read_text())
+    config.write_text(yaml.safe_dump(decoding_config(training, checkpoint, beam), sort_keys=False))
+    output = workdir / f"joeynmt-beam{beam}.txt"
+    seconds, text = run_command([str(python), "-m", "joeynmt", "translate", str(config)], output, threads,
+                                stdin=data / "test.src", env=TRUSTED_CHECKPOINTS)
+    own = GENERATION_LINE.search(text)
+    if own is None:
+        raise RuntimeError(f"no generation time in JoeyNMT's output:\n{text[-2000:]}")
+    return Decoding(seconds, float(own.group(1)), mean_words(output))
+
+
+def test_bleu(outputs: Path, data: Path) -> float:
+    """sacreBLEU (13a) of a decoding's outputs, a line per source, against the test split's targets."""
+    import sacrebleu
+
+    references = (data / "test.trg").read_text(encoding="utf-8").splitlines()
+    hypotheses = outputs.read_text(encoding="utf-8").splitlines()
+    if len(hypotheses) != len(references):
+        raise RuntimeError(f"{outputs}: {len(hypotheses)} outputs for {len(references)} test sources")
+    return sacrebleu.corpus_bleu(hypotheses, [references], tokenize="13a").score
 
 
 # ---- attnseq
@@ -258,7 +329,20 @@ def run_attnseq(seed: int, sizes: Sizes, threads: int, stop_at: float, budget_s:
                         metric=METRIC, textbook=False)
     attempt: Attempt = run_cli(settings, settings.task, seed, workdir, who="attnseq")
     # run_cli's step is Lightning's global step + 1: optimizer updates, as JoeyNMT counts its steps
-    return Run("attnseq", seed, list(attempt.validations), attempt.wall_s)
+    return Run("attnseq", seed, list(attempt.validations), attempt.wall_s, model=attempt.run_id)
+
+
+def decode(run: Run, python: Path, data: Path, workdir: Path, threads: int, beams: tuple[int, ...] = BEAMS) -> None:
+    """The run's model translates the test sources through its command line, each of ``beams``: its decodings and
+    their test BLEU, in the run. ``workdir``: the run's folder (JoeyNMT's configuration, attnseq's store)."""
+    for beam in beams:
+        if run.who == JOEY:
+            run.decodings[beam] = decode_joeynmt(python, run.model, data, workdir, beam, threads)
+            outputs = workdir / f"joeynmt-beam{beam}.txt"
+        else:
+            run.decodings[beam] = decode_attnseq(run.model, workdir, data, beam, threads)
+            outputs = workdir / f"translate-beam{beam}.log"  # translate.py's standard output
+        run.bleu[beam] = test_bleu(outputs, data)
 
 
 # ---- the report
@@ -313,7 +397,60 @@ def render(runs: dict[str, list[Run]], targets: tuple[float, ...], command: str,
                       f"medians: attnseq {a:.0f}, JoeyNMT {j:.0f}: **{a / j:.2f}×**"
                       + ("" if p is None else f" (Welch p = {p:.3f})")
                       + ". Updates to a target vary between seeds and runs for both; this does not."]
+    if rows := decoding_rows(runs):
+        lines += ["", f"Decoding the test split ({sizes['test']:,} sources) with each seed's two models as they "
+                      "stood at their last validation, through each command line (`python -m joeynmt translate`, "
+                      f"`translate.py`), at most {DECODE_BATCH} sources a batch, no length penalty; medians over the "
+                      "seeds. The translation alone: the model loaded (JoeyNMT's \"Generation took\"; attnseq's "
+                      "`Translator`, timed in the benchmark's process); speed-up: JoeyNMT's seconds over attnseq's.",
+                  "",
+                  f"| decoding | translation s, {JOEY} / attnseq | speed-up | Welch p | launch to exit s, {JOEY} / "
+                  f"attnseq | speed-up | test BLEU, {JOEY} / attnseq | output tokens per source, {JOEY} / attnseq |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for row in rows:
+            lines.append(f"| {row.label} | {row.own[0]:.2f} / {row.own[1]:.2f} | **{row.speedup:.2f}×** | {row.p} | "
+                         f"{row.wall[0]:.1f} / {row.wall[1]:.1f} | {row.wall[0] / row.wall[1]:.2f}× | "
+                         f"{row.bleu[0]:.2f} / {row.bleu[1]:.2f} | {row.words[0]:.1f} / {row.words[1]:.1f} |")
     return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class DecodingRow:
+    """One beam size's decodings over the seeds where both sides decoded: medians, (JoeyNMT's, attnseq's)."""
+
+    beam: int
+    own: tuple[float, float]  # the translation alone, seconds
+    wall: tuple[float, float]  # launch to exit, seconds
+    bleu: tuple[float, float]  # test BLEU
+    words: tuple[float, float]  # output tokens per source
+    p: str  # Welch's p of the translations alone
+
+    @property
+    def speedup(self) -> float:
+        """JoeyNMT's seconds of translation over attnseq's."""
+        return self.own[0] / self.own[1]
+
+    @property
+    def label(self) -> str:
+        return "greedy" if self.beam == 1 else f"beam {self.beam}"
+
+
+def decoding_rows(runs: dict[str, list[Run]]) -> list[DecodingRow]:
+    """A row per beam size that both sides decoded with, over the seeds where both did."""
+    median = statistics.median
+    rows = []
+    for beam in BEAMS:
+        pairs = [(j, a) for a, j in zip(runs["attnseq"], runs[JOEY], strict=True)
+                 if beam in a.decodings and beam in j.decodings]
+        if not pairs:
+            continue
+        sides = [[run.decodings[beam] for run in side] for side in zip(*pairs, strict=True)]  # JoeyNMT's, attnseq's
+        own = [[d.own_s for d in side] for side in sides]
+        rows.append(DecodingRow(
+            beam, (median(own[0]), median(own[1])), tuple(median(d.wall_s for d in side) for side in sides),
+            tuple(median(run.bleu[beam] for run in side) for side in zip(*pairs, strict=True)),
+            tuple(median(d.output_words for d in side) for side in sides), welch(own[1], own[0])))
+    return rows
 
 
 def measure(seeds: list[int], sizes: Sizes, threads: int, budget_s: float, python: Path, workdir: Path,
@@ -330,6 +467,14 @@ def measure(seeds: list[int], sizes: Sizes, threads: int, budget_s: float, pytho
         theirs = run_joeynmt(python, data, workdir / f"joeynmt-{seed}", seed, sizes, threads, stop_at, budget_s)
         log(f"  JoeyNMT: {theirs.validations[-1] if theirs.validations else 'no validation'} after "
             f"{theirs.wall_s:.0f} s")
+        for run, folder in ((ours, f"attnseq-{seed}"), (theirs, f"joeynmt-{seed}")):
+            if run.model is None:
+                log(f"  {run.who}: no model saved, nothing to decode")
+                continue
+            decode(run, python, data, workdir / folder, threads)
+            log(f"  {run.who} decoding {len(run.decodings)} ways: " + ", ".join(
+                f"beam {beam} {d.own_s:.2f} s ({d.wall_s:.1f} s from launch), test BLEU {run.bleu[beam]:.2f}"
+                for beam, d in run.decodings.items()))
         runs["attnseq"].append(ours)
         runs[JOEY].append(theirs)
     return runs, counts

@@ -107,6 +107,7 @@ class Attempt:
     validations: list[tuple[float, int, float]] = field(default_factory=list)
     wall_s: float = 0.0  # launch to exit (or to the stop at the budget)
     target: float = TARGET
+    run_id: str | None = None  # the CLI's MLflow run, in its folder's store (``mlflow.db``)
 
     @property
     def reached(self) -> tuple[float, int] | None:
@@ -159,7 +160,7 @@ def run_cli(settings: Settings, task: tuple[str, ...], seed: int, workdir: Path,
     runs = client.search_runs(client.get_experiment_by_name("time_to_accuracy").experiment_id)
     history = sorted(client.get_metric_history(runs[0].info.run_id, settings.metric), key=lambda m: m.timestamp)
     validations = [(m.timestamp / 1000 - launched, m.step + 1, m.value) for m in history]  # step: batches trained
-    return Attempt(who, seed, validations, wall, settings.target)
+    return Attempt(who, seed, validations, wall, settings.target, runs[0].info.run_id)
 
 
 def wait(process: subprocess.Popen, budget_s: float) -> bool:
