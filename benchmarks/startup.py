@@ -28,6 +28,17 @@ The fixed CPU cost of a launch (``--launch-cost``; the full benchmark's start-up
 - **where it goes**: the same launches, each function of ``PHASES`` wrapped as its module is imported so
   that its calls' CPU seconds (the process's clock: torch's threads included) add up to its phase's; a
   few calls each, so the timing costs nothing measurable. The phases' medians are of those launches.
+
+How each command ends (``--exits``):
+
+    .venv/bin/python benchmarks/startup.py --exits --against /path/to/other/checkout
+
+- one tiny run trained into a store (``LAUNCH_OVERRIDES``), then each entry point launched on it in turn,
+  ``--tries`` times, alternating with the other checkout's (its own scripts and package, this
+  interpreter): ``train.py`` (a tiny run), ``evaluate.py`` (``EVALUATE_OVERRIDES``), ``translate.py`` (one
+  source). Each line the process prints (standard output and error) is timed as it arrives: **to the last
+  line** is the command's work as the user sees it, **the exit** what follows it until the process is gone
+  (the interpreter's teardown: what ``attnseq.runtime.skip_final_collection`` cuts).
 """
 
 from __future__ import annotations
@@ -359,15 +370,99 @@ def render_launch_cost(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+EVALUATE_OVERRIDES = ["eval.size=64", "eval.explorer_samples=0"]
+"""A small evaluation of the tiny run: its launch's work is next to nothing beside its fixed cost."""
+
+
+def timed_lines(argv: list[str], cwd: Path, repo: Path) -> tuple[float, float]:
+    """``argv`` from launch: (seconds to its last line of output, seconds to its exit); raises on failure."""
+    started = time.perf_counter()
+    process = subprocess.Popen(argv, cwd=cwd, env=clean_env() | {"PYTHONPATH": str(repo)}, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
+    assert process.stdout is not None
+    last, lines = 0.0, []
+    for line in process.stdout:
+        last = time.perf_counter() - started
+        lines.append(line)
+    process.wait()
+    ended = time.perf_counter() - started
+    if process.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[1:3])} exited {process.returncode}:\n{''.join(lines)[-3000:]}")
+    return last, ended
+
+
+def exit_commands(repo: Path, root: Path, run_id: str, i: int) -> dict[str, list[str]]:
+    """Each entry point of checkout ``repo`` on the store in ``root`` (its trained run ``run_id``), launch ``i``."""
+    uri = [f"mlflow.tracking_uri=sqlite:///{root}/mlflow.db"]
+    return {
+        "train.py": [sys.executable, str(repo / "train.py"), *LAUNCH_OVERRIDES, *uri,
+                     f"mlflow.experiment_name={EXPERIMENT}", f"hydra.run.dir={root}/out-{i}"],
+        "evaluate.py": [sys.executable, str(repo / "evaluate.py"), f"run_id={run_id}", *EVALUATE_OVERRIDES, *uri,
+                        f"hydra.run.dir={root}/evaluate-{i}"],
+        "translate.py": [sys.executable, str(repo / "translate.py"), f"run_id={run_id}", *uri, "s3 s1 s4"],
+    }
+
+
+def measure_exits(tries: int = 3, against: Path | None = None, log: Callable[[str], None] = print) -> dict:
+    """``tries`` launches of each entry point of this checkout (alternating with ``against``'s) on one trained
+    run: the seconds to each launch's last line of output and to its exit."""
+    from mlflow.tracking import MlflowClient
+
+    checkouts = {"this": REPO, **({"against": against.resolve()} if against else {})}
+    results: dict = {"tries": tries, "checkouts": {who: str(path) for who, path in checkouts.items()}, "seconds": {}}
+    with tempfile.TemporaryDirectory(prefix="attnseq-exits-") as tmp:
+        root = Path(tmp)
+        seeded_store(root, schema_template(root))
+        timed_lines(exit_commands(REPO, root, "", 0)["train.py"], root, REPO)  # the run the others read
+        client = MlflowClient(f"sqlite:///{root}/mlflow.db")
+        [run] = client.search_runs([client.get_experiment_by_name(EXPERIMENT).experiment_id])
+        for i in range(tries):
+            for who in list(checkouts) if i % 2 == 0 else list(checkouts)[::-1]:
+                for command, argv in exit_commands(checkouts[who], root, run.info.run_id, i + 1).items():
+                    last, ended = timed_lines(argv, root, checkouts[who])
+                    results["seconds"].setdefault(command, {}).setdefault(who, []).append((last, ended))
+                    log(f"  {who} {command}: last line at {last:.2f} s, exit at {ended:.2f} s")
+    return results
+
+
+def render_exits(results: dict) -> str:
+    median = statistics.median
+    who = list(results["checkouts"])
+    lines = [
+        "### How each command ends",
+        "",
+        f"`python benchmarks/startup.py --exits{' --against <checkout>' if len(who) > 1 else ''}`: one tiny run "
+        f"(`train.py {' '.join(LAUNCH_OVERRIDES)}`), then each entry point launched on it, "
+        f"{results['tries']} times" + (", alternating with the other checkout" if len(who) > 1 else "")
+        + "; wall seconds from launch to the last line it prints and to its exit (medians). `evaluate.py "
+        + " ".join(EVALUATE_OVERRIDES) + "`; `translate.py` translates one source.",
+        "",
+        "| command | checkout | to the last line s | the exit s | launch to exit s |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for command, by_who in results["seconds"].items():
+        for w in who:
+            last = median(a for a, _ in by_who[w])
+            tail = median(b - a for a, b in by_who[w])
+            lines.append(f"| `{command}` | {w} (`{results['checkouts'][w]}`) | {last:.2f} | {tail:.2f} | "
+                         f"{median(b for _, b in by_who[w]):.2f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tries", type=int, default=3)
     parser.add_argument("--launch-cost", action="store_true", help="only the fixed CPU cost of a tiny launch")
-    parser.add_argument("--against", type=Path, help="with --launch-cost: another checkout, measured alternately")
+    parser.add_argument("--exits", action="store_true", help="only how each command ends: its last line, its exit")
+    parser.add_argument("--against", type=Path,
+                        help="with --launch-cost or --exits: another checkout, measured alternately")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                         help="with --launch-cost: a variable for every launch's environment (repeatable)")
     args = parser.parse_args(argv)
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    if args.exits:
+        print(render_exits(measure_exits(args.tries, args.against, log=log)))
+        return 0
     if args.launch_cost:
         env = dict(item.split("=", 1) for item in args.env)
         print(render_launch_cost(measure_launch_cost(args.tries, args.against, env, log=log)))

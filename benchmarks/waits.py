@@ -73,7 +73,8 @@ def run_breakdown(threads: int, log: Log) -> Waited:
 
 def joeynmt(threads: int, log: Log) -> Waited:
     """JoeyNMT's reverse task, attnseq then JoeyNMT 2.3.0 (installed in a venv of its own on first use), seed
-    by seed, 3 seeds: about 12 minutes on 2 cores, two thirds of it JoeyNMT's."""
+    by seed, 3 seeds, each seed's two models then decoding the test split: about 14 minutes on 2 cores, two
+    thirds of it JoeyNMT's."""
     import joeynmt_reverse as module
 
     python = module.joeynmt_python(None, log)
@@ -87,8 +88,12 @@ def joeynmt(threads: int, log: Log) -> Waited:
                else verdict(ours / theirs, module.GOAL, "×"))
     line = (f"- JoeyNMT's reverse task, launch to dev BLEU {target:g}, attnseq / {module.JOEY} on the same data and "
             f"machine, median of 3 seeds: {reached}")
+    decodings = [f"- decoding JoeyNMT's test split ({counts['test']:,} sources), {row.label}, {module.JOEY}'s seconds "
+                 f"over attnseq's: **{row.speedup:.2f}×** the translation alone, {row.wall[0] / row.wall[1]:.2f}× from "
+                 f"launch to exit; test BLEU {row.bleu[0]:.2f} / {row.bleu[1]:.2f} (measured)"
+                 for row in module.decoding_rows(runs)]
     table = module.render(runs, module.TARGETS, "python benchmarks/joeynmt_reverse.py --seeds 3", counts)
-    return Waited(f"## JoeyNMT's own task beside {module.JOEY}\n\n{table}", [line])
+    return Waited(f"## JoeyNMT's own task beside {module.JOEY}\n\n{table}", [line, *decodings])
 
 
 def opennmt(threads: int, log: Log) -> Waited:
@@ -119,8 +124,13 @@ def startup(threads: int, log: Log) -> Waited:
         "ui": "`make ui` answers",
     }
     launches = module.measure_launch_cost(tries=3, log=log)  # a tiny run's CPU, and where it goes
-    markdown = module.render(results) + "\n" + module.render_launch_cost(launches)
-    return Waited(markdown, [f"- {texts[k]}: {verdict(v, goals[k], ' s')}" for k, v in medians.items()])
+    exits = module.measure_exits(tries=3, log=log)  # each entry point: its last line, then its exit
+    markdown = (module.render(results) + "\n" + module.render_launch_cost(launches) + "\n"
+                + module.render_exits(exits))
+    tails = ", ".join(f"`{command}` {statistics.median(b - a for a, b in by_who['this']):.2f} s"
+                      for command, by_who in exits["seconds"].items())
+    return Waited(markdown, [*(f"- {texts[k]}: {verdict(v, goals[k], ' s')}" for k, v in medians.items()),
+                             f"- each command's exit, from its last line to the process gone: {tails} (measured)"])
 
 
 def evaluation(threads: int, log: Log) -> Waited:

@@ -300,6 +300,28 @@ def test_the_launch_cost_times_each_phase_by_cpu_and_renders_the_ratio(tmp_path,
     assert "| CPU s per launch | 3.00 | 4.00 | 0.75× |" in table and "| spinning | 1.00 | 2.00 | 0.50× |" in table
 
 
+def test_a_commands_exit_is_timed_from_its_last_line_and_rendered_per_checkout(tmp_path, monkeypatch):
+    """``startup.py --exits``: a command that prints its last line, then spends 0.3 s in an exit handler, is
+    timed to that line and to its exit, at least 0.3 s apart; a failing command raises with its output; the
+    table gives each command and checkout its medians."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    startup = importlib.import_module("startup")
+    sys.modules.pop("startup")
+    script = tmp_path / "slow_exit.py"
+    script.write_text("import atexit, time\natexit.register(time.sleep, 0.3)\nprint('first')\nprint('last')\n")
+    last, ended = startup.timed_lines([sys.executable, str(script)], tmp_path, tmp_path)
+    assert 0 < last and ended - last >= 0.3
+    script.write_text("import sys\nprint('went wrong')\nsys.exit(3)\n")
+    with pytest.raises(RuntimeError, match="exited 3:\n.*went wrong"):
+        startup.timed_lines([sys.executable, str(script)], tmp_path, tmp_path)
+    results = {"tries": 3, "checkouts": {"this": "/a", "against": "/b"},
+               "seconds": {"translate.py": {"this": [(4.0, 4.2), (3.0, 3.1), (5.0, 5.3)],
+                                            "against": [(4.0, 5.0), (4.5, 5.4), (3.5, 4.7)]}}}
+    table = startup.render_exits(results)
+    assert "| `translate.py` | this (`/a`) | 4.00 | 0.20 | 4.20 |" in table
+    assert "| `translate.py` | against (`/b`) | 4.00 | 1.00 | 5.00 |" in table
+
+
 def test_a_failing_section_is_reported_and_the_next_still_runs(bench, monkeypatch):
     """An hour's full run is not lost to one section: its failure is in the report, the sections after it run."""
     waits = sys.modules["waits"]
