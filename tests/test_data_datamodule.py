@@ -241,3 +241,46 @@ def test_lightning_fit_reshuffles_every_epoch(tmp_path):
     first, second = model.first_batches
     assert trainer.train_dataloader.batch_sampler.sampler.epoch == 1  # Lightning's set_epoch reached it
     assert first.shape != second.shape or not torch.equal(first, second)
+
+
+@pytest.mark.parametrize("task", ["copy", "tsv"])
+def test_the_plain_data_and_lightnings_data_module_hold_the_same_data(task, corpus):
+    """``Seq2SeqData`` (what evaluation builds) and ``Seq2SeqDataModule`` (what the Trainer gets) make the same
+    splits, vocabularies and batches from the same arguments; only the module is Lightning's."""
+    from attnseq.data.corpus import Seq2SeqData
+
+    module = make(task, corpus if task == "tsv" else None)
+    kwargs = dict(task=task, train_lengths=(1, 6), eval_lengths=(1, 10), bucket_width=5, train_size=64, val_size=24,
+                  test_size=24, batch_size=8, seed=0, **({"path": str(corpus)} if task == "tsv" else {}))
+    plain = Seq2SeqData(**kwargs)
+    for data in (module, plain):
+        data.setup()
+    assert isinstance(module, L.LightningDataModule) and not isinstance(plain, L.LightningDataModule)
+    assert module.trainer is None  # Lightning's own __init__ ran, through Seq2SeqData's super().__init__()
+    for split in ("train_examples", "val_examples", "test_examples"):
+        assert getattr(plain, split) == getattr(module, split)
+    assert plain.src_vocab.tokens == module.src_vocab.tokens and plain.tgt_vocab.tokens == module.tgt_vocab.tokens
+    for a, b in zip(plain.train_dataloader(), module.train_dataloader(), strict=True):
+        assert torch.equal(a.src, b.src) and torch.equal(a.tgt_in, b.tgt_in)
+
+
+def test_evaluation_imports_no_lightning():
+    """What ``evaluate.py`` loads (its pipeline, a run's data rebuilt as ``Seq2SeqData``) never imports Lightning:
+    seconds of a launch that evaluation does not need."""
+    import ast
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "import attnseq.evaluation.pipeline\n"
+            "from attnseq.data import Seq2SeqData\n"
+            "data = Seq2SeqData(task='copy', train_lengths=(1, 6), eval_lengths=(1, 10), bucket_width=5,\n"
+            "                   train_size=64, val_size=24, test_size=24, batch_size=8, seed=0)\n"
+            "data.setup()\n"
+            "next(iter(data.test_dataloader()))\n"
+            "print(sorted({name.split('.')[0] for name in sys.modules}))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    top_level = set(ast.literal_eval(proc.stdout))  # the list the child printed
+    assert {"torch", "mlflow", "attnseq"} <= top_level
+    assert not {"lightning", "pytorch_lightning"} & top_level

@@ -1,7 +1,8 @@
 """Data for attnseq: synthetic tasks with gold alignments, TSV corpora, vocabularies, batching.
 
 Names are imported on first use: the model library, which needs the vocabulary's special tokens,
-does not pull Lightning in, and the tasks' settings (``attnseq.data.tasks``) are read without torch.
+does not pull Lightning in, nor does evaluation (``Seq2SeqData``; only training's ``Seq2SeqDataModule``
+imports it), and the tasks' settings (``attnseq.data.tasks``) are read without torch.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ _HOMES = {
     "DICTIONARY": "tasks", "TASKS": "tasks", "generate": "tasks", "make_task": "tasks", "symbol_tokens": "tasks",
     "SPACE_TOKEN": "tokenizers", "TOKENIZERS": "tokenizers", "tokenize": "tokenizers", "read_tsv": "tsv",
     "BOS": "vocab", "EOS": "vocab", "PAD": "vocab", "SPECIAL_TOKENS": "vocab", "UNK": "vocab",
-    "Vocabulary": "vocab", "DATA_TASKS": "datamodule", "Seq2SeqDataModule": "datamodule",
+    "Vocabulary": "vocab", "DATA_TASKS": "corpus", "Seq2SeqData": "corpus", "Seq2SeqDataModule": "datamodule",
 }
 __all__ = sorted(_HOMES)
 

@@ -110,7 +110,7 @@ def read_tsv(path: str | Path, tokenizer: str = "word", lowercase: bool = True) 
     check_tokenizer(tokenizer)
     if tokenizer not in RULE_TOKENIZERS:
         raise ValueError(f"read_tsv tokenises by a rule ({', '.join(RULE_TOKENIZERS)}); {tokenizer!r} is learned "
-                         "from the training split: use Seq2SeqDataModule, or read_pairs and SubwordTokenizer")
+                         "from the training split: use Seq2SeqData, or read_pairs and SubwordTokenizer")
     return [
         Example(tokenize(pair.source, tokenizer, lowercase), tokenize(pair.target, tokenizer, lowercase), None)
         for pair in read_pairs(path)

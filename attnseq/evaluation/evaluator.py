@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from attnseq.data import Batch, Example, Seq2SeqDataModule, collate, encode_examples
+from attnseq.data import Batch, Example, Seq2SeqData, collate, encode_examples
 from attnseq.data.tasks import TASKS, TEXT_TASKS
 from attnseq.data.tokenizers import SUBWORD_TOKENIZERS, output_text
 from attnseq.evaluation.trained_runs import TrainedRun
@@ -84,7 +84,7 @@ def evaluation_examples(trained: TrainedRun, settings: EvalSettings) -> list[Exa
     dataset = dict(trained.config["dataset"])
     # evaluation batches by eval.batch_size: the run's token budget need not hold the longer lengths
     dataset.update(eval_lengths=list(settings.lengths), test_size=settings.size, batch_type="sentence")
-    data = Seq2SeqDataModule(**dataset, seed=int(trained.config["seed"]) + settings.seed,
+    data = Seq2SeqData(**dataset, seed=int(trained.config["seed"]) + settings.seed,
                              text_tokenizers=(trained.src_tokenizer, trained.tgt_tokenizer))
     data.setup()
     return data.test_examples
