@@ -281,7 +281,7 @@ class Runtime:
             restore()
 
 
-_FINAL_COLLECTION_SKIPPED: list[bool] = []  # whether this process has registered ``gc.freeze`` at exit
+_final_collection_skipped = False  # whether this process has registered ``gc.freeze`` at exit
 
 
 def skip_final_collection() -> None:
@@ -292,9 +292,10 @@ def skip_final_collection() -> None:
     Objects are still freed as the modules are cleared; reference cycles left then go with the process
     uncollected (a file in one is closed or flushed before: the package writes in ``with`` blocks).
     Registered once per process."""
-    if not _FINAL_COLLECTION_SKIPPED:
+    global _final_collection_skipped
+    if not _final_collection_skipped:
         atexit.register(gc.freeze)
-        _FINAL_COLLECTION_SKIPPED.append(True)
+        _final_collection_skipped = True
 
 
 def _redacting_excepthook(secrets: frozenset[str]) -> Callable[..., None]:

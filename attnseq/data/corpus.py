@@ -289,12 +289,8 @@ class Seq2SeqData:
         )
 
     def _replicas(self) -> tuple[int, int]:
-        """(processes, this one's rank) under data-parallel training (the Trainer a ``Seq2SeqDataModule`` is
-        attached to); (1, 0) otherwise."""
-        trainer = getattr(self, "trainer", None)
-        if trainer is None or trainer.world_size == 1:
-            return 1, 0
-        return trainer.world_size, trainer.global_rank
+        """(processes, this one's rank) the loaders shard over: one, alone (``Seq2SeqDataModule`` asks its Trainer)."""
+        return 1, 0
 
     def train_dataloader(self) -> DataLoader:
         self._require_setup("train_dataloader")
