@@ -1,5 +1,6 @@
 """A trained heatmap is found in a minute: every heatmap's title, verdict and legend lie inside its
-figure at every sequence length (checked geometrically on the rendered figure), and a training run
+figure at every sequence length, and no panel's labels run into another panel, the colour bar, the
+title or the legend (checked geometrically on the rendered figure), and a training run
 holds its last epoch's and best checkpoint's heatmaps as plain artifacts beside its figures, with a
 run description (MLflow's note) that says where they are."""
 
@@ -19,6 +20,8 @@ from attnseq.tracking.plots import (
     HEATMAP_DPI,
     HEATMAP_MIN_WIDTH_IN,
     attention_heatmap,
+    same_sample_heatmaps,
+    same_sample_self_attention,
     self_attention_heatmaps,
 )
 from attnseq.tracking.store import ui_route
@@ -45,6 +48,22 @@ def clipped_texts(figure) -> list[str]:
     return clipped
 
 
+def overlaps(figure) -> list[tuple[str, str]]:
+    """The pairs of parts of the rendered ``figure`` whose extents overlap: each axes with its tick
+    labels, title and axis labels (the panels, the colour bar), the figure's title and its legend."""
+    renderer = figure.canvas.get_renderer()
+    parts = [(f"axes {i} ({ax.get_title()!r})", ax.get_tightbbox(renderer)) for i, ax in enumerate(figure.axes)
+             if ax.axison]
+    parts += [(f"title {text.get_text()!r}", text.get_window_extent(renderer)) for text in figure.texts]  # the suptitle
+    parts += [("legend", legend.get_window_extent(renderer)) for legend in figure.legends]
+
+    def overlap(box, other) -> bool:  # by more than half a pixel both ways
+        across = min(box.x1, other.x1) - max(box.x0, other.x0)
+        return across > 0.5 and min(box.y1, other.y1) - max(box.y0, other.y0) > 0.5
+
+    return [(a, b) for i, (a, box) in enumerate(parts) for b, other in parts[i + 1:] if overlap(box, other)]
+
+
 @pytest.mark.parametrize(("length", "heads"), [
     *((length, heads) for length in (1, 4, 30, 80) for heads in (1, 4) if (length, heads) != (80, 4)),
     pytest.param(80, 4, marks=pytest.mark.slow),  # 5 panels of 80 × 81 cells: ~15 s to lay out
@@ -57,6 +76,7 @@ def test_title_verdict_and_legend_lie_inside_the_heatmap(length, heads):
     texts = [text.get_text().replace("\n", " ") for text in figure.findobj(Text)]
     assert title in texts and ARGMAX_LABEL in texts and GOLD_LABEL in texts  # title (with its verdict), legend
     assert clipped_texts(figure) == []
+    assert overlaps(figure) == []
 
 
 @pytest.mark.parametrize("length", [1, 12])
@@ -70,6 +90,26 @@ def test_every_label_lies_inside_the_self_attention_figures(length):
     for stack, figure in self_attention_heatmaps(maps, src, out, title, "<s>").items():
         assert sum(1 for ax in figure.axes if ax.images) == 2 * 4, stack
         assert clipped_texts(figure) == [], stack
+        assert overlaps(figure) == [], stack
+
+
+def test_runs_side_by_side_keep_their_labels_apart():
+    """Two runs' panels of one sample, with word tokens of every width and outputs of different lengths,
+    and their self-attention (a run with two layers beside one with one): nothing cut off, nothing
+    overlapping."""
+    rng = np.random.default_rng(0)
+    src = "the international committee agreed yesterday to postpone negotiations".split()
+    outputs = [["die", "internationale", "Kommission", "vereinbarte", "</s>"], ["x", "Verhandlungen", "</s>"]]
+    panels = [(label, rng.dirichlet(np.ones(len(src)), size=(heads, len(out))), out)  # (H, T_out, T_src)
+              for label, heads, out in zip(["run a: gru/additive/bahdanau", "run b: transformer, 4 heads"], [1, 4],
+                                           outputs)]
+    cross = same_sample_heatmaps(panels, src, "a long comparison title " * 4, gold=list(range(len(src))))
+    layers = [("run a", [rng.dirichlet(np.ones(len(src)), size=(2, len(src)))] * 2, outputs[0]),
+              ("run b", [rng.dirichlet(np.ones(len(src)), size=(2, len(src)))], outputs[1])]
+    encoder = same_sample_self_attention("encoder", layers, src, "title", "<s>", left_out=["an rnn run"])
+    for figure in (cross, encoder):
+        assert clipped_texts(figure) == []
+        assert overlaps(figure) == []
 
 
 def test_a_trained_run_holds_its_last_and_best_heatmaps_as_plain_files(tiny_run, tmp_path):

@@ -15,6 +15,7 @@ from matplotlib import patheffects  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.text import Text  # noqa: E402
 
 GOLD_LABEL = "gold source position"
 ARGMAX_LABEL = "attention argmax"
@@ -22,8 +23,9 @@ ARGMAX_LABEL = "attention argmax"
 
 HEATMAP_DPI = 150
 """Pixels per inch of every heatmap: a source or output token gets ``HEATMAP_CELL_IN`` inches (30 px)
-and its label is 9 pt, 19 px tall, so a full-size heatmap is ``150 × (0.2 × T_src + 1.8)`` px wide
-(a 12-token source: 630 px; 30 tokens: 1170 px) and ``150 × (0.2 × T_out + 1.9)`` px tall. MLflow's
+and its label is 9 pt, 19 px tall; the margins around a panel are as wide as its labels (``_GridLayout``),
+so a full-size heatmap of short tokens is about ``150 × (0.2 × T_src + 1.5)`` px wide (a 12-token
+source: 600 px, the narrowest; 30 tokens: 1124 px) and as tall for as many output tokens. MLflow's
 image cards show a copy scaled to at most 256 px (``mlflow.tracking.multimedia.compress_image_size``);
 the full image opens when a card is clicked. The Artifacts tab fits an image to its preview pane
 (about 680 px wide in a 1600-px window, MLflow's assistant panel open): the cell is no larger than
@@ -34,7 +36,6 @@ HEATMAP_LABEL_PT = 9
 HEATMAP_MIN_WIDTH_IN = 4.0
 """The narrowest heatmap (600 px): room for the legend on one line and a title in two."""
 TITLE_CHAR_PT = 6.0  # a generous mean width of a 10-pt title character: the title wraps at width / this
-TITLE_LINE_IN = 0.2  # the height a further title line adds
 PANEL_TITLE_CHARS = 28  # a side-by-side panel's title wraps at this width, so neighbours never overlap
 
 
@@ -139,7 +140,7 @@ def _heatmap_row(panels: Sequence[tuple], title: str) -> Figure:
     """Heatmap panels ``(label, matrix (T_out, T_src), src tokens, out tokens, gold or None)`` in a
     row, each sized by its own tokens, one shared colour bar. The figure is at least
     ``HEATMAP_MIN_WIDTH_IN`` wide and its title wraps to its width, so that a short sequence's title,
-    verdict and legend are never cut off; the layout engine keeps every label inside the figure."""
+    verdict and legend are never cut off; ``_GridLayout`` keeps every label inside the figure."""
     return _heatmap_grid([panels], title)
 
 
@@ -147,15 +148,10 @@ def _heatmap_grid(rows: Sequence[Sequence[tuple]], title: str, xlabel: str = "so
                   ylabel: str = "output") -> Figure:
     """Rows of heatmap panels as ``_heatmap_row`` draws one, columns sized by the first row's; a None
     panel (below the first row) is an empty cell."""
-    panels = rows[0]
-    widths = [max(3.0, HEATMAP_CELL_IN * len(src) + 1.8) for _, _, src, _, _ in panels]
-    width = max(HEATMAP_MIN_WIDTH_IN, sum(widths))
-    title_lines = textwrap.wrap(title, max(1, int(width * 72 / TITLE_CHAR_PT)))
     longest = max(len(panel[3]) for row in rows for panel in row if panel is not None)
-    height = len(rows) * max(2.5, HEATMAP_CELL_IN * longest + 1.9)
-    height += TITLE_LINE_IN * (len(title_lines) - 1)  # (each further title line)
-    fig, axes = plt.subplots(len(rows), len(panels), figsize=(width, height), squeeze=False, dpi=HEATMAP_DPI,
-                             gridspec_kw={"width_ratios": widths}, layout="constrained")
+    fig = plt.figure(dpi=HEATMAP_DPI)
+    layout = _GridLayout(fig, rows, xlabel, longest)
+    axes = [[fig.add_axes((0, 0, 1, 1)) for _ in rows[0]] for _ in rows]  # placed by the layout below
     for row_axes, row in zip(axes, rows):
         for ax, panel in zip(row_axes, row):
             if panel is None:
@@ -165,13 +161,123 @@ def _heatmap_grid(rows: Sequence[Sequence[tuple]], title: str, xlabel: str = "so
             image = _heatmap_panel(ax, label, matrix, src_tokens, out_tokens, gold, xlabel)
             ax.set_ylim(longest - 0.5, -0.5)  # every panel's rows the same height, the first at the top
         row_axes[0].set_ylabel(ylabel)
-    fig.colorbar(image, ax=axes[:, -1], fraction=0.046, pad=0.02, label="weight")
-    fig.suptitle("\n".join(title_lines), fontsize=HEATMAP_LABEL_PT + 1)
+    colorbar = fig.colorbar(image, cax=fig.add_axes((0, 0, 1, 1)), label="weight").ax
     handles, labels = axes[0][0].get_legend_handles_labels()
-    if handles:
-        fig.legend(handles, labels, loc="outside lower center", ncol=len(handles), fontsize=HEATMAP_LABEL_PT,
-                   frameon=False)
+    legend = fig.legend(handles, labels, loc="lower center", ncol=len(handles), fontsize=HEATMAP_LABEL_PT,
+                        frameon=False, borderaxespad=0) if handles else None
+    width = layout.widen_to(legend)
+    title_lines = textwrap.wrap(title, max(1, int(width * 72 / TITLE_CHAR_PT)))
+    suptitle = fig.suptitle("\n".join(title_lines), fontsize=HEATMAP_LABEL_PT + 1, va="top")
+    layout.place(axes, colorbar, suptitle, legend)
     return fig
+
+
+def _panel_title(label: str) -> str:
+    return "\n".join(textwrap.wrap(label, PANEL_TITLE_CHARS))
+
+
+class _GridLayout:
+    """Where each heatmap panel, the colour bar, the title and the legend go, in inches, from the
+    measured extents of the texts around each panel: the y tick labels left of it (and, in the first
+    column, the y label), the rotated x tick labels and the x label below, the panel title above.
+
+    Matplotlib's constrained layout finds the same by laying every tick out once more before the
+    draw (a third of a heatmap's drawing time, ``benchmarks/results.md``); here each distinct label is
+    measured once. A panel's cells are ``HEATMAP_CELL_IN`` square (wider where the panel is widened to
+    its title or x label; taller for a one-token panel: ``min_panel_side``), and the figure grows to
+    hold its margins, at least ``HEATMAP_MIN_WIDTH_IN`` wide, a wider one holding its panels centred."""
+
+    edge = 0.06  # the figure's blank border, inches
+    gap = 0.12  # between a panel and the next one's y labels, a row and the next, the rows and the title or legend
+    min_panel_side = 0.8  # inches: a one-token heatmap still shows its cell
+    colorbar_pad, colorbar_width = 0.1, 0.15
+
+    def __init__(self, fig: Figure, rows: Sequence[Sequence[tuple]], xlabel: str, longest: int):
+        self.fig = fig
+        self.measure = measure = _TextMeasure(fig)
+        points = 1 / 72
+        size = plt.rcParams["font.size"]  # axis labels and colour bar ticks: matplotlib's default size
+        tick_room = (plt.rcParams["xtick.major.size"] + plt.rcParams["xtick.major.pad"]) * points
+        label_room = measure.height(xlabel, size) + plt.rcParams["axes.labelpad"] * points
+        self.left, self.widths = [], []
+        for c, column in enumerate(zip(*rows)):
+            panels = [panel for panel in column if panel is not None]
+            yticks = max(measure.width(token, HEATMAP_LABEL_PT) for panel in panels for token in [*panel[3], ""])
+            self.left.append(yticks + tick_room + (label_room if c == 0 else 0.0))
+            titles = max(measure.width(_panel_title(panel[0]), HEATMAP_LABEL_PT + 1) for panel in panels)
+            cells = HEATMAP_CELL_IN * len(column[0][2])
+            self.widths.append(max(cells, self.min_panel_side, titles, measure.width(xlabel, size)))
+        self.top, self.bottom = [], []
+        for row in rows:
+            panels = [panel for panel in row if panel is not None]
+            titles = max(measure.height(_panel_title(panel[0]), HEATMAP_LABEL_PT + 1) for panel in panels)
+            self.top.append(titles + plt.rcParams["axes.titlepad"] * points)
+            xticks = max(measure.width(token, HEATMAP_LABEL_PT) for panel in panels for token in [*panel[2], ""])
+            self.bottom.append(xticks + tick_room + label_room)
+        self.cell_height = max(HEATMAP_CELL_IN * longest, self.min_panel_side)
+        colorbar_ticks = max(measure.width(f"{v:.1f}", size) for v in (0.0, 1.0))
+        self.right = self.colorbar_pad + self.colorbar_width + tick_room + colorbar_ticks + label_room
+        self.content = sum(self.left) + sum(self.widths) + self.gap * (len(self.widths) - 1) + self.right
+        self.width = max(HEATMAP_MIN_WIDTH_IN, self.content + 2 * self.edge)
+
+    def widen_to(self, legend) -> float:
+        """The figure's width, widened to hold ``legend`` (None: none) on one line."""
+        if legend is not None:
+            self.width = max(self.width, self.measure.extent(legend)[0] + 2 * self.edge)
+        return self.width
+
+    def place(self, axes, colorbar, suptitle, legend) -> None:
+        """Size the figure and put every part in it: the title at the top, the rows of panels below it
+        (the colour bar right of them), the legend at the bottom."""
+        title_room = self.measure.extent(suptitle)[1] + self.gap
+        legend_room = self.measure.extent(legend)[1] + self.gap if legend is not None else 0.0
+        rows = len(self.top)
+        bottoms, y = [], self.edge + legend_room  # each row's axes' bottom, inches from the figure's bottom
+        for r in reversed(range(rows)):
+            bottoms.insert(0, y + self.bottom[r])
+            y = bottoms[0] + self.cell_height + self.top[r] + (self.gap if r else 0.0)
+        width, height = self.width, y + title_room + self.edge
+        self.fig.set_size_inches(width, height)
+        x0 = (width - self.content) / 2  # (≥ the edge)
+        for row_axes, bottom in zip(axes, bottoms):
+            for c, ax in enumerate(row_axes):
+                x = x0 + sum(self.left[: c + 1]) + sum(self.widths[:c]) + self.gap * c
+                ax.set_position((x / width, bottom / height, self.widths[c] / width, self.cell_height / height))
+        x = x0 + self.content - self.right + self.colorbar_pad
+        span = bottoms[0] + self.cell_height - bottoms[-1]  # the first row's top to the last row's bottom
+        colorbar.set_position((x / width, bottoms[-1] / height, self.colorbar_width / width, span / height))
+        suptitle.set_y(1 - self.edge / height)
+        if legend is not None:
+            legend.set_bbox_to_anchor((0.5, self.edge / height), transform=self.fig.transFigure)
+
+
+class _TextMeasure:
+    """Texts' extents in inches as ``fig`` would draw them, each distinct (text, size) measured once."""
+
+    def __init__(self, fig: Figure):
+        self.fig = fig
+        self.renderer = fig.canvas.get_renderer()
+        self.probe = Text(figure=fig)
+        self.cache: dict[tuple[str, float], tuple[float, float]] = {}
+
+    def extent(self, artist) -> tuple[float, float]:
+        """(width, height) of a drawn artist (a text, a legend)."""
+        box = artist.get_window_extent(self.renderer)
+        return box.width / self.fig.dpi, box.height / self.fig.dpi
+
+    def size(self, text: str, fontsize: float) -> tuple[float, float]:
+        key = (text, fontsize)
+        if key not in self.cache:
+            self.probe.set_text(text)
+            self.probe.set_fontsize(fontsize)
+            self.cache[key] = self.extent(self.probe)
+        return self.cache[key]
+
+    def width(self, text: str, fontsize: float) -> float:
+        return self.size(text, fontsize)[0]
+
+    def height(self, text: str, fontsize: float) -> float:
+        return self.size(text, fontsize)[1]
 
 
 def _heatmap_panel(ax: Axes, label: str, matrix: np.ndarray, src_tokens: Sequence[str],
@@ -180,7 +286,7 @@ def _heatmap_panel(ax: Axes, label: str, matrix: np.ndarray, src_tokens: Sequenc
     ax.set_xticks(range(len(src_tokens)), src_tokens, rotation=90, fontsize=HEATMAP_LABEL_PT)
     ax.set_yticks(range(len(out_tokens)), out_tokens, fontsize=HEATMAP_LABEL_PT)
     ax.set_xlabel(xlabel)
-    ax.set_title("\n".join(textwrap.wrap(label, PANEL_TITLE_CHARS)), fontsize=HEATMAP_LABEL_PT + 1)
+    ax.set_title(_panel_title(label), fontsize=HEATMAP_LABEL_PT + 1)
     if gold is not None:
         points = [(src, out) for out, src in enumerate(gold[: len(out_tokens)]) if src >= 0]
         if points:
