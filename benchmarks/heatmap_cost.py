@@ -25,19 +25,19 @@ REPO = Path(__file__).resolve().parents[1]
 PLOTS = Path("attnseq") / "tracking" / "plots.py"
 
 
-class Figure(NamedTuple):
+class Drawing(NamedTuple):
     name: str
     tokens: int  # the source's
     panels: int  # heatmaps in the figure
     draw: Callable[[ModuleType], object]  # the plots module → a matplotlib figure
 
 
-def figures() -> list[Figure]:
+def drawings() -> list[Drawing]:
     """A copy run's three samples (short, medium, longer than its training lengths 5-40), a 4-head model's
     medium one, and a 2-layer, 4-head Transformer's encoder self-attention of the medium one."""
     rng = np.random.default_rng(0)
 
-    def cross(length: int, heads: int) -> Figure:
+    def cross(length: int, heads: int) -> Drawing:
         src = [f"s{i % 10}" for i in range(length)]
         weights = rng.dirichlet(np.ones(length), size=(heads, length + 1))  # (H, T_out, T_src)
         title = f"sample of source length {length}, epoch 3 (step 599): wrong"
@@ -46,9 +46,9 @@ def figures() -> list[Figure]:
             return plots.attention_heatmap(weights, src, [*src, "</s>"], title, gold=[*range(length), -1])
 
         name = f"cross-attention, {length} tokens, {heads} head{'s' if heads > 1 else ''}"
-        return Figure(name, length, 1 + heads if heads > 1 else 1, draw)
+        return Drawing(name, length, 1 + heads if heads > 1 else 1, draw)
 
-    def encoder_self(length: int, layers: int, heads: int) -> Figure:
+    def encoder_self(length: int, layers: int, heads: int) -> Drawing:
         src = [f"s{i % 10}" for i in range(length)]
         maps = {"encoder": [rng.dirichlet(np.ones(length), size=(heads, length)) for _ in range(layers)]}  # (H, T, T)
 
@@ -56,7 +56,7 @@ def figures() -> list[Figure]:
             return plots.self_attention_heatmaps(maps, src, src, "title", "<s>")["encoder"]
 
         name = f"encoder self-attention, {length} tokens, {layers} layers × {heads} heads"
-        return Figure(name, length, layers * (1 + heads), draw)
+        return Drawing(name, length, layers * (1 + heads), draw)
 
     return [cross(6, 1), cross(22, 1), cross(45, 1), cross(22, 4), encoder_self(22, 2, 4)]
 
@@ -69,7 +69,7 @@ def load_plots(checkout: Path, name: str) -> ModuleType:
     return module
 
 
-def seconds(plots: ModuleType, figure: Figure) -> float:
+def seconds(plots: ModuleType, figure: Drawing) -> float:
     started = time.perf_counter()
     plots.figure_to_array(figure.draw(plots))
     return time.perf_counter() - started
@@ -85,14 +85,14 @@ class Row(NamedTuple):
         return statistics.median(self.this) / statistics.median(self.against)
 
 
-def measure(tries: int, against: Path | None = None, drawn: list[Figure] | None = None,
+def measure(tries: int, against: Path | None = None, drawn: list[Drawing] | None = None,
             log=lambda line: None) -> list[Row]:
-    """Each figure (``drawn``, default ``figures()``) drawn ``tries`` times by this checkout (and, alternating,
+    """Each figure (``drawn``, default ``drawings()``) drawn ``tries`` times by this checkout (and, alternating,
     by ``against``), after one untimed draw of each (font caches)."""
     mine = load_plots(REPO, "plots_this")
     theirs = load_plots(against, "plots_against") if against is not None else None
     rows = []
-    for figure in drawn or figures():
+    for figure in drawn or drawings():
         for plots in (mine, theirs):
             if plots is not None:
                 seconds(plots, figure)

@@ -18,7 +18,7 @@ def heatmap_cost():
 def test_each_figure_is_a_heatmap_of_its_tokens(heatmap_cost):
     from attnseq.tracking import plots
 
-    for figure in heatmap_cost.figures():
+    for figure in heatmap_cost.drawings():
         drawn = figure.draw(plots)
         panels = [ax for ax in drawn.axes if ax.images]
         assert len(panels) == figure.panels, figure.name
@@ -27,7 +27,7 @@ def test_each_figure_is_a_heatmap_of_its_tokens(heatmap_cost):
 
 
 def test_this_checkout_beside_another_is_timed_alternating_and_tabled(heatmap_cost):
-    picked = heatmap_cost.figures()[:2]
+    picked = heatmap_cost.drawings()[:2]
     rows = heatmap_cost.measure(tries=2, against=heatmap_cost.REPO, drawn=picked)
     assert [row.figure for row in rows] == [figure.name for figure in picked]
     assert all(len(row.this) == len(row.against) == 2 and min(row.this + row.against) > 0 for row in rows)

@@ -66,7 +66,7 @@ def overlaps(figure) -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize(("length", "heads"), [
     *((length, heads) for length in (1, 4, 30, 80) for heads in (1, 4) if (length, heads) != (80, 4)),
-    pytest.param(80, 4, marks=pytest.mark.slow),  # 5 panels of 80 × 81 cells: ~15 s to lay out
+    pytest.param(80, 4, marks=pytest.mark.slow),  # 5 panels of 80 × 81 cells: the slowest to draw
 ])
 def test_title_verdict_and_legend_lie_inside_the_heatmap(length, heads):
     weights = np.random.default_rng(length).dirichlet(np.ones(length), size=(heads, length + 1))  # (H, T_out, T_src)

@@ -161,14 +161,14 @@ def _heatmap_grid(rows: Sequence[Sequence[tuple]], title: str, xlabel: str = "so
             image = _heatmap_panel(ax, label, matrix, src_tokens, out_tokens, gold, xlabel)
             ax.set_ylim(longest - 0.5, -0.5)  # every panel's rows the same height, the first at the top
         row_axes[0].set_ylabel(ylabel)
-    colorbar = fig.colorbar(image, cax=fig.add_axes((0, 0, 1, 1)), label="weight").ax
+    colorbar_axes = fig.colorbar(image, cax=fig.add_axes((0, 0, 1, 1)), label="weight").ax
     handles, labels = axes[0][0].get_legend_handles_labels()
     legend = fig.legend(handles, labels, loc="lower center", ncol=len(handles), fontsize=HEATMAP_LABEL_PT,
                         frameon=False, borderaxespad=0) if handles else None
     width = layout.widen_to(legend)
     title_lines = textwrap.wrap(title, max(1, int(width * 72 / TITLE_CHAR_PT)))
     suptitle = fig.suptitle("\n".join(title_lines), fontsize=HEATMAP_LABEL_PT + 1, va="top")
-    layout.place(axes, colorbar, suptitle, legend)
+    layout.place(axes, colorbar_axes, suptitle, legend)
     return fig
 
 
@@ -226,7 +226,7 @@ class _GridLayout:
             self.width = max(self.width, self.measure.extent(legend)[0] + 2 * self.edge)
         return self.width
 
-    def place(self, axes, colorbar, suptitle, legend) -> None:
+    def place(self, axes, colorbar_axes, suptitle, legend) -> None:
         """Size the figure and put every part in it: the title at the top, the rows of panels below it
         (the colour bar right of them), the legend at the bottom."""
         title_room = self.measure.extent(suptitle)[1] + self.gap
@@ -245,7 +245,7 @@ class _GridLayout:
                 ax.set_position((x / width, bottom / height, self.widths[c] / width, self.cell_height / height))
         x = x0 + self.content - self.right + self.colorbar_pad
         span = bottoms[0] + self.cell_height - bottoms[-1]  # the first row's top to the last row's bottom
-        colorbar.set_position((x / width, bottoms[-1] / height, self.colorbar_width / width, span / height))
+        colorbar_axes.set_position((x / width, bottoms[-1] / height, self.colorbar_width / width, span / height))
         suptitle.set_y(1 - self.edge / height)
         if legend is not None:
             legend.set_bbox_to_anchor((0.5, self.edge / height), transform=self.fig.transFigure)
