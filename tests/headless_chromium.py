@@ -100,15 +100,21 @@ class HeadlessChromium:
         return result["result"].get("value")
 
     def wait_for(self, expression: str, timeout_s: float = 60.0, what: str = "") -> Any:
-        """The expression's first truthy value, polled twice a second."""
+        """The expression's first truthy value, polled twice a second. An expression that throws counts as not
+        yet (a page still navigating has no ``document.body``); its last error goes into the timeout's message."""
         deadline = time.monotonic() + timeout_s
+        error = ""
         while True:
-            value = self.evaluate(expression)
+            try:
+                value = self.evaluate(expression)
+            except RuntimeError as thrown:
+                value, error = None, f"\n--- last error ---\n{thrown}"
             if value:
                 return value
             if time.monotonic() > deadline:
                 text = self.evaluate("document.body ? document.body.innerText.slice(0, 1500) : ''")
-                raise TimeoutError(f"not within {timeout_s:.0f} s: {what or expression}\n--- page text ---\n{text}")
+                raise TimeoutError(f"not within {timeout_s:.0f} s: {what or expression}{error}"
+                                   f"\n--- page text ---\n{text}")
             time.sleep(0.5)
 
     def click(self, element: str, what: str = "", settle_s: float = 10.0) -> None:
