@@ -91,7 +91,7 @@ messages-results: $(STAMP)  ## docs/experiments.md's real-text table: messages c
 	$(PY) train.py -m experiment=messages_en_fr encoder=bigru,transformer scorer=multihead model.heads=4 hydra/launcher=joblib hydra.launcher.n_jobs=2 threads=1 trainer.enable_progress_bar=false
 	$(PY) evaluate.py experiment_name=messages_en_fr eval.lengths=[1,40] 'eval.sentences=["invalid register name","Maximum size"]'
 
-bench: $(STAMP)  ## the full benchmark: training, decoding, what users wait on, JoeyNMT and OpenNMT-py beside attnseq (≈ 80–90 min on 2 cores) → benchmarks/results.md
+bench: $(STAMP)  ## the full benchmark: training, decoding, what users wait on, JoeyNMT and OpenNMT-py beside attnseq (1–2 h on 2 cores: 58 min on the AMD EPYC, 128 min on the Intel Xeon) → benchmarks/results.md
 	$(PY) benchmarks/bench.py $(ARGS)
 
 # STORE: a store URI (sqlite:///…, postgresql://…) or a path to an SQLite file; a relative one is made

@@ -388,12 +388,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out", type=Path, default=None, help="the Markdown file (default: benchmarks/results.md; none with --quick)"
     )
+    parser.add_argument(
+        "--compare", type=Path, default=None,
+        help="the report whose real-path ratios stand beside this run's as `×base at <commit>` (default: --out's "
+        "file where it exists, else benchmarks/results.md; none with --quick)",
+    )
     args = parser.parse_args(argv)
     settings = make_settings(args)
     results = run(settings, log=lambda line: print(line, file=sys.stderr, flush=True))
     shown_args = " ".join(argv if argv is not None else sys.argv[1:])
     out = args.out or (None if args.quick else REPO / "benchmarks" / "results.md")
-    previous = previous_ratios(out.read_text()) if out is not None and out.exists() else None
+    earlier = args.compare or (None if args.quick else next(
+        (path for path in (out, REPO / "benchmarks" / "results.md") if path is not None and path.exists()), None))
+    previous = previous_ratios(earlier.read_text()) if earlier is not None else None
     report = render(results, f"python benchmarks/bench.py {shown_args}".strip(), previous)
     print(report)
     if out is not None:

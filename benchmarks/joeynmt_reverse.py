@@ -55,7 +55,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from opennmt_peer import TRUSTED_CHECKPOINTS, Decoding, decode_attnseq, mean_words, welch  # noqa: E402
 from opennmt_peer import run as run_command  # noqa: E402
-from time_to_accuracy import Attempt, Settings, run_cli  # noqa: E402  (its siblings, as a script sees them)
+from time_to_accuracy import Attempt, Settings, median_reached, run_cli  # noqa: E402  (its siblings, as a script sees them)
 
 from attnseq.serving.predictor import BATCH_SIZE  # noqa: E402
 
@@ -348,20 +348,17 @@ def decode(run: Run, python: Path, data: Path, workdir: Path, threads: int, beam
 # ---- the report
 
 
-def median_or_none(values: list[float | None]) -> float | None:
-    """The median when every run reached it; None otherwise (a median over the runs that did would flatter)."""
-    return None if not values or any(v is None for v in values) else statistics.median(values)
-
-
 def medians(runs: dict[str, list[Run]], target: float) -> tuple[float | None, float | None]:
-    """Median seconds to ``target``: (attnseq, JoeyNMT); None where a run of that side did not reach it."""
-    return tuple(median_or_none([None if (hit := run.reached(target)) is None else hit[0] for run in runs[who]])
+    """Median seconds to ``target``: (attnseq, JoeyNMT), a seed that never reached it counting as the slowest
+    (``median_reached``); None where that median is not reached."""
+    return tuple(median_reached([None if (hit := run.reached(target)) is None else hit[0] for run in runs[who]])
                  for who in ("attnseq", JOEY))
 
 
 def render(runs: dict[str, list[Run]], targets: tuple[float, ...], command: str, sizes: dict[str, int]) -> str:
-    """The table of medians (over seeds that all reached the target) and their ratio, with Welch's p of the
-    two sides' seconds where each has two seeds or more, and one line per run."""
+    """The table of medians (a seed that never reached the target counting as the slowest) and their ratio,
+    with Welch's p of the two sides' seconds where every seed reached it and each side has two or more, and one
+    line per run."""
     from attnseq.metrics.significance import welch_p
 
     ours, theirs = runs["attnseq"], runs[JOEY]
@@ -379,9 +376,13 @@ def render(runs: dict[str, list[Run]], targets: tuple[float, ...], command: str,
         shown = [f"{v:.0f}" if v is not None else "not reached" for v in (a, j)]
         hits = [[run.reached(target) for run in group] for group in (ours, theirs)]
         updates = " / ".join(",".join("–" if hit is None else f"{hit[1]:,}" for hit in group) for group in hits)
-        p = None if a is None or j is None else welch_p(*([hit[0] for hit in group] for group in hits))
+        every = all(hit is not None for group in hits for hit in group) and min(map(len, hits)) > 1
+        p = welch_p(*([hit[0] for hit in group] for group in hits)) if every else None
         lines.append(f"| {target:g} | {shown[0]} | {shown[1]} | {ratio} | {'–' if p is None else f'{p:.3f}'} "
                      f"| {updates} |")
+    if any(run.reached(target) is None for group in (ours, theirs) for run in group for target in targets):
+        lines += ["", "A seed that never reached a dev BLEU counts as the slowest of its side there (the median is "
+                      "the higher middle, `–` where it is not reached); such a row has no test."]
     lines.append("")
     for group in (ours, theirs):
         for run in group:

@@ -337,10 +337,15 @@ def describe(attempt: Attempt) -> str:
 def median_seconds(attempts: list[Attempt]) -> float | None:
     """The median over seeds, a run not reached counting as slower than any reached; None if the
     median itself is not reached."""
-    values = sorted(a.seconds if a.seconds is not None else float("inf") for a in attempts)
-    if not values:
+    return median_reached([a.seconds for a in attempts])
+
+
+def median_reached(seconds: list[float | None]) -> float | None:
+    """The median of ``seconds``, None (not reached) counting as slower than any number; None if that median is
+    itself not reached (with an even count, if the higher middle is not), or there is none."""
+    if not seconds:
         return None
-    middle = statistics.median_high(values) if len(values) % 2 == 0 else statistics.median(values)
+    middle = statistics.median(value if value is not None else float("inf") for value in seconds)
     return None if middle == float("inf") else middle
 
 

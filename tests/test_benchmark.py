@@ -194,6 +194,20 @@ def test_the_next_report_keeps_the_previous_ratios_beside_its_own(bench, quick):
     assert report_module.previous_ratios("# nothing here\n") is None
 
 
+def test_a_report_written_elsewhere_compares_with_the_one_named(bench, quick, tmp_path, capsys):
+    """``--out`` outside benchmarks/results.md still gets the ``×base at`` column: from ``--compare``'s report."""
+    earlier = tmp_path / "earlier.md"
+    earlier.write_text(quick[2])
+    commit = sys.modules["report"].previous_ratios(quick[2]).commit
+    out = tmp_path / "out.md"
+    assert bench.main(["--quick", "--threads", "1", "--out", str(out), "--compare", str(earlier)]) == 0
+    header = out.read_text().split("## Training throughput")[1].splitlines()
+    assert f"×base at {commit}" in next(line for line in header if line.startswith("| "))
+    assert bench.main(["--quick", "--threads", "1", "--out", str(tmp_path / "alone.md")]) == 0  # --quick: no default
+    assert "×base at" not in (tmp_path / "alone.md").read_text()
+    capsys.readouterr()
+
+
 def test_the_previous_ratios_footnote_names_another_processor(bench, quick):
     _, results, report = quick
     report_module = sys.modules["report"]

@@ -174,6 +174,25 @@ def test_the_table_gives_each_target_its_median_seconds_and_ratio(joey):
     assert f"Welch p = {2 * stats.t.sf(abs(t), df=df):.3f}" in pace
 
 
+def test_a_seed_that_never_reached_the_target_counts_as_the_slowest(joey):
+    """JoeyNMT's seed 0 never reached 95 (as in a full run): the median is the higher of the other two, not 'not
+    reached' for the whole side, and the row has no Welch test (a censored seed has no seconds to test)."""
+    Run = joey.Run
+    ours = [Run("attnseq", seed, [(seconds, 2000, 96.0)], seconds + 5) for seed, seconds in ((0, 60.0), (1, 64.0),
+                                                                                            (2, 70.0))]
+    theirs = [Run("JoeyNMT 2.3.0", 0, [(300.0, 2000, 93.9), (900.0, 6000, 93.91)], 903.0),
+              Run("JoeyNMT 2.3.0", 1, [(237.0, 2000, 95.2)], 240.0),
+              Run("JoeyNMT 2.3.0", 2, [(182.0, 2000, 95.1)], 185.0)]
+    assert joey.medians({"attnseq": ours, "JoeyNMT 2.3.0": theirs}, 95.0) == (64.0, 237.0)
+    pair = {"attnseq": ours, "JoeyNMT 2.3.0": theirs[:2]}
+    assert joey.medians(pair, 95.0) == (64.0, None)  # the higher middle of two is not reached
+    table = joey.render({"attnseq": ours, "JoeyNMT 2.3.0": theirs}, (95.0,), "cmd",
+                        {"train": 50000, "val": 1000, "test": 1000})
+    row = next([cell.strip() for cell in line.split("|")[2:-1]] for line in table.splitlines()
+               if line.startswith("| 95"))
+    assert row[:4] == ["64", "237", f"**{64 / 237:.2f}×**", "–"]
+
+
 def test_the_decoding_table_gives_each_beam_its_medians_speed_up_and_welch_p(joey):
     """Medians over the seeds where both sides decoded; the speed-up is JoeyNMT's seconds over attnseq's; Welch's
     p of the translations alone against scipy; a seed where one side has no model drops out of that beam's row."""
