@@ -34,6 +34,7 @@ from attnseq.metrics import DIAGNOSTICS, AttentionDiagnostics, LengthBucketedAcc
 from attnseq.metrics.length_buckets import bucket_digits
 from attnseq.model import Decoded, greedy_decode
 from attnseq.model.beam import beam_search
+from attnseq.model.fused_decoders import step_through
 
 
 def uniform_like(weights: Tensor, valid_mask: Tensor) -> Tensor:
@@ -81,6 +82,16 @@ def strip(ids: list[int]) -> list[int]:
     return ids[: ids.index(EOS)] if EOS in ids else [i for i in ids if i != PAD]
 
 
+def reference_teacher_forcing(model: nn.Module, batch) -> tuple[Tensor, Tensor | None]:
+    """The teacher-forced pass as it ran then: the fused recurrence where the decoder takes it, else
+    ``decoder.step`` at each step (``decoder(...)`` now runs the fused decoding step outside autograd)."""
+    memory, state = model.encode(batch.src, batch.src_lengths)
+    decoder = model.decoder
+    if decoder.takes_fast_path():
+        return decoder.teacher_forced(batch.tgt_in, state, memory)  # (B, T_dec, V), (B, H, T_dec, T_enc)
+    return step_through(lambda tokens, now: decoder.step(tokens, now, memory), batch.tgt_in, state)
+
+
 def reference_decode(trained: TrainedRun, batch, beam_size: int) -> Decoded:
     limit = length_limit(trained, batch)
     if beam_size > 1:
@@ -124,7 +135,7 @@ def reference_evaluate_run(
         accuracy_inside.update(
             decoded.tokens[seen], batch.tgt_out[seen], batch.tgt_lengths[seen], batch.src_lengths[seen]
         )
-        logits, attention = model(batch.src, batch.src_lengths, batch.tgt_in)  # teacher forced
+        logits, attention = reference_teacher_forcing(model, batch)
         if attention is not None:
             diagnostics.update(attention, batch.alignment, batch.tgt_lengths, batch.src_lengths)
             diagnostics_inside.update(

@@ -135,11 +135,13 @@ def startup(threads: int, log: Log) -> Waited:
 
 def evaluation(threads: int, log: Log) -> Waited:
     import evaluation_speed
+    import teacher_forcing_speed
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)  # evaluate.py's default
     try:
         speed = evaluation_speed.measure(evaluation_speed.seeded_copy_run(), size=2000, repeats=2, log=log)
+        passes = teacher_forcing_speed.measure(size=1000, repeats=3, log=log)  # validation's and evaluation's passes
     finally:
         torch.set_num_threads(before)
     targets = [
@@ -148,7 +150,12 @@ def evaluation(threads: int, log: Log) -> Waited:
         "decoding alone costs what it does"
         for k in evaluation_speed.BEAM_SIZES
     ]
-    return Waited(evaluation_speed.render(speed), targets)
+    gains = sorted(row.ratio("pass") for row in passes)
+    targets.append(f"- the teacher-forced pass outside autograd, through the fused decoding step against the pass it "
+                   f"replaced, {len(passes)} cases: median **{statistics.median(gains):.2f}×** (range {gains[0]:.2f}–"
+                   f"{gains[-1]:.2f}×; measured)")
+    tables = evaluation_speed.render(speed) + "\n" + teacher_forcing_speed.render(passes, 1000, 3, threads=1)
+    return Waited(tables, targets)
 
 
 def remote_tracking(threads: int, log: Log) -> Waited:

@@ -16,6 +16,7 @@ import torch
 from attnseq.attention import NO_ATTENTION, SCORERS
 from attnseq.attention.settings import size_problems
 from attnseq.data.vocab import BOS, EOS, PAD
+from attnseq.faithfulness.counterfactual import MODES, CounterfactualReplay, counterfactual_decoder
 from attnseq.model import ModelConfig, build_seq2seq, greedy_decode
 from attnseq.model.beam import beam_search
 from attnseq.model.conventions import DECODER_CONVENTIONS
@@ -132,6 +133,60 @@ def test_beam_search_gives_the_tokens_of_the_step_by_step_search(scorer, convent
     torch.testing.assert_close(fused.scores, stepwise.scores, rtol=0.0, atol=1e-9)
     if stepwise.attention is not None:
         torch.testing.assert_close(fused.attention, stepwise.attention, rtol=0.0, atol=1e-9)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("scorer", "convention", "cell", "heads"),
+                         [case for case in cases() if case.values[0] != NO_ATTENTION])
+def test_the_counterfactual_replay_gives_the_logits_of_the_swapped_decoder(scorer, convention, cell, heads, mode):
+    """``CounterfactualReplay`` (the fused step, the swap between weights and context, where the decoder's
+    recurrence reads the attention) against the copy of the decoder whose mechanism is a
+    ``CounterfactualAttention`` stepped through ``decoder.step``, the replay evaluation ran before: the same
+    logits from the same permutations, in float64."""
+    seed = len(scorer) + 3 * heads + (cell == "lstm")
+    model = make_model(scorer, convention, cell, heads, seed).double()
+    src, lengths = make_src(seed + 2)
+    tgt_in = torch.randint(4, V_TGT, (src.shape[0], 9), generator=torch.Generator().manual_seed(seed))  # (B, T_dec)
+    tgt_in[:, 0] = BOS
+    replay = CounterfactualReplay(model.decoder, mode, torch.Generator().manual_seed(7))
+    twin = counterfactual_decoder(model.decoder, mode, torch.Generator().manual_seed(7))
+    twin_calls = []
+    stepped = replay.twin.forward
+    replay.twin.forward = lambda *args: twin_calls.append(1) or stepped(*args)
+    with torch.inference_mode():
+        memory, state = model.encode(src, lengths)
+        expected, _ = twin(tgt_in, state, memory)  # (B, T_dec, V)
+        replayed = replay(tgt_in, state, memory)  # (B, T_dec, V)
+    torch.testing.assert_close(replayed, expected, rtol=0.0, atol=1e-9)
+    assert not twin.takes_fast_path() or not model.decoder.attention_feeds_recurrence()  # where the twin steps
+    assert (not twin_calls) == (model.decoder.attention_feeds_recurrence() and expects_fused(model, src, lengths))
+
+
+@pytest.mark.parametrize(("scorer", "convention", "cell", "heads"), cases())
+def test_teacher_forcing_without_gradients_gives_the_values_of_the_training_pass(scorer, convention, cell, heads):
+    """The decoder's teacher-forced pass outside autograd (validation, evaluation: through the fused decoding step
+    where the recurrence reads the attention) against the same pass with gradients on (the fused recurrences or
+    ``step``, as training runs it): the same logits and weights, in float64."""
+    seed = len(scorer) + 5 * heads + (cell == "lstm")
+    model = make_model(scorer, convention, cell, heads, seed).double()
+    src, lengths = make_src(seed + 3)
+    tgt_in = torch.randint(4, V_TGT, (src.shape[0], 9), generator=torch.Generator().manual_seed(seed))  # (B, T_dec)
+    tgt_in[:, 0] = BOS
+    memory, state = model.encode(src, lengths)
+    expected_logits, expected_weights = model.decoder(tgt_in, state, memory)  # (B, T_dec, V), (B, H, T_dec, T_enc)
+    steps = []
+    fused_decoding = model.decoder.fused_decoding
+    model.decoder.fused_decoding = lambda *args: steps.append(1) or fused_decoding(*args)
+    with torch.inference_mode():
+        logits, weights = model.decoder(tgt_in, state, memory)
+    torch.testing.assert_close(logits, expected_logits.detach(), rtol=0.0, atol=1e-9)
+    if expected_weights is None:
+        assert weights is None
+    else:
+        torch.testing.assert_close(weights, expected_weights.detach(), rtol=0.0, atol=1e-9)
+    decoder = model.decoder
+    assert bool(steps) == (isinstance(decoder, Decoder) and decoder.attention_feeds_recurrence()
+                           and decoder.attention is not None)
 
 
 def test_keep_attention_off_keeps_the_tokens():

@@ -21,7 +21,7 @@ from attnseq.data import Batch, Example, Seq2SeqData, collate, encode_examples
 from attnseq.data.tasks import TASKS, TEXT_TASKS
 from attnseq.data.tokenizers import SUBWORD_TOKENIZERS, output_text
 from attnseq.evaluation.trained_runs import TrainedRun
-from attnseq.faithfulness.counterfactual import MODES, CounterfactualTotals, counterfactual_decoder
+from attnseq.faithfulness.counterfactual import MODES, CounterfactualReplay, CounterfactualTotals
 from attnseq.faithfulness.explorer import explorer_samples
 from attnseq.faithfulness.probe import probe, spread
 from attnseq.metrics import BatchOutputs, MetricSuite, SuiteSpec
@@ -159,13 +159,13 @@ def evaluate_run(trained: TrainedRun, settings: EvalSettings, examples: list[Exa
     """The run's metrics at ``settings``; ``progress`` is told the size of each decoded batch.
 
     Each batch is encoded once: decoding, the teacher-forced pass and the counterfactual replays
-    all read that one encoding (the replays through copies of the decoder alone)."""
+    all read that one encoding (the replays: ``CounterfactualReplay``, one per mode, built once)."""
     examples = examples if examples is not None else evaluation_examples(trained, settings)
     model = trained.model.eval()
     suite = metric_suite(trained, settings)
     generator = torch.Generator().manual_seed(settings.seed)
     replays = (
-        {mode: counterfactual_decoder(model.decoder, mode, generator) for mode in MODES}
+        {mode: CounterfactualReplay(model.decoder, mode, generator) for mode in MODES}
         if "counterfactual" in suite.members
         else {}
     )
@@ -194,7 +194,7 @@ def evaluate_run(trained: TrainedRun, settings: EvalSettings, examples: list[Exa
         correct, real = sequence_hits(decoded.tokens, batch.tgt_out, batch.tgt_lengths)  # (B,) each
         hits.append((correct.tolist(), real.tolist()))
         logits, attention = model.decoder(batch.tgt_in, state, memory)  # teacher forced
-        replayed = {mode: replay(batch.tgt_in, state, memory)[0] for mode, replay in replays.items()}
+        replayed = {mode: replay(batch.tgt_in, state, memory) for mode, replay in replays.items()}
         references = (
             [trained.tgt_tokenizer.detokenize(example.tgt) for example in ordered[start : start + len(batch)]]
             if suite.spec.text

@@ -12,20 +12,28 @@ decoding with and without the swap gives two output distributions per target ste
 Both per length bucket. A model that ignores its attention scores 0 on both; a model whose
 outputs genuinely depend on where it attends scores high. Low numbers mean the heatmaps are not
 evidence of what drove the prediction.
+
+``CounterfactualReplay`` runs the swapped decoding: where the decoder's recurrence reads the attention
+(Bahdanau, Luong with input feeding) and it has a fused decoding step, through that step with the swap
+between the weights and the context (``reweigh``), one target position at a time; elsewhere through a
+copy of the decoder whose mechanisms are ``CounterfactualAttention``s (``counterfactual_decoder``). Both
+draw the same permutations from the generator (one ``(B, H, T_enc)`` draw per step, in step order).
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 
 from attnseq.attention import Attention
 from attnseq.metrics.counterfactual import MODES, CounterfactualTotals
+from attnseq.model.fused_decoders import step_through
 
-__all__ = ["MODES", "CounterfactualAttention", "CounterfactualTotals", "counterfactual_decoder",
-           "permute_weights", "uniform_weights"]
+__all__ = ["MODES", "CounterfactualAttention", "CounterfactualReplay", "CounterfactualTotals",
+           "counterfactual_decoder", "permute_weights", "swap", "uniform_weights"]
 
 
 def permute_weights(weights: Tensor, valid_mask: Tensor, generator: torch.Generator) -> Tensor:
@@ -100,3 +108,32 @@ def counterfactual_decoder(decoder: nn.Module, mode: str, generator: torch.Gener
     twin = copy.deepcopy(decoder)
     twin.wrap_attention(lambda inner: CounterfactualAttention(inner, mode, generator))
     return twin
+
+
+def swap(mode: str, valid_mask: Tensor, generator: torch.Generator) -> Callable[[Tensor], Tensor]:
+    """One step's weights ``(B, H, T_enc)`` → the counterfactual ones, as ``CounterfactualAttention``
+    swaps them: shuffled among the valid positions (``permute``) or spread evenly over them (``uniform``)."""
+    if mode == "permute":
+        return lambda weights: permute_weights(weights, valid_mask, generator)  # (B, H, T_enc)
+    return lambda weights: uniform_weights(valid_mask, weights.shape, weights.dtype)  # (B, H, T_enc)
+
+
+class CounterfactualReplay:
+    """Teacher-forced decoding of a target with every step's weights swapped (``mode``): called with
+    ``tgt_in (B, T_dec)`` and the state and memory of the model's ``encode``, it returns the logits
+    ``(B, T_dec, V)``. Build one per mode and reuse it: the copy of the decoder is made once, here."""
+
+    def __init__(self, decoder: nn.Module, mode: str, generator: torch.Generator) -> None:
+        if mode not in MODES:
+            raise ValueError(f"counterfactual mode {mode!r}: use one of {MODES}")
+        self.decoder, self.mode, self.generator = decoder, mode, generator
+        self.twin = counterfactual_decoder(decoder, mode, generator)
+
+    def __call__(self, tgt_in: Tensor, state, memory) -> Tensor:
+        stepper = None
+        if self.decoder.attention_feeds_recurrence():  # the twin steps here: the fused step does it faster
+            stepper = self.decoder.inference_step(memory, swap(self.mode, memory.valid_mask, self.generator))
+        if stepper is None:
+            logits, _ = self.twin(tgt_in, state, memory)  # (B, T_dec, V)
+            return logits
+        return step_through(stepper, tgt_in, state)[0]  # (B, T_dec, V)

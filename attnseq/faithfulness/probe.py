@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from attnseq.faithfulness.adversarial import adversarial_attention
-from attnseq.faithfulness.counterfactual import MODES, counterfactual_decoder
+from attnseq.faithfulness.counterfactual import MODES, CounterfactualReplay
 from attnseq.faithfulness.importance import evaluating, step_importance
 from attnseq.metrics.faithfulness import FaithRecords, FaithSettings
 
@@ -60,7 +60,7 @@ def _flips(model: nn.Module, src: Tensor, src_lengths: Tensor, tgt_in: Tensor,
         valid = torch.arange(tgt_in.shape[1], device=src.device).unsqueeze(0) < tgt_lengths.unsqueeze(1)  # (B, T_dec)
         generator = torch.Generator(device=src.device).manual_seed(0)  # permute draws on the model's device
         for mode in MODES:
-            replayed, _ = counterfactual_decoder(model.decoder, mode, generator)(tgt_in, state, memory)  # (B, T_dec, V)
+            replayed = CounterfactualReplay(model.decoder, mode, generator)(tgt_in, state, memory)  # (B, T_dec, V)
             flips = ((logits.argmax(-1) != replayed.argmax(-1)) & valid).sum(-1)  # (B,)
             found += [(mode, n, s, f) for n, s, f in zip(src_lengths.tolist(), valid.sum(-1).tolist(), flips.tolist())]
     return found

@@ -95,18 +95,30 @@ class SequenceDecoder(nn.Module):
         """Whether full teacher forcing runs ``teacher_forced`` rather than ``step`` by step."""
         return False
 
+    def attention_feeds_recurrence(self) -> bool:
+        """Whether the recurrence reads each step's attention (Bahdanau; Luong with input feeding): then
+        any teacher-forced pass is a loop over the steps."""
+        return False
+
     def decoding_step(self, memory: Memory, stepwise: bool = False) -> fused_decoders.Stepper:
         """What greedy and beam decoding call at each step, ``memory`` bound: ``step``, or where
         ``fused_decoding`` says so (and not ``stepwise``) a fused step that computes the same tokens
         without autograd. Built once per batch and passed along by the caller; nothing is kept here."""
-        fused = None if stepwise or torch.is_grad_enabled() or self.training else self.fused_decoding(memory)
+        fused = None if stepwise else self.inference_step(memory)
         if fused is not None:
             return fused
         return lambda prev_tokens, state: self.step(prev_tokens, state, memory)
 
-    def fused_decoding(self, memory: Memory) -> fused_decoders.Stepper | None:
-        """The fused decoding step (``fused_decoders``), or None where this decoder has none."""
+    def fused_decoding(self, memory: Memory, reweigh: fused_decoders.Reweigh | None = None
+                       ) -> fused_decoders.Stepper | None:
+        """The fused decoding step (``fused_decoders``), or None where this decoder has none; ``reweigh``
+        swaps each step's weights before the context is taken from them (the counterfactual replays)."""
         return None
+
+    def inference_step(self, memory: Memory, reweigh: fused_decoders.Reweigh | None = None
+                       ) -> fused_decoders.Stepper | None:
+        """``fused_decoding`` where nothing asks for gradients (outside autograd, not training), else None."""
+        return None if torch.is_grad_enabled() or self.training else self.fused_decoding(memory, reweigh)
 
     def project_keys(self, keys: Tensor) -> Tensor | None:
         """What the attention derives from the keys alone, once per batch (``Memory.projected_keys``):
@@ -126,7 +138,12 @@ class SequenceDecoder(nn.Module):
         teacher_forcing: float = 1.0,
     ) -> tuple[Tensor, Tensor | None]:
         """Decode a whole target ``(B, T_dec)`` → logits ``(B, T_dec, V)`` and weights
-        ``(B, H, T_dec, T_enc)`` (None without attention)."""
+        ``(B, H, T_dec, T_enc)`` (None without attention). Under full teacher forcing, where the recurrence
+        reads the attention and nothing asks for gradients (validation, evaluation), through the fused
+        decoding step: the same values, faster than the fused recurrences, which keep what a backward reads."""
+        stepper = self.inference_step(memory) if teacher_forcing >= 1.0 and self.attention_feeds_recurrence() else None
+        if stepper is not None:
+            return fused_decoders.step_through(stepper, tgt_in, state)
         if teacher_forcing >= 1.0 and self.takes_fast_path():
             return self.teacher_forced(tgt_in, state, memory)
         step_logits: list[Tensor] = []
@@ -260,6 +277,9 @@ class BahdanauDecoder(Decoder):
         features = torch.cat([output, context, embedded], dim=-1)  # (B, [T_dec,] d_s + d_k + E)
         return self.readout(self.dropout(features))  # (B, [T_dec,] V)
 
+    def attention_feeds_recurrence(self) -> bool:
+        return True
+
     def takes_fast_path(self) -> bool:
         # the fused loop averages the keys itself: not for a scorer with values of its own (multihead)
         return super().takes_fast_path() and self.attention_fuses() and self.attention.values_are_keys
@@ -267,10 +287,11 @@ class BahdanauDecoder(Decoder):
     def teacher_forced(self, tgt_in: Tensor, state: DecoderState, memory: Memory) -> tuple[Tensor, Tensor]:
         return fused_decoders.bahdanau(self, tgt_in, state, memory)
 
-    def fused_decoding(self, memory: Memory) -> fused_decoders.Stepper | None:
+    def fused_decoding(self, memory: Memory, reweigh: fused_decoders.Reweigh | None = None
+                       ) -> fused_decoders.Stepper | None:
         # the context comes from the scorer's own ``average``: learned values (multihead) included
         fuses = self.fast_paths.fused_decoder and self.attention_fuses()
-        return fused_decoders.bahdanau_decoding(self, memory) if fuses else None
+        return fused_decoders.bahdanau_decoding(self, memory, reweigh) if fuses else None
 
 
 class LuongDecoder(Decoder):
@@ -325,6 +346,9 @@ class LuongDecoder(Decoder):
         logits, weights, attentional = self.attend(output, memory, state.step)
         return logits, weights, DecoderState(rnn_state, attentional if self.input_feeding else None, state.step + 1)
 
+    def attention_feeds_recurrence(self) -> bool:
+        return self.input_feeding
+
     def takes_fast_path(self) -> bool:
         return super().takes_fast_path() and (not self.input_feeding or self.attention_fuses())
 
@@ -336,9 +360,10 @@ class LuongDecoder(Decoder):
         logits, weights, _ = self.attend(outputs, memory, state.step)  # (B, T_dec, V), (B, H, T_dec, T_enc)
         return logits, weights
 
-    def fused_decoding(self, memory: Memory) -> fused_decoders.Stepper | None:
+    def fused_decoding(self, memory: Memory, reweigh: fused_decoders.Reweigh | None = None
+                       ) -> fused_decoders.Stepper | None:
         fuses = self.fast_paths.fused_decoder and self.attention_fuses()
-        return fused_decoders.luong_decoding(self, memory) if fuses else None
+        return fused_decoders.luong_decoding(self, memory, reweigh) if fuses else None
 
 
 class PlainDecoder(Decoder):

@@ -19,7 +19,10 @@ row per token), one matmul of the state for everything that reads it, the scores
 
 The decoder (``attnseq.model.decoders``) decides when these apply: one layer, an ``Attention``
 called through its parts with no hooks and declaring it fuses (``Attention.fuses``: no local window),
-full teacher forcing (or decoding outside autograd and training), ``FastPaths.fused_decoder``.
+full teacher forcing (or decoding outside autograd and training), ``FastPaths.fused_decoder``. Outside
+autograd and training, full teacher forcing of a decoder whose recurrence reads the attention (Bahdanau,
+Luong with input feeding) runs the decoding step over the target (``step_through``): the same values,
+faster there than the recurrences above, which keep what their backward reads.
 """
 
 from __future__ import annotations
@@ -42,6 +45,23 @@ from attnseq.model.state import DecoderState, Memory
 Stepper = Callable[[Tensor, DecoderState], tuple[Tensor, Tensor | None, DecoderState]]
 """One decoding step, the memory bound: previous tokens ``(B,)`` and state → logits ``(B, V)``, weights
 ``(B, H, T_enc)`` (None without attention) and the next state, as ``SequenceDecoder.step`` returns them."""
+
+def step_through(stepper: Stepper, tgt_in: Tensor, state: DecoderState) -> tuple[Tensor, Tensor | None]:
+    """Teacher forcing by ``stepper``, one target position at a time: ``tgt_in (B, T_dec)`` → logits
+    ``(B, T_dec, V)`` and weights ``(B, H, T_dec, T_enc)`` (None without attention)."""
+    step_logits, step_weights = [], []
+    for tokens in tgt_in.unbind(1):  # (B,) each: y_{t-1}
+        logits, weights, state = stepper(tokens, state)  # (B, V), (B, H, T_enc)
+        step_logits.append(logits)
+        if weights is not None:
+            step_weights.append(weights)
+    weights = torch.stack(step_weights, dim=2) if step_weights else None  # (B, H, T_dec, T_enc)
+    return torch.stack(step_logits, dim=1), weights  # (B, T_dec, V)
+
+
+Reweigh = Callable[[Tensor], Tensor]
+"""One step's weights ``(B, H, T_enc)`` → the weights the step averages the values with instead (the
+counterfactual check's swap, ``attnseq.faithfulness.counterfactual``); the step returns these."""
 
 
 class StepInputs(NamedTuple):
@@ -274,11 +294,12 @@ def _step_weights(attention: Attention, memory: Memory) -> Callable[[Tensor], Te
     return weigh
 
 
-def bahdanau_decoding(decoder, memory: Memory) -> Stepper:
+def bahdanau_decoding(decoder, memory: Memory, reweigh: Reweigh | None = None) -> Stepper:
     """``BahdanauDecoder.step`` bound to ``memory``, as ``bahdanau``'s loop computes it: per step one matmul
     of s_{t-1} (hidden gates and W_q s_{t-1}), the scores, the context, its share of the input gates (the
     embedding's taken from a per-token table) and the cell; the readout of s_t, c_t and E y_{t-1}. The
-    same tokens as ``step`` (tested); values within float rounding of it."""
+    same tokens as ``step`` (tested); values within float rounding of it. ``reweigh``: each step's weights
+    swapped before the context is taken from them."""
     attention: Attention = decoder.attention
     table, weight_context, weight_hh, bias_hh = _token_input_gates(decoder)
     query_weight = attention.query_weight()  # (rows, d_s) or None
@@ -292,6 +313,8 @@ def bahdanau_decoding(decoder, memory: Memory) -> Stepper:
         current = split_state(state.rnn)
         projected = torch.addmm(state_bias, current.h, state_weight_t)  # (B, G·d [+ rows]): W_hh s_{t-1}, W_q s_{t-1}
         weights = weigh(projected[:, gates:] if query_weight is not None else current.h)  # (B, H, T_enc)
+        if reweigh is not None:
+            weights = reweigh(weights)  # (B, H, T_enc)
         context = attention.average(weights.unsqueeze(2), memory.keys, memory.projected_keys).squeeze(1)  # (B, d_k)
         x_gates = torch.addmm(table.index_select(0, prev_tokens), context, weight_context_t)  # (B, G·d)
         current = cell(x_gates, projected[:, :gates], current)
@@ -301,12 +324,13 @@ def bahdanau_decoding(decoder, memory: Memory) -> Stepper:
     return step
 
 
-def luong_decoding(decoder, memory: Memory) -> Stepper:
+def luong_decoding(decoder, memory: Memory, reweigh: Reweigh | None = None) -> Stepper:
     """``LuongDecoder.step`` bound to ``memory``, as ``luong_input_feeding``'s loop computes it (with input
     feeding or without): the embedding's share of the input gates from a per-token table, the feed's by one
     matmul, the cell; one matmul of s_t for W_cs s_t and W_q s_t; W_cc c_t straight from the weights
     (``values_through``); h̃_t = tanh(W_cc c_t + W_cs s_t), logits W_s h̃_t. The same tokens as ``step``
-    (tested); values within float rounding of it."""
+    (tested); values within float rounding of it. ``reweigh``: each step's weights swapped before the
+    context is taken from them."""
     attention: Attention = decoder.attention
     hidden = decoder.hidden_size
     table, weight_feed, weight_hh, bias_hh = _token_input_gates(decoder)
@@ -326,6 +350,8 @@ def luong_decoding(decoder, memory: Memory) -> Stepper:
         current = cell(input_gates, torch.addmm(bias_hh, current.h, weight_hh_t), current)  # s_t
         projected = current.h @ after_weight_t  # (B, d_s [+ rows]): W_cs s_t, W_q s_t
         weights = weigh(projected[:, hidden:] if query_weight is not None else current.h)  # (B, H, T_enc)
+        if reweigh is not None:
+            weights = reweigh(weights)  # (B, H, T_enc)
         context_part = (weights.unsqueeze(2) @ through).view(weights.shape[0], -1)  # (B, H·d_s): Σ_i α_i W_cc v_i
         if heads > 1:
             context_part = context_part.view(-1, heads, hidden).sum(1)  # (B, d_s): Σ_h W_cc,h c_t,h
