@@ -17,7 +17,7 @@ from attnseq.attention import NO_ATTENTION, SCORERS
 from attnseq.attention.settings import size_problems
 from attnseq.data.vocab import BOS, EOS, PAD
 from attnseq.faithfulness.counterfactual import MODES, CounterfactualReplay, counterfactual_decoder
-from attnseq.model import ModelConfig, build_seq2seq, greedy_decode
+from attnseq.model import ModelConfig, build_seq2seq, fused_decoders, greedy_decode
 from attnseq.model.beam import beam_search
 from attnseq.model.conventions import DECODER_CONVENTIONS
 from attnseq.model.decoders import Decoder
@@ -162,11 +162,40 @@ def test_the_counterfactual_replay_gives_the_logits_of_the_swapped_decoder(score
     assert (not twin_calls) == (model.decoder.attention_feeds_recurrence() and expects_fused(model, src, lengths))
 
 
+def fed_back(scorer, convention, cell, heads) -> bool:
+    """Whether the model's decoder recurrence reads the attention (Bahdanau, Luong with input feeding)."""
+    decoder = make_model(scorer, convention, cell, heads, seed=0).decoder
+    return getattr(decoder, "attention_feeds_recurrence", lambda: False)()
+
+
+@pytest.mark.parametrize(("scorer", "convention", "cell", "heads"),
+                         [case for case in cases() if case.values[0] != NO_ATTENTION and case.values[2:] == ("gru", 1)
+                          and fed_back(*case.values)])
+def test_the_uniform_replay_computes_no_scores(scorer, convention, cell, heads, monkeypatch):
+    """Uniform weights do not depend on the scores: the fused step takes them fixed and scores nothing (neither
+    the fused recurrences' additive weights nor the scorer's own)."""
+    model = make_model(scorer, convention, cell, heads, seed=4)
+    src, lengths = make_src(5)
+    tgt_in = torch.full((src.shape[0], 6), BOS)  # (B, T_dec)
+
+    def scored(*args, **kwargs):
+        raise AssertionError("the uniform replay computed scores")
+
+    with torch.inference_mode():
+        memory, state = model.encode(src, lengths)
+        replay = CounterfactualReplay(model.decoder, "uniform", torch.Generator().manual_seed(0))
+        monkeypatch.setattr(fused_decoders, "additive_weights", scored)
+        monkeypatch.setattr(model.decoder.attention, "score_projected", scored)
+        assert expects_fused(model, src, lengths)
+        assert replay(tgt_in, state, memory).shape == (src.shape[0], 6, V_TGT)  # (B, T_dec, V)
+
+
 @pytest.mark.parametrize(("scorer", "convention", "cell", "heads"), cases())
 def test_teacher_forcing_without_gradients_gives_the_values_of_the_training_pass(scorer, convention, cell, heads):
     """The decoder's teacher-forced pass outside autograd (validation, evaluation: through the fused decoding step
-    where the recurrence reads the attention) against the same pass with gradients on (the fused recurrences or
-    ``step``, as training runs it): the same logits and weights, in float64."""
+    where the pass would be ``step`` by step or a hand-written recurrence, the scorer's declared
+    ``fused_recurrence``) against the same pass with gradients on (as training runs it): the same logits and
+    weights, in float64."""
     seed = len(scorer) + 5 * heads + (cell == "lstm")
     model = make_model(scorer, convention, cell, heads, seed).double()
     src, lengths = make_src(seed + 3)
@@ -184,9 +213,12 @@ def test_teacher_forcing_without_gradients_gives_the_values_of_the_training_pass
         assert weights is None
     else:
         torch.testing.assert_close(weights, expected_weights.detach(), rtol=0.0, atol=1e-9)
-    decoder = model.decoder
-    assert bool(steps) == (isinstance(decoder, Decoder) and decoder.attention_feeds_recurrence()
-                           and decoder.attention is not None)
+    decoder = model.decoder  # the decoding step where the pass would be stepped or a hand-written recurrence
+    recurrences = {"bahdanau": {"additive"}, "luong": {"additive", "multiplicative"}}.get(convention, set())
+    expected = (isinstance(decoder, Decoder) and decoder.attention is not None
+                and decoder.attention_feeds_recurrence()
+                and (not decoder.takes_fast_path() or decoder.attention.fused_recurrence in recurrences))
+    assert bool(steps) == expected
 
 
 def test_keep_attention_off_keeps_the_tokens():

@@ -15,22 +15,22 @@ evidence of what drove the prediction.
 
 ``CounterfactualReplay`` runs the swapped decoding: where the decoder's recurrence reads the attention
 (Bahdanau, Luong with input feeding) and it has a fused decoding step, through that step with the swap
-between the weights and the context (``reweigh``), one target position at a time; elsewhere through a
-copy of the decoder whose mechanisms are ``CounterfactualAttention``s (``counterfactual_decoder``). Both
-draw the same permutations from the generator (one ``(B, H, T_enc)`` draw per step, in step order).
+between the weights and the context (``swap``; uniform weights are fixed, so that step scores nothing), one
+target position at a time; elsewhere through a copy of the decoder whose mechanisms are
+``CounterfactualAttention``s (``counterfactual_decoder``). Both draw the same permutations from the
+generator (one ``(B, H, T_enc)`` draw per step, in step order).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 
 from attnseq.attention import Attention
 from attnseq.metrics.counterfactual import MODES, CounterfactualTotals
-from attnseq.model.fused_decoders import step_through
+from attnseq.model.fused_decoders import Reweigh, step_through
 
 __all__ = ["MODES", "CounterfactualAttention", "CounterfactualReplay", "CounterfactualTotals",
            "counterfactual_decoder", "permute_weights", "swap", "uniform_weights"]
@@ -110,12 +110,15 @@ def counterfactual_decoder(decoder: nn.Module, mode: str, generator: torch.Gener
     return twin
 
 
-def swap(mode: str, valid_mask: Tensor, generator: torch.Generator) -> Callable[[Tensor], Tensor]:
-    """One step's weights ``(B, H, T_enc)`` → the counterfactual ones, as ``CounterfactualAttention``
-    swaps them: shuffled among the valid positions (``permute``) or spread evenly over them (``uniform``)."""
+def swap(mode: str, memory, heads: int, generator: torch.Generator) -> Reweigh:
+    """The fused decoding step's swap (``fused_decoders.Reweigh``) of ``memory``'s batch, as
+    ``CounterfactualAttention`` swaps: each step's weights ``(B, H, T_enc)`` shuffled among the valid positions
+    (``permute``), or every step's spread evenly over them (``uniform``: fixed weights, so no scores computed)."""
+    valid_mask = memory.valid_mask  # (B, T_enc)
     if mode == "permute":
         return lambda weights: permute_weights(weights, valid_mask, generator)  # (B, H, T_enc)
-    return lambda weights: uniform_weights(valid_mask, weights.shape, weights.dtype)  # (B, H, T_enc)
+    shape = torch.Size((valid_mask.shape[0], heads, valid_mask.shape[1]))
+    return uniform_weights(valid_mask, shape, memory.keys.dtype)  # (B, H, T_enc)
 
 
 class CounterfactualReplay:
@@ -132,7 +135,8 @@ class CounterfactualReplay:
     def __call__(self, tgt_in: Tensor, state, memory) -> Tensor:
         stepper = None
         if self.decoder.attention_feeds_recurrence():  # the twin steps here: the fused step does it faster
-            stepper = self.decoder.inference_step(memory, swap(self.mode, memory.valid_mask, self.generator))
+            reweigh = swap(self.mode, memory, self.decoder.attention.heads, self.generator)
+            stepper = self.decoder.inference_step(memory, reweigh)
         if stepper is None:
             logits, _ = self.twin(tgt_in, state, memory)  # (B, T_dec, V)
             return logits

@@ -100,6 +100,15 @@ class SequenceDecoder(nn.Module):
         any teacher-forced pass is a loop over the steps."""
         return False
 
+    def decodes_teacher_forcing(self, memory: Memory) -> bool:
+        """Whether full teacher forcing outside autograd and training runs the fused decoding step over the
+        target (where it has one): where the pass would be ``step`` by step or a hand-written recurrence, which
+        keeps every step's intermediates for its backward, the decoding step was measured faster on 1 and 2
+        threads; a rearranged loop (``fused_decoders``) is the decoding step's own maths with the embeddings and
+        the readout batched over the steps, no faster that way, so it stays (``benchmarks/teacher_forcing_speed.py``;
+        the figures are in ``benchmarks/results.md``)."""
+        return False
+
     def decoding_step(self, memory: Memory, stepwise: bool = False) -> fused_decoders.Stepper:
         """What greedy and beam decoding call at each step, ``memory`` bound: ``step``, or where
         ``fused_decoding`` says so (and not ``stepwise``) a fused step that computes the same tokens
@@ -138,10 +147,10 @@ class SequenceDecoder(nn.Module):
         teacher_forcing: float = 1.0,
     ) -> tuple[Tensor, Tensor | None]:
         """Decode a whole target ``(B, T_dec)`` → logits ``(B, T_dec, V)`` and weights
-        ``(B, H, T_dec, T_enc)`` (None without attention). Under full teacher forcing, where the recurrence
-        reads the attention and nothing asks for gradients (validation, evaluation), through the fused
-        decoding step: the same values, faster than the fused recurrences, which keep what a backward reads."""
-        stepper = self.inference_step(memory) if teacher_forcing >= 1.0 and self.attention_feeds_recurrence() else None
+        ``(B, H, T_dec, T_enc)`` (None without attention). Under full teacher forcing where nothing asks for
+        gradients (validation, evaluation), through the fused decoding step where ``decodes_teacher_forcing``."""
+        decodes = teacher_forcing >= 1.0 and self.decodes_teacher_forcing(memory)
+        stepper = self.inference_step(memory) if decodes else None
         if stepper is not None:
             return fused_decoders.step_through(stepper, tgt_in, state)
         if teacher_forcing >= 1.0 and self.takes_fast_path():
@@ -280,6 +289,9 @@ class BahdanauDecoder(Decoder):
     def attention_feeds_recurrence(self) -> bool:
         return True
 
+    def decodes_teacher_forcing(self, memory: Memory) -> bool:
+        return not self.takes_fast_path() or fused_decoders.bahdanau_recurrence(self, memory.keys)
+
     def takes_fast_path(self) -> bool:
         # the fused loop averages the keys itself: not for a scorer with values of its own (multihead)
         return super().takes_fast_path() and self.attention_fuses() and self.attention.values_are_keys
@@ -348,6 +360,10 @@ class LuongDecoder(Decoder):
 
     def attention_feeds_recurrence(self) -> bool:
         return self.input_feeding
+
+    def decodes_teacher_forcing(self, memory: Memory) -> bool:
+        fast = self.takes_fast_path()
+        return self.input_feeding and (not fast or fused_decoders.luong_recurrence(self, memory.keys) is not None)
 
     def takes_fast_path(self) -> bool:
         return super().takes_fast_path() and (not self.input_feeding or self.attention_fuses())

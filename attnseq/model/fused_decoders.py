@@ -20,9 +20,10 @@ row per token), one matmul of the state for everything that reads it, the scores
 The decoder (``attnseq.model.decoders``) decides when these apply: one layer, an ``Attention``
 called through its parts with no hooks and declaring it fuses (``Attention.fuses``: no local window),
 full teacher forcing (or decoding outside autograd and training), ``FastPaths.fused_decoder``. Outside
-autograd and training, full teacher forcing of a decoder whose recurrence reads the attention (Bahdanau,
-Luong with input feeding) runs the decoding step over the target (``step_through``): the same values,
-faster there than the recurrences above, which keep what their backward reads.
+autograd and training, full teacher forcing that would run a hand-written recurrence (which keeps every
+step's intermediates for its backward) or ``step`` by step runs the decoding step over the target instead
+(``step_through``): the same values, faster there; the rearranged loops, the decoding step's own maths,
+stay (``SequenceDecoder.decodes_teacher_forcing``).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ Stepper = Callable[[Tensor, DecoderState], tuple[Tensor, Tensor | None, DecoderS
 """One decoding step, the memory bound: previous tokens ``(B,)`` and state → logits ``(B, V)``, weights
 ``(B, H, T_enc)`` (None without attention) and the next state, as ``SequenceDecoder.step`` returns them."""
 
+
 def step_through(stepper: Stepper, tgt_in: Tensor, state: DecoderState) -> tuple[Tensor, Tensor | None]:
     """Teacher forcing by ``stepper``, one target position at a time: ``tgt_in (B, T_dec)`` → logits
     ``(B, T_dec, V)`` and weights ``(B, H, T_dec, T_enc)`` (None without attention)."""
@@ -59,9 +61,10 @@ def step_through(stepper: Stepper, tgt_in: Tensor, state: DecoderState) -> tuple
     return torch.stack(step_logits, dim=1), weights  # (B, T_dec, V)
 
 
-Reweigh = Callable[[Tensor], Tensor]
-"""One step's weights ``(B, H, T_enc)`` → the weights the step averages the values with instead (the
-counterfactual check's swap, ``attnseq.faithfulness.counterfactual``); the step returns these."""
+Reweigh = Callable[[Tensor], Tensor] | Tensor
+"""What a step averages the values with instead of its weights (the counterfactual check's swap,
+``attnseq.faithfulness.counterfactual``), and returns: a function of the step's weights ``(B, H, T_enc)``, or
+fixed weights ``(B, H, T_enc)`` for every step, when the step then computes no scores."""
 
 
 class StepInputs(NamedTuple):
@@ -136,6 +139,22 @@ def cell(x_gates: Tensor, hidden_gates: Tensor, state: CellState) -> CellState:
     return CellState(*lstm_cell(x_gates + hidden_gates, state.c))  # (B, d_s), (B, d_s)
 
 
+def bahdanau_recurrence(decoder, sample: Tensor) -> bool:
+    """Whether ``bahdanau`` runs ``decoder``'s teacher forcing as one hand-written recurrence (its scorer declares
+    ``fused_recurrence = "additive"``; ``sample``, a tensor of the batch: ``additive_recurrence.supports``)."""
+    return decoder.attention.fused_recurrence == "additive" and additive_recurrence.supports(sample)
+
+
+def luong_recurrence(decoder, sample: Tensor) -> str | None:
+    """The hand-written recurrence ``luong_input_feeding`` runs ``decoder``'s teacher forcing as: ``"additive"``
+    (``AdditiveLuongRecurrence``), ``"multiplicative"`` (``MultiplicativeLuongRecurrence``, with
+    ``FastPaths.multiplicative_recurrence``), or None (the rearranged loop)."""
+    kind = decoder.attention.fused_recurrence
+    if kind == "multiplicative" and not decoder.fast_paths.multiplicative_recurrence:
+        return None
+    return kind if kind in ("additive", "multiplicative") and additive_recurrence.supports(sample) else None
+
+
 def bahdanau(decoder, tgt_in: Tensor, state, memory) -> tuple[Tensor, Tensor]:
     """``BahdanauDecoder``'s teacher forcing: per step one matmul of s_{t-1} (hidden gates and
     W_q s_{t-1}), the scores, the context, its share of the input gates and the cell."""
@@ -143,7 +162,7 @@ def bahdanau(decoder, tgt_in: Tensor, state, memory) -> tuple[Tensor, Tensor]:
     start = split_state(state.rnn)
     attention.check_shapes(start.h, memory.keys, memory.valid_mask)
     inputs = step_inputs(decoder.embedding, decoder.dropout, decoder.rnn, attention, tgt_in, [])
-    if attention.fused_recurrence == "additive" and additive_recurrence.supports(inputs.input_gates):
+    if bahdanau_recurrence(decoder, inputs.input_gates):
         doubled_keys = 2 * memory.projected_keys  # (B, H, T_enc, a): K2 = 2K
         v = attention.v_a.view(attention.heads, -1)  # (H, a)
         rest = (
@@ -197,14 +216,14 @@ def luong_input_feeding(decoder, tgt_in: Tensor, state, memory) -> tuple[Tensor,
     inputs = step_inputs(decoder.embedding, decoder.dropout, decoder.rnn, attention, tgt_in, [weight_cs])
     through = attention.values_through(memory.keys, weight_cc)  # (B, H, T_enc, d_s): values × W_cc
     feed = state.feed  # (B, d_s): h̃_0
-    if attention.fused_recurrence == "additive" and additive_recurrence.supports(inputs.input_gates):
+    recurrence = luong_recurrence(decoder, inputs.input_gates)
+    if recurrence == "additive":
         attentional, weights = AdditiveLuongRecurrence.apply(
             inputs.input_gates, current.h, current.c, feed, through, 2 * memory.projected_keys, memory.valid_mask,
             inputs.state_weight, inputs.state_bias, inputs.extra_input_weight, attention.v_a.view(attention.heads, -1),
         )  # (B, T_dec, d_s), (B, H, T_dec, T_enc)
         return decoder.W_s(decoder.dropout(attentional)), weights  # (B, T_dec, V), (B, H, T_dec, T_enc)
-    if (attention.fused_recurrence == "multiplicative" and decoder.fast_paths.multiplicative_recurrence
-            and additive_recurrence.supports(inputs.input_gates)):
+    if recurrence == "multiplicative":
         attentional, weights = MultiplicativeLuongRecurrence.apply(
             inputs.input_gates, current.h, current.c, feed, through, memory.projected_keys, memory.valid_mask,
             inputs.state_weight, inputs.state_bias, inputs.extra_input_weight, attention.score_scale(),
@@ -275,10 +294,16 @@ def _and_query(weight: Tensor, query_weight: Tensor | None) -> Tensor:
     return weight if query_weight is None else torch.cat([weight, query_weight])
 
 
-def _step_weights(attention: Attention, memory: Memory) -> Callable[[Tensor], Tensor]:
+def _step_weights(attention: Attention, memory: Memory, reweigh: Reweigh | None = None) -> Callable[[Tensor], Tensor]:
     """One step's weights ``(B, H, T_enc)`` from its query-weight-mapped query ``(B, ·)``: ``attention.forward``'s
     maths without its checks; for a scorer that declares ``fused_recurrence = "additive"``, the fused
-    recurrences' (``additive_attention_steps.additive_weights``: σ(K2 + 2q) with K2 = 2K doubled here, once)."""
+    recurrences' (``additive_attention_steps.additive_weights``: σ(K2 + 2q) with K2 = 2K doubled here, once).
+    With ``reweigh``, those weights swapped by it, or its fixed weights (no scores computed)."""
+    if isinstance(reweigh, Tensor):
+        return lambda query: reweigh  # (B, H, T_enc): the same every step
+    if reweigh is not None:
+        weigh = _step_weights(attention, memory)
+        return lambda query: reweigh(weigh(query))  # (B, H, T_enc)
     if attention.fused_recurrence == "additive":
         doubled_keys = 2 * memory.projected_keys  # (B, H, T_enc, a): K2 = 2K
         v = attention.v_a.view(attention.heads, -1)  # (H, a)
@@ -299,7 +324,7 @@ def bahdanau_decoding(decoder, memory: Memory, reweigh: Reweigh | None = None) -
     of s_{t-1} (hidden gates and W_q s_{t-1}), the scores, the context, its share of the input gates (the
     embedding's taken from a per-token table) and the cell; the readout of s_t, c_t and E y_{t-1}. The
     same tokens as ``step`` (tested); values within float rounding of it. ``reweigh``: each step's weights
-    swapped before the context is taken from them."""
+    swapped before the context is taken from them (``Reweigh``)."""
     attention: Attention = decoder.attention
     table, weight_context, weight_hh, bias_hh = _token_input_gates(decoder)
     query_weight = attention.query_weight()  # (rows, d_s) or None
@@ -307,14 +332,12 @@ def bahdanau_decoding(decoder, memory: Memory, reweigh: Reweigh | None = None) -
     state_bias = bias_hh if query_weight is None else torch.cat([bias_hh, bias_hh.new_zeros(query_weight.shape[0])])
     gates = weight_hh.shape[0]  # G·d
     weight_context_t = weight_context.T  # (d_k, G·d)
-    weigh = _step_weights(attention, memory)
+    weigh = _step_weights(attention, memory, reweigh)
 
     def step(prev_tokens: Tensor, state: DecoderState):
         current = split_state(state.rnn)
         projected = torch.addmm(state_bias, current.h, state_weight_t)  # (B, G·d [+ rows]): W_hh s_{t-1}, W_q s_{t-1}
         weights = weigh(projected[:, gates:] if query_weight is not None else current.h)  # (B, H, T_enc)
-        if reweigh is not None:
-            weights = reweigh(weights)  # (B, H, T_enc)
         context = attention.average(weights.unsqueeze(2), memory.keys, memory.projected_keys).squeeze(1)  # (B, d_k)
         x_gates = torch.addmm(table.index_select(0, prev_tokens), context, weight_context_t)  # (B, G·d)
         current = cell(x_gates, projected[:, :gates], current)
@@ -330,7 +353,7 @@ def luong_decoding(decoder, memory: Memory, reweigh: Reweigh | None = None) -> S
     matmul, the cell; one matmul of s_t for W_cs s_t and W_q s_t; W_cc c_t straight from the weights
     (``values_through``); h̃_t = tanh(W_cc c_t + W_cs s_t), logits W_s h̃_t. The same tokens as ``step``
     (tested); values within float rounding of it. ``reweigh``: each step's weights swapped before the
-    context is taken from them."""
+    context is taken from them (``Reweigh``)."""
     attention: Attention = decoder.attention
     hidden = decoder.hidden_size
     table, weight_feed, weight_hh, bias_hh = _token_input_gates(decoder)
@@ -340,7 +363,7 @@ def luong_decoding(decoder, memory: Memory, reweigh: Reweigh | None = None) -> S
     through = attention.values_through(memory.keys, weight_cc)  # (B, H, T_enc, d_s): values × W_cc
     heads = through.shape[1]
     weight_hh_t, weight_feed_t = weight_hh.T, weight_feed.T  # (d_s, G·d), (d_s, G·d)
-    weigh = _step_weights(attention, memory)
+    weigh = _step_weights(attention, memory, reweigh)
 
     def step(prev_tokens: Tensor, state: DecoderState):
         current = split_state(state.rnn)
@@ -350,8 +373,6 @@ def luong_decoding(decoder, memory: Memory, reweigh: Reweigh | None = None) -> S
         current = cell(input_gates, torch.addmm(bias_hh, current.h, weight_hh_t), current)  # s_t
         projected = current.h @ after_weight_t  # (B, d_s [+ rows]): W_cs s_t, W_q s_t
         weights = weigh(projected[:, hidden:] if query_weight is not None else current.h)  # (B, H, T_enc)
-        if reweigh is not None:
-            weights = reweigh(weights)  # (B, H, T_enc)
         context_part = (weights.unsqueeze(2) @ through).view(weights.shape[0], -1)  # (B, H·d_s): Σ_i α_i W_cc v_i
         if heads > 1:
             context_part = context_part.view(-1, heads, hidden).sum(1)  # (B, d_s): Σ_h W_cc,h c_t,h
