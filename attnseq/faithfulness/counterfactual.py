@@ -24,6 +24,7 @@ generator (one ``(B, H, T_enc)`` draw per step, in step order).
 from __future__ import annotations
 
 import copy
+import functools
 
 import torch
 from torch import Tensor, nn
@@ -124,13 +125,18 @@ def swap(mode: str, memory, heads: int, generator: torch.Generator) -> Reweigh:
 class CounterfactualReplay:
     """Teacher-forced decoding of a target with every step's weights swapped (``mode``): called with
     ``tgt_in (B, T_dec)`` and the state and memory of the model's ``encode``, it returns the logits
-    ``(B, T_dec, V)``. Build one per mode and reuse it: the copy of the decoder is made once, here."""
+    ``(B, T_dec, V)``. Build one per mode and reuse it: the copy of the decoder, where one is needed, is made
+    once, at its first use (``twin``)."""
 
     def __init__(self, decoder: nn.Module, mode: str, generator: torch.Generator) -> None:
         if mode not in MODES:
             raise ValueError(f"counterfactual mode {mode!r}: use one of {MODES}")
         self.decoder, self.mode, self.generator = decoder, mode, generator
-        self.twin = counterfactual_decoder(decoder, mode, generator)
+
+    @functools.cached_property
+    def twin(self) -> nn.Module:
+        """The copy of the decoder with ``CounterfactualAttention``s (``counterfactual_decoder``)."""
+        return counterfactual_decoder(self.decoder, self.mode, self.generator)
 
     def __call__(self, tgt_in: Tensor, state, memory) -> Tensor:
         stepper = None
