@@ -382,7 +382,7 @@ def render(runs: dict[str, list[Run]], targets: tuple[float, ...], command: str,
                      f"| {updates} |")
     if any(run.reached(target) is None for group in (ours, theirs) for run in group for target in targets):
         lines += ["", "A seed that never reached a dev BLEU counts as the slowest of its side there (the median is "
-                      "the higher middle, `–` where it is not reached); such a row has no test."]
+                      "over all its seeds, `–` where it falls on such a seed); such a row has no test."]
     lines.append("")
     for group in (ours, theirs):
         for run in group:
