@@ -61,6 +61,8 @@ if __name__ == "__main__":
         if hydra_answers_alone(sys.argv[1:]):  # --cfg job, --hydra-help: Hydra prints, no job runs
             main()
             raise SystemExit(0)
+        if not is_sweep(sys.argv[1:]):  # a new SQLite store's schema made beside the imports, on another core
+            runtime.prepare_store(configs[0])
         # the config is sound: the heavy imports now, before Hydra sets up logging, so that Lightning keeps
         # its own plain console lines (it adds its handler only while the root logger has none); without the
         # cyclic garbage collector, which would walk the growing heap ~8 times on the way (≈ 1 s of CPU), and

@@ -58,6 +58,7 @@ class Runtime:
         self._undo = ExitStack()
         self._entered = False
         self._console_redacted = False  # this runtime redacts sys.stdout and sys.stderr (the process's first)
+        self._prepared: Any = None  # a new SQLite store's schema being made by a child (``prepare_store``)
 
     # -- entering and leaving -------------------------------------------------------------------
     def install(self) -> Runtime:
@@ -216,6 +217,30 @@ class Runtime:
             from attnseq.training.process import keep_freed_memory
 
             keep_freed_memory()  # the training step's buffers are reused, not faulted in again every step
+
+    def prepare_store(self, config: Any) -> None:
+        """Where ``config``'s store is a SQLite file not there yet, its schema made by a child process while
+        this one loads its libraries (``attnseq.tracking.prepared_store``); the training takes it when it
+        opens the store (``prepared_store``), and whatever is left is removed at the exit."""
+        from omegaconf import OmegaConf
+
+        from attnseq.tracking.prepared_store import PreparedStore
+
+        if not self._entered or self._prepared is not None:
+            return
+        try:
+            uri = OmegaConf.select(config, "mlflow.tracking_uri", default=None)
+        except Exception:  # noqa: BLE001 - an interpolation that fails here fails later with its own message
+            return
+        prepared = PreparedStore.start(uri) if isinstance(uri, str) else None
+        if prepared is not None:
+            self._prepared = prepared
+            self._undo.callback(prepared.discard)
+
+    def prepared_store(self, uri: str) -> Any:
+        """The schema ``prepare_store`` had made for ``uri``'s store (a file beside it), once; None if none."""
+        prepared, self._prepared = self._prepared, None
+        return None if prepared is None else prepared.claim(uri)
 
     def quiet_libraries(self) -> None:
         from attnseq.cli import quiet_libraries

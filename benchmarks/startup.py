@@ -29,6 +29,16 @@ The fixed CPU cost of a launch (``--launch-cost``; the full benchmark's start-up
   that its calls' CPU seconds (the process's clock: torch's threads included) add up to its phase's; a
   few calls each, so the timing costs nothing measurable. The phases' medians are of those launches.
 
+The first launch into a new store (``--new-store``):
+
+    .venv/bin/python benchmarks/startup.py --new-store --against /path/to/other/checkout --tries 8
+
+- ``python train.py`` with its defaults and one step into a new SQLite store (a new folder each launch), this
+  checkout alternating with the other's: the run's ``attnseq.first_step_s``, the wall seconds to the exit and
+  the CPU seconds of the launch and its children (``train.py`` makes a new store's schema in a process of its
+  own while it loads its libraries: ``attnseq.tracking.prepared_store``); with ``--against``, the ratios of the
+  medians and Welch's p.
+
 How each command ends (``--exits``):
 
     .venv/bin/python benchmarks/startup.py --exits --against /path/to/other/checkout
@@ -77,18 +87,20 @@ def time_help() -> float:
     return time.monotonic() - started
 
 
-def first_step_s(root: Path, name: str) -> float:
-    """One ``python train.py`` (defaults, one step) into ``root``'s store; its ``attnseq.first_step_s``."""
+def first_step_s(root: Path, name: str, repo: Path | None = None) -> float:
+    """One ``python train.py`` (defaults, one step) into ``root``'s store; its ``attnseq.first_step_s``.
+    ``repo``: another checkout's ``train.py`` and package (this one's by default)."""
     from mlflow.tracking import MlflowClient
 
     from attnseq.tracking import tags
 
     uri = f"sqlite:///{root}/mlflow.db"
     proc = subprocess.run(
-        [sys.executable, str(TRAIN_PY), "+trainer.max_steps=1", "trainer.enable_progress_bar=false",
+        [sys.executable, str((repo or REPO) / "train.py"), "+trainer.max_steps=1", "trainer.enable_progress_bar=false",
          f"mlflow.tracking_uri={uri}", f"mlflow.experiment_name={EXPERIMENT}", f"mlflow.run_name={name}",
          f"hydra.run.dir={root}/{name}"],
-        cwd=root, env=clean_env(), capture_output=True, text=True, timeout=1200,
+        cwd=root, env=clean_env() | ({"PYTHONPATH": str(repo)} if repo else {}), capture_output=True, text=True,
+        timeout=1200,
     )
     if proc.returncode != 0:
         raise RuntimeError(f"train.py exited {proc.returncode}:\n{proc.stderr[-3000:]}")
@@ -449,19 +461,74 @@ def render_exits(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def measure_new_store(tries: int = 3, against: Path | None = None, log: Callable[[str], None] = print) -> dict:
+    """``tries`` first launches into a new store (a new folder each) of this checkout, alternating with
+    ``against``'s: each launch's ``attnseq.first_step_s``, its wall seconds to the exit and its CPU seconds
+    (the process and its children: the schema's own process included)."""
+    checkouts = {"this": REPO, **({"against": against.resolve()} if against else {})}
+    results: dict = {"tries": tries, "checkouts": {who: str(path) for who, path in checkouts.items()},
+                     "first_step_s": {who: [] for who in checkouts}, "wall_s": {who: [] for who in checkouts},
+                     "cpu_s": {who: [] for who in checkouts}}
+    for i in range(tries):
+        for who in list(checkouts) if i % 2 == 0 else list(checkouts)[::-1]:
+            with tempfile.TemporaryDirectory(prefix="attnseq-new-store-") as tmp:
+                before, started = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
+                results["first_step_s"][who].append(first_step_s(Path(tmp), f"new-{i}", checkouts[who]))
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                results["wall_s"][who].append(time.monotonic() - started)
+                results["cpu_s"][who].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+            log(f"  {who}: first step {results['first_step_s'][who][-1]:.2f} s, "
+                f"exit {results['wall_s'][who][-1]:.2f} s, CPU {results['cpu_s'][who][-1]:.2f} s")
+    return results
+
+
+def render_new_store(results: dict) -> str:
+    from attnseq.metrics.significance import welch_p
+
+    median = statistics.median
+    who = list(results["checkouts"])
+    compared = len(who) > 1
+    lines = [
+        "### The first launch into a new store",
+        "",
+        f"`python benchmarks/startup.py --new-store{' --against <checkout>' if compared else ''} --tries "
+        f"{results['tries']}`: `python train.py +trainer.max_steps=1` (the defaults, one step) into a new SQLite "
+        f"store, a new folder each time{', alternating with the other checkout' if compared else ''}; medians. "
+        "First step: the run's `attnseq.first_step_s`; CPU: the launch and its children.",
+        "",
+        "| checkout | first step s | launch to exit s | CPU s |",
+        "|---|---:|---:|---:|",
+    ]
+    for w in who:
+        lines.append(f"| {w} (`{results['checkouts'][w]}`) | {median(results['first_step_s'][w]):.2f} | "
+                     f"{median(results['wall_s'][w]):.2f} | {median(results['cpu_s'][w]):.2f} |")
+    if compared:
+        lines.append("")
+        for key, what in (("first_step_s", "first step"), ("wall_s", "launch to exit"), ("cpu_s", "CPU")):
+            this, other = results[key]["this"], results[key]["against"]
+            lines.append(f"- {what}: this / against **{median(this) / median(other):.2f}×** "
+                         f"(Welch p = {welch_p(this, other):.3f})")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tries", type=int, default=3)
     parser.add_argument("--launch-cost", action="store_true", help="only the fixed CPU cost of a tiny launch")
     parser.add_argument("--exits", action="store_true", help="only how each command ends: its last line, its exit")
+    parser.add_argument("--new-store", action="store_true",
+                        help="only the first launch into a new store: its first step, exit and CPU seconds")
     parser.add_argument("--against", type=Path,
-                        help="with --launch-cost or --exits: another checkout, measured alternately")
+                        help="with --launch-cost, --exits or --new-store: another checkout, measured alternately")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                         help="with --launch-cost: a variable for every launch's environment (repeatable)")
     args = parser.parse_args(argv)
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     if args.exits:
         print(render_exits(measure_exits(args.tries, args.against, log=log)))
+        return 0
+    if args.new_store:
+        print(render_new_store(measure_new_store(args.tries, args.against, log=log)))
         return 0
     if args.launch_cost:
         env = dict(item.split("=", 1) for item in args.env)

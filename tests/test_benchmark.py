@@ -336,6 +336,21 @@ def test_a_commands_exit_is_timed_from_its_last_line_and_rendered_per_checkout(t
     assert "| `translate.py` | against (`/b`) | 4.00 | 1.00 | 5.00 |" in table
 
 
+def test_the_new_store_launches_render_each_checkout_and_the_ratios(monkeypatch):
+    """``startup.py --new-store``: each checkout's medians, and this one's over the other's with Welch's p."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    startup = importlib.import_module("startup")
+    sys.modules.pop("startup")
+    results = {"tries": 3, "checkouts": {"this": "/a", "against": "/b"},
+               "first_step_s": {"this": [5.0, 5.2, 5.1], "against": [6.0, 7.0, 6.5]},
+               "wall_s": {"this": [10.0, 11.0, 12.0], "against": [12.0, 12.0, 12.0]},
+               "cpu_s": {"this": [16.0, 16.0, 16.0], "against": [14.0, 15.0, 13.0]}}
+    table = startup.render_new_store(results)
+    assert "| this (`/a`) | 5.10 | 11.00 | 16.00 |" in table and "| against (`/b`) | 6.50 | 12.00 | 14.00 |" in table
+    assert "- first step: this / against **0.78×** (Welch p = " in table
+    assert "- CPU: this / against **1.14×**" in table
+
+
 def test_a_failing_section_is_reported_and_the_next_still_runs(bench, monkeypatch):
     """An hour's full run is not lost to one section: its failure is in the report, the sections after it run."""
     waits = sys.modules["waits"]

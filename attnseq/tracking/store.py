@@ -17,12 +17,14 @@ from mlflow.tracking import MlflowClient
 from sqlalchemy.exc import SQLAlchemyError
 
 from attnseq.errors import ConfigError
+from attnseq.tracking.prepared_store import files_of, remove_stale, sqlite_path
 from attnseq.tracking.redaction import redact, redact_text
 
 
-def check_tracking_uri(uri: str, timeout_s: float = 5.0) -> None:
+def check_tracking_uri(uri: str, timeout_s: float = 5.0, prepared: Path | None = None) -> None:
     """Fail in seconds, before any training, when the tracking store cannot be used; for a
-    database store, also create its schema (``open_store``).
+    database store, also create its schema (``open_store``; a new SQLite store's from ``prepared``, made
+    beside it by ``prepared_store``, where given).
 
     A server must answer ``/health``; a SQLite file must be a database this process can write, or
     a new file in a writable folder; any other database must accept a connection within
@@ -51,7 +53,7 @@ def check_tracking_uri(uri: str, timeout_s: float = 5.0) -> None:
             )
     elif scheme == "sqlite":
         _check_sqlite(uri, shown)
-        open_store(uri)
+        open_store(uri, prepared)
     elif scheme.split("+")[0] in ("postgresql", "mysql", "mssql"):
         _check_database(uri, shown, scheme, timeout_s)
         open_store(uri)
@@ -71,14 +73,6 @@ def check_store_to_read(uri: str) -> None:
                           "point mlflow.tracking_uri (or MLFLOW_TRACKING_URI) at the store the runs were trained "
                           "into, e.g. mlflow.tracking_uri=sqlite:///$PWD/mlflow.db.")
     check_tracking_uri(uri)
-
-
-def sqlite_path(uri: str) -> Path | None:
-    """The database file of a ``sqlite:///`` URI (relative to the working directory, or absolute
-    with four slashes); None for an in-memory database."""
-    path = uri.split(":///", 1)[1] if ":///" in uri else ""
-    path = path.split("?", 1)[0]
-    return Path(path) if path and path != ":memory:" else None
 
 
 def _check_sqlite(uri: str, shown: str) -> None:
@@ -146,27 +140,33 @@ def _check_database(uri: str, shown: str, scheme: str, timeout_s: float) -> None
         engine.dispose()
 
 
-def open_store(uri: str) -> MlflowClient:
+def open_store(uri: str, prepared: Path | None = None) -> MlflowClient:
     """A client of the store, its schema created or migrated first.
 
     MLflow creates a database store's tables when a process first opens it, in steps that a signal
     can cut in half, and two processes opening a fresh SQLite file at once would both migrate it.
     For SQLite the first opening is therefore done under an exclusive lock on ``<db file>.lock``,
     and a fresh store's schema is made in ``<db file>.creating`` beside it, then renamed into place
-    (``_create_sqlite_store``): the store is either whole or not there. The store then stays open
-    (MLflow caches it per URI) for the clients this process makes later.
+    (``create_sqlite_store``): the store is either whole or not there; ``prepared``, a schema a child
+    process made beside it (``attnseq.tracking.prepared_store``), is renamed into place instead. The store
+    then stays open (MLflow caches it per URI) for the clients this process makes later.
     """
     path = sqlite_path(uri) if uri.lower().startswith("sqlite:") else None
     with _file_lock(path.with_name(path.name + ".lock") if path is not None else None):
-        if path is not None and _is_fresh(path):
-            _create_sqlite_store(path)
+        if path is not None:
+            remove_stale(path)
+        if path is not None and is_fresh(path):
+            if prepared is not None and prepared.is_file():
+                os.replace(prepared, path)
+            else:
+                create_sqlite_store(path)
         try:
             return MlflowClient(tracking_uri=uri)
         except (MlflowException, SQLAlchemyError) as error:
             raise _cannot_open(uri, path, error) from None
 
 
-def _is_fresh(path: Path) -> bool:
+def is_fresh(path: Path) -> bool:
     """No store there yet: no file, or a database without a table (``_check_sqlite`` may have made it)."""
     if not path.is_file() or not path.stat().st_size:
         return True
@@ -177,7 +177,7 @@ def _is_fresh(path: Path) -> bool:
         return False
 
 
-def _create_sqlite_store(path: Path) -> None:
+def create_sqlite_store(path: Path) -> None:
     """Make the store's schema (MLflow's tables, migrations and default experiment) in a file beside
     ``path`` and rename it into place; a signal or a crash on the way leaves ``path`` as it was."""
     from mlflow.store.tracking import DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH
@@ -362,3 +362,20 @@ def ui_links(tracking_uri: str, experiment_id: str, run_id: str | None = None, p
     if path is not None:
         store = f"sqlite:///{path.resolve()}"
     return UiLinks(f"mlflow ui --backend-store-uri {redact('', store)} --port {port}", url)
+
+
+def prepare_schema(store: Path, prepared: Path, owner: int) -> None:
+    """A new store's schema made at ``prepared`` for the training process ``owner`` (``prepared_store``):
+    nothing if ``store`` was made meanwhile; removed again if ``owner`` is gone by the time it is made."""
+    if not is_fresh(store):
+        return
+    create_sqlite_store(prepared)
+    if os.getppid() != owner:  # the training is gone: nobody will take it
+        for leftover in files_of(prepared):
+            leftover.unlink(missing_ok=True)
+
+
+if __name__ == "__main__":  # the child process of ``prepared_store.PreparedStore.start``
+    import sys
+
+    prepare_schema(Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]))

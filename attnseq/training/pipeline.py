@@ -82,6 +82,8 @@ class ProcessRuntime(Protocol):
 
     def handed_off(self, values: Mapping[str, str], command: list[str] | None = None) -> ContextManager[None]: ...
 
+    def prepared_store(self, uri: str) -> Path | None: ...
+
 
 class Detached:
     """No runtime (``train(cfg)`` from Python): a handler that is never installed, nothing handed off."""
@@ -91,6 +93,9 @@ class Detached:
 
     def handed_off(self, values: Mapping[str, str], command: list[str] | None = None) -> ContextManager[None]:
         return nullcontext()
+
+    def prepared_store(self, uri: str) -> Path | None:
+        return None
 
 
 class TrainingRun(NamedTuple):
@@ -128,7 +133,9 @@ def _train_in_folder(config: TrainConfig, record: dict[str, Any], resumption: Re
                      runtime: ProcessRuntime, signals: Signals, shown: bool) -> float | None:
     with phase("Built the data and the model", shown):
         datamodule, module = build_data_and_model(config)
-    check_tracking_uri(config.mlflow.tracking_uri)  # after the data: a bad corpus or tokenizer leaves no store
+    # after the data: a bad corpus or tokenizer leaves no store (a schema the entry point had made aside is removed)
+    uri = config.mlflow.tracking_uri
+    check_tracking_uri(uri, prepared=None if data_parallel_worker() else runtime.prepared_store(uri))
     run = None
     try:
         with signals.held(), phase("Opened the MLflow store and the run", shown):
