@@ -385,6 +385,17 @@ class _DropChatter(logging.Filter):
 
 
 _CHATTER_FILTER = _DropChatter()
+SIGNAL_LOGGER = "lightning.pytorch.trainer.connectors.signal_connector"
+"""Where Lightning logs "[rank: N] Received SIGTERM: 15" when its handler runs: attnseq's handler calls it
+with SIGTERM to stop the loop after Ctrl-C too, and says itself which signal stopped the run."""
+
+
+class _DropSignalNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Received SIGTERM:" not in str(record.msg)
+
+
+_SIGNAL_FILTER = _DropSignalNotice()
 
 
 class _DropLockedStore(logging.Filter):
@@ -405,7 +416,9 @@ def quiet_libraries() -> Callable[[], None]:
     runtime calls both, ``attnseq.runtime``).
 
     - Lightning's litlogger tip and its "`Trainer.fit` stopped" line: dropped by a filter on the
-      loggers Lightning prints them through (its other messages stay);
+      loggers Lightning prints them through (its other messages stay); its "Received SIGTERM: 15" when a
+      signal stops the loop, which it also says after a Ctrl-C (attnseq tells its handler with SIGTERM):
+      the "Interrupted (Ctrl-C | SIGTERM)" line names the signal instead;
     - the ``LeafSpec`` FutureWarning: Lightning's own ``_pytree`` calls torch's deprecated ``LeafSpec()``
       (Lightning's bug, nothing attnseq does); ignored for that message from that module only;
     - Lightning's "recommended to use ``self.log(..., sync_dist=True)``" in data-parallel training, once per
@@ -426,6 +439,10 @@ def quiet_libraries() -> Callable[[], None]:
     filtered = [logger for logger in filtered if _CHATTER_FILTER not in logger.filters]
     for logger in filtered:
         logger.addFilter(_CHATTER_FILTER)
+    signal_logger = logging.getLogger(SIGNAL_LOGGER)
+    signal_filtered = _SIGNAL_FILTER not in signal_logger.filters
+    if signal_filtered:
+        signal_logger.addFilter(_SIGNAL_FILTER)
     warnings.filterwarnings(
         "ignore",
         message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
@@ -455,6 +472,8 @@ def quiet_libraries() -> Callable[[], None]:
             logging.getLogger(name).setLevel(level)
         if locked_filtered:
             database.removeFilter(_LOCKED_FILTER)
+        if signal_filtered:
+            signal_logger.removeFilter(_SIGNAL_FILTER)
 
     return undo
 

@@ -12,6 +12,7 @@ import os
 import pty
 import re
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -137,6 +138,25 @@ def test_quiet_libraries_drops_only_the_known_chatter(caplog):
     assert [r.getMessage() for r in caplog.records] == ["Restoring states from the checkpoint path at last.ckpt"]
     assert logging.getLogger("mlflow.store.db.utils").getEffectiveLevel() == logging.WARNING
     undo()  # the test process's loggers as they were, for the tests after this one
+
+
+def test_lightnings_sigterm_notice_is_dropped_and_the_signal_named_by_attnseq(caplog):
+    """attnseq stops Lightning's loop through its SIGTERM handler after a Ctrl-C too: Lightning's "Received
+    SIGTERM: 15" would name the wrong signal, so it goes, and attnseq's own line names the one sent."""
+    from attnseq.lifecycle.signals import signal_name
+
+    undo = quiet_libraries()
+    connector = logging.getLogger("lightning.pytorch.trainer.connectors.signal_connector")
+    with caplog.at_level(logging.INFO, logger=connector.name):
+        connector.info("[rank: 0] Received SIGTERM: 15")
+        connector.info("Requeuing SLURM job 12 failed with error code 1")
+    assert [r.getMessage() for r in caplog.records] == ["Requeuing SLURM job 12 failed with error code 1"]
+    undo()
+    with caplog.at_level(logging.INFO, logger=connector.name):
+        connector.info("[rank: 0] Received SIGTERM: 15")
+    assert caplog.records[-1].getMessage() == "[rank: 0] Received SIGTERM: 15"  # undone
+    assert [signal_name(signal.SIGINT), signal_name(signal.SIGTERM), signal_name(None, KeyboardInterrupt()),
+            signal_name(None, SystemExit(143))] == ["Ctrl-C", "SIGTERM", "Ctrl-C", "SIGTERM"]
 
 
 def test_quiet_libraries_keeps_sacrebleus_bootstrap_lines_out_of_a_comparison_until_undone(caplog):

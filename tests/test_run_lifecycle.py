@@ -40,6 +40,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from pauses import pause_at  # noqa: E402  (tests/ is on sys.path under pytest)
 
+from attnseq.lifecycle.signals import signal_name
 from attnseq.tracking import paths, provenance, tags
 
 EPOCHS = 3
@@ -199,6 +200,7 @@ def test_signals_at_each_epochs_end_kill_the_run_with_its_newest_checkpoint_and_
             tmp_path, run_id, folder=f"resumed{stop}")
         returncode, output = signal_paused(tmp_path, phase, signum, args, f"stop{stop}.log")
         killed = assert_killed_with_its_newest_checkpoint(tmp_path, returncode, code, output)
+        assert "Received SIGTERM" not in output and signal_name(signum) in output, output[-3000:]  # the one sent
         assert run_id in (None, killed)
         run_id = killed
         if phase == "validation":  # validation finished first: this epoch is whole, in the run and the checkpoint

@@ -39,7 +39,7 @@ from attnseq.evaluation.significance import write_significance
 from attnseq.evaluation.trained_runs import TrainedRun, chosen_runs, load_trained_run
 from attnseq.evaluation.validation import check_config
 from attnseq.faithfulness.explorer import reference_attention
-from attnseq.lifecycle.signals import Signals, exit_code, release_interrupted_frames
+from attnseq.lifecycle.signals import Signals, exit_code, release_interrupted_frames, signal_name
 from attnseq.model import Decoded
 from attnseq.tracking import paths, tags
 from attnseq.tracking.client import TrackingClient
@@ -122,10 +122,10 @@ def recorded(create: Callable[[], TrackedRun], signals: Signals | None = None) -
             run.finish("KILLED" if interrupted else "FAILED")
         if not interrupted:
             raise
-        if run is not None:
-            print(f"\nInterrupted: MLflow run {run.run_id} ({redact_text(run.name)}) marked KILLED",
-                  file=sys.stderr, flush=True)
         signum = signals.received
+        if run is not None:
+            print(f"\nInterrupted ({signal_name(signum, error)}): MLflow run {run.run_id} ({redact_text(run.name)}) "
+                  "marked KILLED", file=sys.stderr, flush=True)
         code = exit_code(signum) if signum is not None else 130 if isinstance(error, KeyboardInterrupt) else 143
         raise SystemExit(code) from None
     with signals.held():  # a signal now waits until the run is marked

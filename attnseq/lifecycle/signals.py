@@ -226,6 +226,14 @@ def exit_code(signum: int) -> int:
     return 128 + signum
 
 
+def signal_name(signum: int | None, error: BaseException | None = None) -> str:
+    """What stopped the process, as the user sent it: "Ctrl-C" (SIGINT, or a ``KeyboardInterrupt`` without a
+    recorded signal), else the signal's name ("SIGTERM")."""
+    if signum is None:
+        return "Ctrl-C" if isinstance(error, KeyboardInterrupt) else "SIGTERM"
+    return "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+
+
 def release_interrupted_frames(*errors: BaseException | None) -> None:
     """If a signal lands inside an MLflow store call, that call's SQLite cursor or transaction can
     stay open, held by the interrupted frames that the exception's traceback keeps alive, and lock

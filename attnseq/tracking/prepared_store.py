@@ -7,7 +7,8 @@ Lightning and MLflow on one core. When the store is a SQLite file that does not 
 point's runtime (``attnseq.runtime``) starts a child process first, on the other core
 (``store.prepare_schema``): it makes the schema in ``<db file>.prepared-<pid>`` (``<pid>``: the
 training's), beside the store, which the training renames into place when it opens the store
-(``store.open_store``), under the same lock and only if the store is still new. Nothing is ever written at the store's own path before then.
+(``store.open_store``), under the same lock and only if the store is still new. Nothing is ever
+written at the store's own path before then.
 
 What is left is removed: the training takes the file or, at its exit (a bad config, a signal, an error),
 stops the child and deletes its files (``PreparedStore.discard``); a child whose training is gone deletes

@@ -45,7 +45,7 @@ from attnseq.lifecycle.nodes import (
 )
 from attnseq.lifecycle.requeue import requeued_run, restart_count, slurm_job_id
 from attnseq.lifecycle.resume import Resumption, prepare_resume, reopen_claimed
-from attnseq.lifecycle.signals import Signals, exit_code, release_interrupted_frames
+from attnseq.lifecycle.signals import Signals, exit_code, release_interrupted_frames, signal_name
 from attnseq.tracking import paths, tags
 from attnseq.tracking.client import TrackingClient
 from attnseq.tracking.params import config_params, config_record, config_yaml
@@ -511,10 +511,11 @@ def stop(run: TrainingRun | None, error: BaseException, signals: Signals) -> Non
             pass
         elif run is not None:
             run_id = run.tracked.run_id
-            print(f"\nInterrupted: MLflow run {run_id} marked KILLED; continue it with "
-                  f"`python train.py resume={run_id}`", file=sys.stderr, flush=True)
+            print(f"\nInterrupted ({signal_name(signum, error)}): MLflow run {run_id} marked KILLED; continue it "
+                  f"with `python train.py resume={run_id}`", file=sys.stderr, flush=True)
         else:
-            print("\nInterrupted before the MLflow run was created: nothing to resume.", file=sys.stderr, flush=True)
+            print(f"\nInterrupted ({signal_name(signum, error)}) before the MLflow run was created: nothing to "
+                  "resume.", file=sys.stderr, flush=True)
         raise SystemExit(code) from error
 
 
