@@ -76,6 +76,15 @@ def test_nothing_is_prepared_but_for_a_new_sqlite_file_in_a_writable_folder(tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["existing.db"]
 
 
+def test_on_one_core_nothing_is_started(tmp_path, monkeypatch):
+    """The child would only take the training's core: the training makes the schema itself."""
+    from attnseq.tracking import prepared_store
+
+    monkeypatch.setattr(prepared_store, "usable_cores", lambda: 1)
+    assert PreparedStore.start(tracking_uri(tmp_path)) is None
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_an_empty_file_left_by_a_check_counts_as_a_new_store(tmp_path):
     (tmp_path / "mlflow.db").touch()
     assert new_sqlite_store(tracking_uri(tmp_path)) == tmp_path / "mlflow.db"

@@ -71,6 +71,12 @@ def remove_stale(store: Path) -> None:
             found.unlink(missing_ok=True)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity where the system tells it, else the machine's)."""
+    affinity = getattr(os, "sched_getaffinity", None)  # Linux; not macOS
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -94,7 +100,7 @@ class PreparedStore:
         """The child started, for a SQLite store not there yet (``new_sqlite_store``), where this process may
         run on more than one core (on one, the child would only take the training's); else None."""
         store = new_sqlite_store(uri)
-        if store is None or len(os.sched_getaffinity(0)) < 2:
+        if store is None or usable_cores() < 2:
             return None
         command = [sys.executable, "-m", "attnseq.tracking.store", str(store),  # store.prepare_schema
                    str(prepared_file(store, os.getpid())), str(os.getpid())]
