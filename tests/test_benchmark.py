@@ -349,6 +349,10 @@ def test_the_new_store_launches_render_each_checkout_and_the_ratios(monkeypatch)
     assert "| this (`/a`) | 5.10 | 11.00 | 16.00 |" in table and "| against (`/b`) | 6.50 | 12.00 | 14.00 |" in table
     assert "- first step: this / against **0.78×** (Welch p = " in table
     assert "- CPU: this / against **1.14×**" in table
+    startup_table = startup.render({"tries": 3, "help": [0.3, 0.4, 0.5], "first_step": [4.0, 5.0, 6.0],
+                                    "first_step_new_store": [7.0, 5.0, 6.0],
+                                    "ui": {command: [2.0, 2.0, 2.0] for command in startup.UI_COMMANDS}})
+    assert "| first training step, a new store | 6.00 |" in startup_table  # the median of its own tries
 
 
 def test_a_failing_section_is_reported_and_the_next_still_runs(bench, monkeypatch):
