@@ -332,7 +332,7 @@ def make_settings(args: argparse.Namespace) -> Settings:
         )
     key = quick_cases()
     key += [KEY_GENERAL] if KEY_GENERAL not in key else []
-    chosen = {"all": all_cases, "key": lambda: key, "transformer": lambda: [KEY_ADDITIVE]}[args.cases]()
+    chosen = args.case or {"all": all_cases, "key": lambda: key, "transformer": lambda: [KEY_ADDITIVE]}[args.cases]()
     return Settings(
         warmup=args.warmup,
         window=args.window,
@@ -346,6 +346,15 @@ def make_settings(args: argparse.Namespace) -> Settings:
         sections=tuple(args.sections),
         ablations=args.cases != "transformer",  # what was tried: for the full matrix and the key cases
     )
+
+
+def case_named(text: str) -> Case:
+    """``--case``: ``encoder/scorer/decoder``, a case of the full matrix (``all_cases``)."""
+    known = {case.name: case for case in all_cases()}
+    if text not in known:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a case of the matrix: encoder/scorer/decoder, e.g. "
+                                         f"gru/dot/bahdanau (one of {len(known)}: {', '.join(list(known)[:4])}, …)")
+    return known[text]
 
 
 def section_names(text: str) -> list[str]:
@@ -372,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
         help="the full matrix, the quick cases and gru/general/luong-nofeed, or only gru/additive/bahdanau "
         "(with --sections none: the Transformer beside nn.Transformer, which every run measures, in minutes)",
     )
+    parser.add_argument("--case", type=case_named, action="append", default=[], metavar="ENCODER/SCORER/DECODER",
+                        help="only these cases (repeatable), with what was tried on them; instead of --cases")
     parser.add_argument("--warmup", type=int, default=5, help="steps before the first timed window")
     parser.add_argument("--window", type=int, default=25, help="steps per timed window, and the logging interval")
     parser.add_argument("--windows", type=int, default=3, help="timed windows per run")

@@ -81,7 +81,7 @@ STEP_BY_STEP = FastPaths(fused_decoder=False)  # the decoder loop that decoding 
 AUTOGRAD_GRU = FastPaths(gru_sequence=False)  # torch.gru under autograd instead of the hand-written backward
 HAND_WRITTEN_LSTM = FastPaths(lstm_sequence=True)  # the whole-sequence LSTM kernel, off by default
 AUTOGRAD_ADDITIVE = FastPaths(additive_all_steps=False)  # the all-steps additive score under autograd, not the kernel
-AUTOGRAD_MULTIPLICATIVE = FastPaths(multiplicative_recurrence=False)  # Luong's input feeding, dot/general, autograd
+AUTOGRAD_MULTIPLICATIVE = FastPaths(multiplicative_recurrence=False)  # dot/general: Bahdanau, Luong's input feeding
 
 VARIANTS = [
     Variant(KEY_ADDITIVE, "step-by-step decoder loop", "minimal", fast_paths=STEP_BY_STEP),
@@ -105,6 +105,10 @@ VARIANTS = [
             fast_paths=AUTOGRAD_MULTIPLICATIVE),
     Variant(Case("lstm", "dot", "luong"), "multiplicative recurrence under autograd", "minimal",
             fast_paths=AUTOGRAD_MULTIPLICATIVE),
+    *(Variant(Case(encoder, scorer, "bahdanau"), "multiplicative recurrence under autograd", "minimal",
+              fast_paths=AUTOGRAD_MULTIPLICATIVE)
+      for encoder, scorer in (("gru", "dot"), ("gru", "general"), ("lstm", "dot"), ("lstm", "scaled_dot"),
+                              ("lstm", "general"), ("bigru", "general"), ("bilstm", "general"))),
     Variant(KEY_ADDITIVE, "progress bar off", "real", overrides=("trainer.enable_progress_bar=false",)),
     Variant(KEY_ADDITIVE, "1 DataLoader worker", "real", overrides=("dataset.num_workers=1",)),
 ]

@@ -271,6 +271,20 @@ def test_sections_are_named_from_the_registry(bench):
     assert exit_info.value.code == 2
 
 
+def test_a_case_is_named_as_the_report_names_it(bench):
+    """``--case encoder/scorer/decoder``: a case of the matrix, with what was tried on it; a name that is none
+    is refused with one that is."""
+    cases = sys.modules["cases"]
+    assert bench.case_named("lstm/dot/bahdanau") == cases.Case("lstm", "dot", "bahdanau")
+    with pytest.raises(argparse.ArgumentTypeError, match="e.g. gru/dot/bahdanau"):
+        bench.case_named("lstm/dot/bahdanu")
+    settings = bench.make_settings(argparse.Namespace(
+        quick=False, case=[bench.case_named("gru/general/bahdanau")], cases="all", warmup=1, window=2, windows=1,
+        threads=1, device="cpu", compile=False, sections=[]))
+    assert settings.cases == [cases.Case("gru", "general", "bahdanau")]
+    assert [variant.what for variant in settings.variants()] == ["multiplicative recurrence under autograd"]
+
+
 def test_the_launch_cost_times_each_phase_by_cpu_and_renders_the_ratio(tmp_path, monkeypatch):
     """``startup.py --launch-cost``'s timing: a phase's functions are wrapped as their module is imported
     (a caller that imported the name first gets the wrapped one), a call nested in itself counts once, and

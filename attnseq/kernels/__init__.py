@@ -29,8 +29,9 @@ class FastPaths:
     # Luong without input feeding: the additive/concat score of all steps through kernels.additive_scores;
     # False = the scorer's own all-steps score under autograd
     additive_all_steps: bool = True
-    # Luong with input feeding and a multiplicative score (dot, scaled dot, general): the recurrence with its
-    # hand-written backward (kernels.luong_recurrence); False = the fused loop under autograd
+    # Bahdanau, and Luong with input feeding, with a multiplicative score (dot, scaled dot, general): the recurrence
+    # with its hand-written backward (kernels.multiplicative_recurrence, kernels.luong_recurrence); False = the
+    # fused loop under autograd
     multiplicative_recurrence: bool = True
 
 

@@ -290,7 +290,9 @@ class BahdanauDecoder(Decoder):
         return True
 
     def decodes_teacher_forcing(self, memory: Memory) -> bool:
-        return not self.takes_fast_path() or fused_decoders.bahdanau_recurrence(self, memory.keys)
+        # a multiplicative score's recurrence runs only under autograd; outside it the rearranged loop stays
+        # (``fused_decoders.bahdanau``): on 2 threads it ran faster than the decoding step (benchmarks/results.md)
+        return not self.takes_fast_path() or fused_decoders.recurrence_kind(self, memory.keys) == "additive"
 
     def takes_fast_path(self) -> bool:
         # the fused loop averages the keys itself: not for a scorer with values of its own (multihead)
@@ -363,7 +365,7 @@ class LuongDecoder(Decoder):
 
     def decodes_teacher_forcing(self, memory: Memory) -> bool:
         fast = self.takes_fast_path()
-        return self.input_feeding and (not fast or fused_decoders.luong_recurrence(self, memory.keys) is not None)
+        return self.input_feeding and (not fast or fused_decoders.recurrence_kind(self, memory.keys) is not None)
 
     def takes_fast_path(self) -> bool:
         return super().takes_fast_path() and (not self.input_feeding or self.attention_fuses())

@@ -8,10 +8,10 @@ scorer's query map W_q, Luong's W_c half), the scores, the context, and the cell
 
 A Bahdanau decoder whose scorer declares ``fused_recurrence = "additive"`` goes further, through
 ``AdditiveGRURecurrence`` or ``AdditiveLSTMRecurrence``: one autograd node with a hand-written
-backward pass; so does a Luong decoder with input feeding, through ``AdditiveLuongRecurrence`` (or,
-for a scorer that declares ``fused_recurrence = "multiplicative"``, ``MultiplicativeLuongRecurrence``).
-Luong without input feeding scores all steps at once; with such a scorer, through
-``additive_all_steps``.
+backward pass (for a scorer that declares ``"multiplicative"``, ``MultiplicativeBahdanauRecurrence``);
+so does a Luong decoder with input feeding, through ``AdditiveLuongRecurrence`` (or
+``MultiplicativeLuongRecurrence``). Luong without input feeding scores all steps at once; with an
+additive scorer, through ``additive_all_steps``.
 
 Decoding (``decoding_step``) takes the same per-step maths one token at a time, without autograd: the
 embeddings' share of the input gates for every vocabulary entry in one matmul (once per batch, then one
@@ -23,7 +23,8 @@ full teacher forcing (or decoding outside autograd and training), ``FastPaths.fu
 autograd and training, full teacher forcing that would run a hand-written recurrence (which keeps every
 step's intermediates for its backward) or ``step`` by step runs the decoding step over the target instead
 (``step_through``): the same values, faster there; the rearranged loops, the decoding step's own maths,
-stay (``SequenceDecoder.decodes_teacher_forcing``).
+stay (``SequenceDecoder.decodes_teacher_forcing``), and so does Bahdanau's with a multiplicative score, whose
+recurrence runs only under autograd.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from attnseq.kernels.additive_attention_steps import additive_weights
 from attnseq.kernels.additive_recurrence import AdditiveGRURecurrence, AdditiveLSTMRecurrence
 from attnseq.kernels.cells import gru_cell, layer_parameters, lstm_cell
 from attnseq.kernels.luong_recurrence import AdditiveLuongRecurrence, MultiplicativeLuongRecurrence
+from attnseq.kernels.multiplicative_recurrence import MultiplicativeBahdanauRecurrence
 from attnseq.model.state import DecoderState, Memory
 
 Stepper = Callable[[Tensor, DecoderState], tuple[Tensor, Tensor | None, DecoderState]]
@@ -139,16 +141,12 @@ def cell(x_gates: Tensor, hidden_gates: Tensor, state: CellState) -> CellState:
     return CellState(*lstm_cell(x_gates + hidden_gates, state.c))  # (B, d_s), (B, d_s)
 
 
-def bahdanau_recurrence(decoder, sample: Tensor) -> bool:
-    """Whether ``bahdanau`` runs ``decoder``'s teacher forcing as one hand-written recurrence (its scorer declares
-    ``fused_recurrence = "additive"``; ``sample``, a tensor of the batch: ``additive_recurrence.supports``)."""
-    return decoder.attention.fused_recurrence == "additive" and additive_recurrence.supports(sample)
-
-
-def luong_recurrence(decoder, sample: Tensor) -> str | None:
-    """The hand-written recurrence ``luong_input_feeding`` runs ``decoder``'s teacher forcing as: ``"additive"``
-    (``AdditiveLuongRecurrence``), ``"multiplicative"`` (``MultiplicativeLuongRecurrence``, with
-    ``FastPaths.multiplicative_recurrence``), or None (the rearranged loop)."""
+def recurrence_kind(decoder, sample: Tensor) -> str | None:
+    """The hand-written recurrence ``bahdanau`` or ``luong_input_feeding`` runs ``decoder``'s teacher forcing as:
+    ``"additive"`` (``AdditiveGRURecurrence``/``AdditiveLSTMRecurrence``, ``AdditiveLuongRecurrence``),
+    ``"multiplicative"`` (``MultiplicativeBahdanauRecurrence``, ``MultiplicativeLuongRecurrence``; with
+    ``FastPaths.multiplicative_recurrence``), or None (the rearranged loop), as its scorer declares
+    (``fused_recurrence``; ``sample``, a tensor of the batch: ``additive_recurrence.supports``)."""
     kind = decoder.attention.fused_recurrence
     if kind == "multiplicative" and not decoder.fast_paths.multiplicative_recurrence:
         return None
@@ -162,7 +160,14 @@ def bahdanau(decoder, tgt_in: Tensor, state, memory) -> tuple[Tensor, Tensor]:
     start = split_state(state.rnn)
     attention.check_shapes(start.h, memory.keys, memory.valid_mask)
     inputs = step_inputs(decoder.embedding, decoder.dropout, decoder.rnn, attention, tgt_in, [])
-    if bahdanau_recurrence(decoder, inputs.input_gates):
+    kind = recurrence_kind(decoder, inputs.input_gates)
+    if kind == "multiplicative" and torch.is_grad_enabled():  # for its backward; the query is the state: no W_q
+        states, contexts, weights = MultiplicativeBahdanauRecurrence.apply(
+            inputs.input_gates, start.h, start.c, memory.keys, memory.projected_keys, memory.valid_mask,
+            inputs.state_weight, inputs.state_bias, inputs.extra_input_weight, attention.score_scale(),
+        )  # (B, T_dec, d_s), (B, T_dec, d_k), (B, H, T_dec, T_enc)
+        return decoder.read_out(states, contexts, inputs.embedded), weights
+    if kind == "additive":
         doubled_keys = 2 * memory.projected_keys  # (B, H, T_enc, a): K2 = 2K
         v = attention.v_a.view(attention.heads, -1)  # (H, a)
         rest = (
@@ -216,14 +221,14 @@ def luong_input_feeding(decoder, tgt_in: Tensor, state, memory) -> tuple[Tensor,
     inputs = step_inputs(decoder.embedding, decoder.dropout, decoder.rnn, attention, tgt_in, [weight_cs])
     through = attention.values_through(memory.keys, weight_cc)  # (B, H, T_enc, d_s): values × W_cc
     feed = state.feed  # (B, d_s): h̃_0
-    recurrence = luong_recurrence(decoder, inputs.input_gates)
-    if recurrence == "additive":
+    kind = recurrence_kind(decoder, inputs.input_gates)
+    if kind == "additive":
         attentional, weights = AdditiveLuongRecurrence.apply(
             inputs.input_gates, current.h, current.c, feed, through, 2 * memory.projected_keys, memory.valid_mask,
             inputs.state_weight, inputs.state_bias, inputs.extra_input_weight, attention.v_a.view(attention.heads, -1),
         )  # (B, T_dec, d_s), (B, H, T_dec, T_enc)
         return decoder.W_s(decoder.dropout(attentional)), weights  # (B, T_dec, V), (B, H, T_dec, T_enc)
-    if recurrence == "multiplicative":
+    if kind == "multiplicative":
         attentional, weights = MultiplicativeLuongRecurrence.apply(
             inputs.input_gates, current.h, current.c, feed, through, memory.projected_keys, memory.valid_mask,
             inputs.state_weight, inputs.state_bias, inputs.extra_input_weight, attention.score_scale(),
