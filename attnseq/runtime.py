@@ -237,10 +237,11 @@ class Runtime:
             self._prepared = prepared
             self._undo.callback(prepared.discard)
 
-    def prepared_store(self, uri: str) -> Any:
-        """The schema ``prepare_store`` had made for ``uri``'s store (a file beside it), once; None if none."""
+    def prepared_store(self) -> Any:
+        """What ``prepare_store`` started (a ``PreparedStore``, which the store's opening waits for and takes
+        only if it is for that store), once; None if nothing."""
         prepared, self._prepared = self._prepared, None
-        return None if prepared is None else prepared.claim(uri)
+        return prepared
 
     def quiet_libraries(self) -> None:
         from attnseq.cli import quiet_libraries

@@ -44,7 +44,7 @@ def test_the_schema_is_made_aside_and_renamed_into_place_only_when_the_store_ope
     assert not (tmp_path / "mlflow.db").exists()  # nothing at the store's own path before it is opened
     assert {"experiments", "runs", "metrics", "alembic_version"} <= tables(made)
 
-    client = open_store(uri, made)
+    client = open_store(uri, prepared)
     assert not made.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db", "mlflow.db.lock"]
     run = client.create_run(client.create_experiment("e"))
     client.log_metric(run.info.run_id, "m", 1.0)
@@ -61,13 +61,15 @@ def test_a_store_made_meanwhile_is_kept_and_the_prepared_schema_removed(tmp_path
     existing.create_experiment("kept")
     os.replace(other / "mlflow.db", tmp_path / "mlflow.db")
 
-    client = open_store(uri, made)
+    client = open_store(uri, prepared)
     assert client.get_experiment_by_name("kept") is not None  # not replaced by the empty schema
+    assert made.is_file()  # not taken: removed at the training's exit
     prepared.discard()
     assert not list(tmp_path.glob(f"mlflow.db{PREPARED}*"))
 
 
 @pytest.mark.parametrize("uri", ["sqlite:///{root}/existing.db", "sqlite:///{root}/missing/mlflow.db",
+                                 "sqlite:////proc/attnseq-mlflow.db",  # a folder nobody writes, root included
                                  "sqlite:///:memory:", "http://127.0.0.1:5000", "postgresql://u@localhost/db"])
 def test_nothing_is_prepared_but_for_a_new_sqlite_file_in_a_writable_folder(tmp_path, uri):
     (tmp_path / "existing.db").write_bytes(b"SQLite format 3\x00" + bytes(100))
@@ -137,9 +139,9 @@ class Prepared(Detached):
         self.child = PreparedStore.start(uri)
         self.asked: list[str] = []
 
-    def prepared_store(self, uri: str) -> Path | None:
-        self.asked.append(uri)
-        return self.child.claim(uri)
+    def prepared_store(self) -> PreparedStore | None:
+        self.asked.append(self.child)
+        return self.child
 
 
 def test_the_training_takes_the_schema_when_it_opens_its_store(tmp_path, monkeypatch):
@@ -152,7 +154,7 @@ def test_the_training_takes_the_schema_when_it_opens_its_store(tmp_path, monkeyp
     made = runtime.child.claim(uri)  # done before the training asks, so that the take can be seen
     inode = made.stat().st_ino
     train(cfg, runtime)
-    assert runtime.asked == [uri]
+    assert runtime.asked == [runtime.child]  # once
     assert (tmp_path / "mlflow.db").stat().st_ino == inode  # the prepared file became the store
     assert not list(tmp_path.glob(f"mlflow.db{PREPARED}*"))
     [run] = MlflowClient(uri).search_runs([MlflowClient(uri).get_experiment_by_name("attnseq").experiment_id])

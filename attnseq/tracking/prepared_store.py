@@ -24,12 +24,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 PREPARED = ".prepared-"
 """``<db file>.prepared-<pid>``: a schema made for the training process ``<pid>``."""
-WAIT_S = 300.0
-"""The most the training waits for its child's schema before making one itself."""
+WAIT_S = 120.0
+"""The most the training waits for its child's schema (once its own checks of the store have passed) before
+making one itself."""
 
 
 def sqlite_path(uri: str) -> Path | None:
@@ -47,11 +49,21 @@ def new_sqlite_store(uri: str) -> Path | None:
     if path is None:
         return None
     path = path.absolute()
-    if not path.parent.is_dir() or not os.access(path.parent, os.W_OK):
+    if not path.parent.is_dir() or not writable(path.parent):
         return None
     if path.exists() and (not path.is_file() or path.stat().st_size):
         return None
     return path
+
+
+def writable(folder: Path) -> bool:
+    """Whether a file can be made in ``folder`` (tried, nameless: permissions alone do not say it for root, or
+    for a read-only file system)."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False
 
 
 def prepared_file(store: Path, owner: int) -> Path:

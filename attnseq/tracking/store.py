@@ -17,14 +17,14 @@ from mlflow.tracking import MlflowClient
 from sqlalchemy.exc import SQLAlchemyError
 
 from attnseq.errors import ConfigError
-from attnseq.tracking.prepared_store import files_of, remove_stale, sqlite_path
+from attnseq.tracking.prepared_store import PreparedStore, files_of, remove_stale, sqlite_path
 from attnseq.tracking.redaction import redact, redact_text
 
 
-def check_tracking_uri(uri: str, timeout_s: float = 5.0, prepared: Path | None = None) -> None:
+def check_tracking_uri(uri: str, timeout_s: float = 5.0, prepared: PreparedStore | None = None) -> None:
     """Fail in seconds, before any training, when the tracking store cannot be used; for a
-    database store, also create its schema (``open_store``; a new SQLite store's from ``prepared``, made
-    beside it by ``prepared_store``, where given).
+    database store, also create its schema (``open_store``; a new SQLite store's from the one ``prepared``
+    is making beside it, where given, once the checks have passed).
 
     A server must answer ``/health``; a SQLite file must be a database this process can write, or
     a new file in a writable folder; any other database must accept a connection within
@@ -140,24 +140,25 @@ def _check_database(uri: str, shown: str, scheme: str, timeout_s: float) -> None
         engine.dispose()
 
 
-def open_store(uri: str, prepared: Path | None = None) -> MlflowClient:
+def open_store(uri: str, prepared: PreparedStore | None = None) -> MlflowClient:
     """A client of the store, its schema created or migrated first.
 
     MLflow creates a database store's tables when a process first opens it, in steps that a signal
     can cut in half, and two processes opening a fresh SQLite file at once would both migrate it.
     For SQLite the first opening is therefore done under an exclusive lock on ``<db file>.lock``,
     and a fresh store's schema is made in ``<db file>.creating`` beside it, then renamed into place
-    (``create_sqlite_store``): the store is either whole or not there; ``prepared``, a schema a child
-    process made beside it (``attnseq.tracking.prepared_store``), is renamed into place instead. The store
-    then stays open (MLflow caches it per URI) for the clients this process makes later.
+    (``create_sqlite_store``): the store is either whole or not there; the schema ``prepared`` made beside it
+    in a child process (``attnseq.tracking.prepared_store``; waited for here), is renamed into place instead.
+    The store then stays open (MLflow caches it per URI) for the clients this process makes later.
     """
     path = sqlite_path(uri) if uri.lower().startswith("sqlite:") else None
     with _file_lock(path.with_name(path.name + ".lock") if path is not None else None):
         if path is not None:
             remove_stale(path)
         if path is not None and is_fresh(path):
-            if prepared is not None and prepared.is_file():
-                os.replace(prepared, path)
+            made = None if prepared is None else prepared.claim(uri)
+            if made is not None:
+                os.replace(made, path)
             else:
                 create_sqlite_store(path)
         try:

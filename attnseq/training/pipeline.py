@@ -49,6 +49,7 @@ from attnseq.lifecycle.signals import Signals, exit_code, release_interrupted_fr
 from attnseq.tracking import paths, tags
 from attnseq.tracking.client import TrackingClient
 from attnseq.tracking.params import config_params, config_record, config_yaml
+from attnseq.tracking.prepared_store import PreparedStore
 from attnseq.tracking.provenance import runtime_changes, runtime_params
 from attnseq.tracking.redaction import redact
 from attnseq.tracking.retry import TrackingUnavailable
@@ -82,7 +83,7 @@ class ProcessRuntime(Protocol):
 
     def handed_off(self, values: Mapping[str, str], command: list[str] | None = None) -> ContextManager[None]: ...
 
-    def prepared_store(self, uri: str) -> Path | None: ...
+    def prepared_store(self) -> PreparedStore | None: ...
 
 
 class Detached:
@@ -94,7 +95,7 @@ class Detached:
     def handed_off(self, values: Mapping[str, str], command: list[str] | None = None) -> ContextManager[None]:
         return nullcontext()
 
-    def prepared_store(self, uri: str) -> Path | None:
+    def prepared_store(self) -> PreparedStore | None:
         return None
 
 
@@ -134,8 +135,8 @@ def _train_in_folder(config: TrainConfig, record: dict[str, Any], resumption: Re
     with phase("Built the data and the model", shown):
         datamodule, module = build_data_and_model(config)
     # after the data: a bad corpus or tokenizer leaves no store (a schema the entry point had made aside is removed)
-    uri = config.mlflow.tracking_uri
-    check_tracking_uri(uri, prepared=None if data_parallel_worker() else runtime.prepared_store(uri))
+    prepared = None if data_parallel_worker() else runtime.prepared_store()
+    check_tracking_uri(config.mlflow.tracking_uri, prepared=prepared)
     run = None
     try:
         with signals.held(), phase("Opened the MLflow store and the run", shown):
