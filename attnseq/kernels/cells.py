@@ -83,6 +83,18 @@ def gru_partials(reset_update: Tensor, candidate: Tensor, hidden_candidate: Tens
     return GRUPartials(blocks[..., :3, :], through_candidate, update)
 
 
+def step_buffers(like: Tensor, steps: int, d: int, c0: Tensor | None) -> tuple[Tensor, ...]:
+    """A recurrence's buffers of its cell for ``steps`` steps of batch ``like.shape[0]``: an LSTM's (``c0``
+    given) cells c_0..c_T ``(T + 1, B, d)`` with c_0 written, activations σ(i), σ(f), tanh(g), σ(o) ``(T, B, 4d)``
+    and tanh(c_1)..tanh(c_T) ``(T, B, d)``; a GRU's r and z ``(T, B, 2d)`` and n ``(T, B, d)``."""
+    batch = like.shape[0]
+    if c0 is None:
+        return like.new_empty(steps, batch, 2 * d), like.new_empty(steps, batch, d)  # r, z; n
+    cells = like.new_empty(steps + 1, batch, d)  # c_0..c_T
+    cells[0] = c0
+    return cells, like.new_empty(steps, batch, 4 * d), like.new_empty(steps, batch, d)  # c; activations; tanh(c)
+
+
 class LSTMActivations(NamedTuple):
     """Where one LSTM step writes what a hand-written backward reads again."""
 

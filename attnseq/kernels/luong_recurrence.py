@@ -41,7 +41,15 @@ from attnseq.kernels.additive_attention_steps import (
     AdditiveAttentionSteps,
     weight_gradients,
 )
-from attnseq.kernels.cells import GRUActivations, LSTMActivations, gru_cell, gru_partials, lstm_cell, lstm_partials
+from attnseq.kernels.cells import (
+    GRUActivations,
+    LSTMActivations,
+    gru_cell,
+    gru_partials,
+    lstm_cell,
+    lstm_partials,
+    step_buffers,
+)
 from attnseq.kernels.multiplicative_attention_steps import (
     MultiplicativeAttentionStepGradients,
     MultiplicativeAttentionSteps,
@@ -131,14 +139,9 @@ def luong_forward(input_gates, s0, c0, feed0, w_state, b_state, w_f, attention, 
     states = input_gates.new_empty(steps + 1, batch, d)  # s_0..s_T, time-major while stepping
     feeds = input_gates.new_empty(steps + 1, batch, d)  # h̃_0..h̃_T
     projected = input_gates.new_empty(steps + 1, batch, w_state.shape[0])  # [g_{t+1}; W_cs s_t (; q_t)]
-    if lstm:
-        cells = input_gates.new_empty(steps + 1, batch, d)  # c_0..c_T
-        activated = input_gates.new_empty(steps, batch, gates)  # σ(i), σ(f), tanh(g), σ(o)
-        cell_tanh = input_gates.new_empty(steps, batch, d)  # tanh(c_1)..tanh(c_T)
-        cells[0] = c0
-    else:
-        reset_update = input_gates.new_empty(steps, batch, 2 * d)  # r, z
-        candidate = input_gates.new_empty(steps, batch, d)  # n
+    cell_buffers = step_buffers(input_gates, steps, d, c0)
+    cells, activated, cell_tanh = cell_buffers if lstm else (None, None, None)
+    reset_update, candidate = (None, None) if lstm else cell_buffers
     states[0], feeds[0] = s0, feed0
     torch.addmm(b_state, s0, w_state_t, out=projected[0])  # (B, rows): g_1 (the rest unread)
     for t in range(1, steps + 1):
@@ -154,7 +157,6 @@ def luong_forward(input_gates, s0, c0, feed0, w_state, b_state, w_f, attention, 
         query = states[t] if query_is_state else step_projected[:, gates + d :]  # (B, d) or (B, H·a)
         context = attention.step(t - 1, query)  # (B, d): c_t
         torch.add(context, step_projected[:, gates : gates + d], out=feeds[t]).tanh_()  # (B, d): h̃_t
-    cell_buffers = (cells, activated, cell_tanh) if lstm else (reset_update, candidate)
     return states, feeds, projected, *cell_buffers
 
 

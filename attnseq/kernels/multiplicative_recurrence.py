@@ -22,7 +22,15 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from attnseq.kernels.additive_attention_steps import keys_as_values, keys_gradient, weight_gradients
-from attnseq.kernels.cells import GRUActivations, LSTMActivations, gru_cell, gru_partials, lstm_cell, lstm_partials
+from attnseq.kernels.cells import (
+    GRUActivations,
+    LSTMActivations,
+    gru_cell,
+    gru_partials,
+    lstm_cell,
+    lstm_partials,
+    step_buffers,
+)
 from attnseq.kernels.multiplicative_attention_steps import (
     MultiplicativeAttentionStepGradients,
     MultiplicativeAttentionSteps,
@@ -53,14 +61,9 @@ class MultiplicativeBahdanauRecurrence(torch.autograd.Function):
         w_hh_t, w_ic_t = w_hh.T, w_ic.T  # (d, G·d), (d_k, G·d)
         states = input_gates.new_empty(steps + 1, batch, d)  # s_0..s_T, time-major while stepping
         projected = input_gates.new_empty(steps, batch, gates)  # g_t
-        if lstm:
-            cells = input_gates.new_empty(steps + 1, batch, d)  # c_0..c_T
-            activated = input_gates.new_empty(steps, batch, gates)  # σ(i), σ(f), tanh(g), σ(o)
-            cell_tanh = input_gates.new_empty(steps, batch, d)  # tanh(c_1)..tanh(c_T)
-            cells[0] = c0
-        else:
-            reset_update = input_gates.new_empty(steps, batch, 2 * d)  # r, z
-            candidate = input_gates.new_empty(steps, batch, d)  # n
+        cell_buffers = step_buffers(input_gates, steps, d, c0)
+        cells, activated, cell_tanh = cell_buffers if lstm else (None, None, None)
+        reset_update, candidate = (None, None) if lstm else cell_buffers
         states[0] = s0
         for t in range(steps):
             hidden_gates = torch.addmm(b_hh, states[t], w_hh_t, out=projected[t])  # (B, G·d): g_t
@@ -71,7 +74,6 @@ class MultiplicativeBahdanauRecurrence(torch.autograd.Function):
             else:
                 x_gates = torch.addmm(input_gates[:, t], context, w_ic_t)  # (B, 3d): x_t
                 gru_cell(x_gates, hidden_gates, states[t], GRUActivations(reset_update[t], candidate[t], states[t + 1]))
-        cell_buffers = (cells, activated, cell_tanh) if lstm else (reset_update, candidate)
         # the intermediates rule out double backward (``once_differentiable``); saved this way, autograd's
         # saved-tensor hooks see them
         ctx.save_for_backward(keys, projected_keys, w_hh, w_ic, states, projected, attention.contexts,
