@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/bench.py --quick      # a few small cases, a few steps: what the tests run
     .venv/bin/python benchmarks/bench.py --compile    # adds torch.compile rows (each compile is timed)
     .venv/bin/python benchmarks/bench.py --sections none   # the training tables only (≈ 20 min)
+    .venv/bin/python benchmarks/bench.py --cases slow --sections none   # the target cases and the slow families
 
 What it measures, on the copy task (source lengths 5–40, batch 64, emb 64 / hidden 128):
 
@@ -31,6 +32,9 @@ What it measures, on the copy task (source lengths 5–40, batch 64, emb 64 / hi
   and initial weights, trained in lock step on the same batches (with the real path and the
   baseline), then decoded: attnseq's greedy and beam 5 with the key/value cache, the reference's
   greedy recomputing the prefix at every step, and the decoding section's RNN decoder beside.
+- **the slow families without their fast paths**: every case of ``cases.SLOW_FAMILIES`` (the LSTM cases;
+  biGRU + Luong + additive/concat) runs one more minimal loop in its lock step, the same model with every fast
+  path off (``cases.NO_FAST_PATHS``), so the report says what each case short of the goal would need.
 - **what was tried** (full run, ``cases.VARIANTS``): a fast path turned off or on (``FastPaths``:
   the step-by-step decoder loop, ``torch.gru``'s and ``nn.LSTM``'s autograd backward, the all-steps
   additive kernel), config overrides (Adam ``fused=True``, the progress bar off, a DataLoader
@@ -70,6 +74,7 @@ from cases import (
     Variant,
     all_cases,
     benchmark_config,
+    in_slow_family,
     quick_cases,
     transformer_config,
 )
@@ -332,7 +337,10 @@ def make_settings(args: argparse.Namespace) -> Settings:
         )
     key = quick_cases()
     key += [KEY_GENERAL] if KEY_GENERAL not in key else []
-    chosen = args.case or {"all": all_cases, "key": lambda: key, "transformer": lambda: [KEY_ADDITIVE]}[args.cases]()
+    slow = [KEY_ADDITIVE, KEY_DOT, KEY_GENERAL, *(case for case in all_cases() if in_slow_family(case))]
+    chosen = args.case or {
+        "all": all_cases, "key": lambda: key, "slow": lambda: slow, "transformer": lambda: [KEY_ADDITIVE]
+    }[args.cases]()
     return Settings(
         warmup=args.warmup,
         window=args.window,
@@ -376,10 +384,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a few small cases, a few steps (what the tests run)")
     parser.add_argument(
         "--cases",
-        choices=("all", "key", "transformer"),
+        choices=("all", "key", "slow", "transformer"),
         default="all",
-        help="the full matrix, the quick cases and gru/general/luong-nofeed, or only gru/additive/bahdanau "
-        "(with --sections none: the Transformer beside nn.Transformer, which every run measures, in minutes)",
+        help="the full matrix, the quick cases and gru/general/luong-nofeed, the three target cases and the slow "
+        "families (LSTM; biGRU + Luong + additive/concat) with their fast paths off beside, or only "
+        "gru/additive/bahdanau (with --sections none: the Transformer beside nn.Transformer, which every run "
+        "measures, in minutes)",
     )
     parser.add_argument("--case", type=case_named, action="append", default=[], metavar="ENCODER/SCORER/DECODER",
                         help="only these cases (repeatable), with what was tried on them; instead of --cases")

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -82,6 +82,30 @@ AUTOGRAD_GRU = FastPaths(gru_sequence=False)  # torch.gru under autograd instead
 HAND_WRITTEN_LSTM = FastPaths(lstm_sequence=True)  # the whole-sequence LSTM kernel, off by default
 AUTOGRAD_ADDITIVE = FastPaths(additive_all_steps=False)  # the all-steps additive score under autograd, not the kernel
 AUTOGRAD_MULTIPLICATIVE = FastPaths(multiplicative_recurrence=False)  # dot/general: Bahdanau, Luong's input feeding
+NO_FAST_PATHS = FastPaths(**{switch.name: False for switch in fields(FastPaths)})
+"""The model as it is written: the decoder stepped one token at a time, torch's GRU and LSTM under autograd."""
+WITHOUT_FAST_PATHS = "every fast path off"
+
+SLOW_FAMILIES_GOAL = 1.8
+"""The real path's ×base the LSTM cases and biGRU + Luong + additive/concat aim at, like the GRU ones (issue 28)."""
+
+SLOW_FAMILIES: dict[str, Callable[[Case], bool]] = {
+    "LSTM encoder and decoder, every scorer and convention": lambda case: case.encoder == "lstm",
+    "biGRU + Luong + additive/concat": lambda case: case.encoder == "bigru" and case.scorer in ("additive", "concat")
+    and case.decoder.startswith("luong"),
+}
+"""The families short of the GRU cases' speed, by name: each case of them also runs its model with every fast
+path off (``NO_FAST_PATHS``), in lock step, so the report can say what reaching the goal would take."""
+
+
+def in_slow_family(case: Case) -> bool:
+    return any(member(case) for member in SLOW_FAMILIES.values())
+
+
+def without_fast_paths(case: Case) -> Variant:
+    """The case's model with every fast path off, one more minimal loop in the case's trainer run."""
+    return Variant(case, WITHOUT_FAST_PATHS, "minimal", fast_paths=NO_FAST_PATHS)
+
 
 VARIANTS = [
     Variant(KEY_ADDITIVE, "step-by-step decoder loop", "minimal", fast_paths=STEP_BY_STEP),
@@ -205,7 +229,9 @@ class Settings:
         return self.warmup + self.window * self.windows + 1  # +1: a step's end is the next one's start
 
     def variants(self) -> list[Variant]:
-        return [variant for variant in VARIANTS if variant.case in self.cases] if self.ablations else []
+        """What was tried on the cases (with ``ablations``), and every slow-family case without its fast paths."""
+        tried = [variant for variant in VARIANTS if variant.case in self.cases] if self.ablations else []
+        return tried + [without_fast_paths(case) for case in self.cases if in_slow_family(case)]
 
 
 def transformer_config(settings: Settings, workdir: Path):

@@ -159,7 +159,8 @@ def test_every_variant_trains_and_is_reported_against_its_case(bench, cases, tmp
     variants = cases.VARIANTS
     varied = [case for case in bench.all_cases() if case in {variant.case for variant in variants}]
     settings = bench.Settings(**{**vars(quick), "cases": varied, "ablations": True})
-    assert settings.variants() == variants
+    unfast = [cases.without_fast_paths(case) for case in varied if cases.in_slow_family(case)]
+    assert unfast and settings.variants() == variants + unfast
 
     results = bench.run(settings, log=lambda line: None, workdir=tmp_path)
     report = bench.render(results, "test")
@@ -257,6 +258,53 @@ def test_the_slow_families_are_checked_against_their_goal(quick):
     assert f"({worst.name})" in line, line  # the family's slowest, named
     assert f"{reached} of {len(lstm)}" in line, line
     assert f"{results.rows[worst.name].ratio('real'):.2f}×" in line and f"{report_module.SLOW_FAMILIES_GOAL:g}×" in line
+
+
+def test_each_slow_family_case_runs_without_its_fast_paths_and_the_shortfall_is_read_from_the_rows(quick, cases):
+    """Every slow-family case has a row of its model with every fast path off, from the same lock step; the table
+    lists exactly the cases short of the goal, with the gain and the need computed from the rows' medians."""
+    settings, results, report = quick
+    report_module = sys.modules["report"]
+    family = [case for case in settings.cases if cases.in_slow_family(case)]
+    assert family and all(not cases.in_slow_family(case) for case in (cases.KEY_ADDITIVE, cases.KEY_DOT))
+    assert all(getattr(cases.NO_FAST_PATHS, switch) is False for switch in vars(cases.NO_FAST_PATHS))
+    goal = cases.SLOW_FAMILIES_GOAL
+    section = report.split("## The slow families' cases short of")[1].split("\n## ")[0]
+    largest = max(
+        results.rows[case.name].median("minimal") / results.rows[cases.without_fast_paths(case).label].median("minimal")
+        for case in family
+    )
+    assert f"{largest:.2f}×" in section.split("\n| ")[0]  # named above the table
+    for case in family:
+        row, unfast = results.rows[case.name], results.rows[cases.without_fast_paths(case).label]
+        assert unfast.kept == case.name and finite_positive(unfast.ratio("minimal"))
+        assert len(unfast.rates["minimal"]) == len(row.rates["minimal"]) == settings.windows  # the same windows
+        real, minimal, off = (row.median("real"), row.median("minimal"), unfast.median("minimal"))
+        base = row.median(report_module.BASELINE)
+        needs = goal * (minimal / real) / (off / base)
+        lines = [line for line in section.splitlines() if line.startswith(f"| {case.name} |")]
+        if real / base >= goal:
+            assert not lines
+            continue
+        (line,) = lines
+        columns = [column.strip() for column in line.strip("|").split("|")]
+        assert columns[4] == f"{minimal / off:.2f}×" and columns[5] == f"{needs:.2f}×", line
+    tried = report.split("## What was tried")[1].split("\n## ")[0] if "## What was tried" in report else ""
+    assert cases.WITHOUT_FAST_PATHS not in tried  # its own table, not an ablation's row
+
+
+def test_a_shortfall_reads_as_bounded_short_or_unserved(bench):
+    report_module = sys.modules["report"]
+    Shortfall = report_module.Shortfall
+    largest = Shortfall("gru/x/y", real=3.0, minimal=3.3, unfast=1.1)  # gain 3.0
+    bounded = Shortfall("lstm/a/b", real=1.0, minimal=1.1, unfast=0.5)  # needs 1.8 · 1.1 / 0.5 = 3.96 > 3.0
+    short = Shortfall("lstm/c/d", real=1.5, minimal=1.5, unfast=1.0)  # gain 1.5, needs 1.8
+    unserved = Shortfall("lstm/e/f", real=1.6, minimal=1.6, unfast=1.58)  # gain 1.01
+    assert bounded.needed == pytest.approx(3.96) and short.needed == pytest.approx(1.8)
+    assert largest.gain == pytest.approx(3.0)
+    assert [entry.kind(largest) for entry in (bounded, short, unserved)] == ["bounded", "short", "unserved"]
+    assert "3.96×" in report_module.shortfall_reading(bounded, largest)
+    assert "1.50×" in report_module.shortfall_reading(short, largest)
 
 
 def test_sections_are_named_from_the_registry(bench):
