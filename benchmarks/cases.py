@@ -80,6 +80,7 @@ class Variant:
 STEP_BY_STEP = FastPaths(fused_decoder=False)  # the decoder loop that decoding runs
 AUTOGRAD_GRU = FastPaths(gru_sequence=False)  # torch.gru under autograd instead of the hand-written backward
 HAND_WRITTEN_LSTM = FastPaths(lstm_sequence=True)  # the whole-sequence LSTM kernel, off by default
+PACKED_LSTM = FastPaths(lstm_by_length=False)  # the LSTM encoder over packed sequences, not once per distinct length
 AUTOGRAD_ADDITIVE = FastPaths(additive_all_steps=False)  # the all-steps additive score under autograd, not the kernel
 AUTOGRAD_MULTIPLICATIVE = FastPaths(multiplicative_recurrence=False)  # dot/general: Bahdanau, Luong's input feeding
 NO_FAST_PATHS = FastPaths(**{switch.name: False for switch in fields(FastPaths)})
@@ -117,6 +118,9 @@ VARIANTS = [
     Variant(Case("gru", NO_ATTENTION), "nn.GRU's autograd backward", "minimal", fast_paths=AUTOGRAD_GRU),
     Variant(Case("lstm", "dot", "luong-nofeed"), "hand-written LSTM backward", "minimal", fast_paths=HAND_WRITTEN_LSTM),
     Variant(Case("lstm", "additive", "luong"), "hand-written LSTM backward", "minimal", fast_paths=HAND_WRITTEN_LSTM),
+    *(Variant(Case("lstm", scorer, decoder), "packed LSTM encoder", "minimal", fast_paths=PACKED_LSTM)
+      for scorer, decoder in (("dot", "luong-nofeed"), ("general", "luong"), ("additive", "bahdanau"),
+                              ("dot", "transformer"))),
     Variant(Case("gru", "additive", "luong-nofeed"), "all-steps score under autograd", "minimal",
             fast_paths=AUTOGRAD_ADDITIVE),
     Variant(Case("bigru", "additive", "luong-nofeed"), "all-steps score under autograd", "minimal",

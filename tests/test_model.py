@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 
 import pytest
@@ -385,19 +386,21 @@ def test_the_additive_recurrence_recomputing_sigma_equals_stepping(monkeypatch, 
     assert_teacher_forcing_equals_stepping(make_model("gru", scorer, "bahdanau", heads, layers=1).train())
 
 
+@pytest.mark.parametrize("way", ["lstm_sequence", "lstm_by_length"])
 @pytest.mark.parametrize("bidirectional", [False, True])
-@pytest.mark.parametrize("lengths", [(6, 3, 1, 4), (5, 5, 5)])
-def test_the_unpacked_lstm_encoder_equals_a_packed_run_values_and_gradients(bidirectional, lengths):
-    """A one-layer LSTM encoder (uni and bi) through ``kernels.lstm_sequence`` against the same
-    parameters run packed by ``nn.LSTM`` under autograd: states, final pairs and every gradient."""
+@pytest.mark.parametrize("lengths", [(6, 3, 1, 4), (5, 5, 5), (6, 6, 2, 2)])
+def test_the_unpacked_lstm_encoder_equals_a_packed_run_values_and_gradients(way, bidirectional, lengths):
+    """A one-layer LSTM encoder (uni and bi) through ``kernels.lstm_sequence`` or torch's LSTM once per distinct
+    length against the same parameters run packed by ``nn.LSTM`` under autograd: states, final pairs and every
+    gradient."""
     from attnseq.kernels import FastPaths
     from attnseq.model.rnn_encoder import RNNEncoder
 
     torch.manual_seed(4)
     fast = RNNEncoder(V_SRC, 8, 12, cell="lstm", bidirectional=bidirectional,
-                      fast_paths=FastPaths(lstm_sequence=True)).double()
+                      fast_paths=FastPaths(lstm_sequence=way == "lstm_sequence", lstm_by_length=True)).double()
     packed = RNNEncoder(V_SRC, 8, 12, cell="lstm", bidirectional=bidirectional,
-                        fast_paths=FastPaths(lstm_sequence=False))
+                        fast_paths=FastPaths(lstm_sequence=False, lstm_by_length=False))
     packed = packed.double()
     packed.load_state_dict(fast.state_dict())
     src, lengths, _ = make_batch(lengths=lengths)
@@ -417,6 +420,31 @@ def test_the_unpacked_lstm_encoder_equals_a_packed_run_values_and_gradients(bidi
     for name, grad in grads.items():
         torch.testing.assert_close(grad, ref_grads[name], msg=name)
     assert torch.all(states[~lengths_to_valid_mask(lengths)] == 0)
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_the_lstm_encoder_calls_torch_once_per_distinct_length_and_packs_past_the_limit(monkeypatch, bidirectional):
+    """``FastPaths.lstm_by_length``: one ``torch.lstm`` call per distinct length and direction, on CPU, up to
+    ``MOST_LSTM_CALLS`` lengths; past them, packed (no call by length); a padded batch without it, packed."""
+    from attnseq.kernels import FastPaths
+    from attnseq.model import rnn_encoder
+
+    calls = []
+    lstm = torch.lstm
+    monkeypatch.setattr(torch, "lstm", lambda *args: calls.append(args[0].shape[1]) or lstm(*args))
+    src, lengths, _ = make_batch(lengths=(6, 3, 1, 4, 3))
+    directions = 2 if bidirectional else 1
+    encoder = rnn_encoder.RNNEncoder(V_SRC, 8, 12, cell="lstm", bidirectional=bidirectional)
+    encoder(src, lengths)
+    assert calls == [1, 2, 1, 2] * directions  # steps per call: up to lengths 1, 3, 4 and 6
+    calls.clear()
+    monkeypatch.setattr(rnn_encoder, "MOST_LSTM_CALLS", 3)
+    encoder(src, lengths)
+    assert calls == []
+    monkeypatch.setattr(rnn_encoder, "MOST_LSTM_CALLS", 4)
+    rnn_encoder.RNNEncoder(V_SRC, 8, 12, cell="lstm", bidirectional=bidirectional,
+                           fast_paths=FastPaths(lstm_by_length=False))(src, lengths)
+    assert calls == []
 
 
 @pytest.mark.parametrize("scorer", [name for name, cls in SCORERS.items() if cls.fused_recurrence == "additive"])
@@ -471,7 +499,7 @@ def test_without_fast_paths_the_model_computes_the_same_values_and_gradients(enc
 
     fast = make_model(enc, scorer, dec, heads).train()
     config = fast.config
-    none = FastPaths(fused_decoder=False, gru_sequence=False, lstm_sequence=False, additive_all_steps=False)
+    none = FastPaths(**{switch.name: False for switch in dataclasses.fields(FastPaths)})
     slow = build_seq2seq(config, none).double().train()
     slow.load_state_dict(fast.state_dict())
     src, lengths, tgt_in = make_batch()

@@ -26,6 +26,10 @@ class FastPaths:
     # whole-sequence LSTM with the hand-written backward (encoder, all-steps decoders); False = nn.LSTM under autograd.
     # Off by default: unlike the GRU's, it is faster on some processors and slower on others (docs/attention.md)
     lstm_sequence: bool = False
+    # a one-layer LSTM encoder over a padded batch on CPU: torch's LSTM over the padded batch, one call per distinct
+    # source length with the state carried between calls (unpacked, torch's fused CPU LSTM runs; packed, it does
+    # not); False = packed sequences
+    lstm_by_length: bool = True
     # Luong without input feeding: the additive/concat score of all steps through kernels.additive_scores;
     # False = the scorer's own all-steps score under autograd
     additive_all_steps: bool = True

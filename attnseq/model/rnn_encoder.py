@@ -15,6 +15,12 @@ from attnseq.model.state import RNNState
 
 RNN_CLASSES = {"gru": nn.GRU, "lstm": nn.LSTM}
 
+MOST_LSTM_CALLS = 8
+"""The most distinct source lengths in a batch for which a one-layer LSTM runs once per length
+(``FastPaths.lstm_by_length``) rather than packed: up to 8 the calls by length were the faster in every
+batch measured, from 12 on not always (``benchmarks/lstm_encoder.py``; benchmarks/results.md, "The LSTM
+encoder by length"). With length bucketing a batch holds 1–3 lengths; random batches of 64 about 30."""
+
 
 def build_rnn(
     cell: str, input_size: int, hidden_size: int, layers: int, dropout: float, bidirectional: bool = False
@@ -41,11 +47,14 @@ class RNNEncoder(nn.Module):
     reversed within its own length — and reads each sequence's final state at its last real
     token; that is exactly what packing computes, at about half the cost of a packed sequence's
     backward pass on CPU (whose per-step slices each zero-fill a buffer as large as the whole
-    sequence). A one-layer LSTM does the same through ``kernels.lstm_sequence`` (which also
-    returns every cell, so the final cell is read the same way) where that kernel is switched on
-    (``FastPaths.lstm_sequence``, off by default) and pays: when training on CPU. Otherwise LSTMs,
-    and stacked layers, run packed — unless the batch holds no padding at all (frequent with length bucketing), when one
-    plain call computes the same. States at padded positions are zero either way.
+    sequence). A one-layer LSTM on CPU runs the same way through torch's own LSTM (whose fused CPU kernel
+    a packed sequence never takes), one call per distinct source length in the batch, each from the
+    state the previous call ended in, so each sequence's final state and cell are those at its last real
+    token (``FastPaths.lstm_by_length``; up to ``MOST_LSTM_CALLS`` lengths) — or through
+    ``kernels.lstm_sequence`` (which returns every cell) where that kernel is switched on
+    (``FastPaths.lstm_sequence``, off by default) and pays. Otherwise LSTMs, and stacked layers, run
+    packed — unless the batch holds no padding at all, when one plain call computes the same. States at
+    padded positions are zero either way.
     """
 
     def __init__(
@@ -74,7 +83,8 @@ class RNNEncoder(nn.Module):
 
     def forward(self, src: Tensor, src_lengths: Tensor) -> tuple[Tensor, RNNState]:
         embedded = self.dropout(self.embedding(src))  # (B, T_enc, E)
-        if self.layers == 1 and (self.cell == "gru" or self._lstm_sequence_pays(embedded)):
+        if self.layers == 1 and (self.cell == "gru" or self._lstm_sequence_pays(embedded)
+                                 or self._lstm_by_length(embedded, src_lengths)):
             states, final = self._unpacked(embedded, src_lengths)  # (B, T_enc, d_k), (dirs, B, d) [× 2 for LSTM]
             return states, self._bridge_state(final)
         lengths = src_lengths.cpu()  # packing needs them on the host anyway
@@ -100,39 +110,48 @@ class RNNEncoder(nn.Module):
         zeros = embedded.new_zeros(0, self.hidden_size)
         return lstm_sequence_pays(embedded, zeros, zeros, layer_parameters(self.rnn))
 
+    def _lstm_by_length(self, embedded: Tensor, lengths: Tensor) -> bool:
+        if self.cell != "lstm" or not self.fast_paths.lstm_by_length or embedded.device.type != "cpu":
+            return False
+        return len(torch.unique(lengths)) <= MOST_LSTM_CALLS
+
     def _unpacked(self, embedded: Tensor, lengths: Tensor) -> tuple[Tensor, RNNState]:
         """One-layer GRU/LSTM over a right-padded batch, the same states as packing: ``(B, T, d_k)``
         (zeros at padding) and the final state of each direction ``(dirs, B, d)`` (for an LSTM the
         pair of final states and final cells)."""
-        batch, steps, _ = embedded.shape
+        steps = embedded.shape[1]
         positions = torch.arange(steps, device=embedded.device)  # (T,)
         valid = positions[None, :] < lengths[:, None]  # (B, T)
-        # index of the last real token
-        last = (lengths - 1).view(batch, 1, 1).expand(batch, 1, self.hidden_size)  # (B, 1, d)
-        forward = self._direction(embedded, reverse=False)  # (B, T, d) [states, cells]
-        finals = [[sequence.gather(1, last).squeeze(1) for sequence in forward]]  # (B, d) each
-        outputs = [forward[0]]
+        forward, forward_final = self._direction(embedded, lengths, reverse=False)  # (B, T, d), [(B, d)]
+        finals, outputs = [forward_final], [forward]
         if self.bidirectional:
             # Position t of row b reads token len_b − 1 − t (t < len_b), so padding comes last again.
             reverse = torch.where(valid, lengths[:, None] - 1 - positions[None, :], positions[None, :])  # (B, T)
             flip = reverse.unsqueeze(-1)  # (B, T, 1)
             reversed_input = embedded.gather(1, flip.expand_as(embedded))  # (B, T, E)
-            backward = self._direction(reversed_input, reverse=True)  # (B, T, d) each, in reversed order
-            finals.append([sequence.gather(1, last).squeeze(1) for sequence in backward])  # (B, d) each
-            outputs.append(backward[0].gather(1, flip.expand_as(backward[0])))  # (B, T, d), back in order
+            backward, backward_final = self._direction(reversed_input, lengths, reverse=True)  # in reversed order
+            finals.append(backward_final)
+            outputs.append(backward.gather(1, flip.expand_as(backward)))  # (B, T, d), back in order
         states = torch.cat(outputs, dim=-1) if len(outputs) > 1 else outputs[0]  # (B, T, d_k)
         states = states.masked_fill(~valid.unsqueeze(-1), 0.0)  # (B, T, d_k): padding's states are zero
         final = [torch.stack(kind) for kind in zip(*finals, strict=True)]  # (dirs, B, d) each
         return states, (final[0] if self.cell == "gru" else tuple(final))
 
-    def _direction(self, inputs: Tensor, reverse: bool) -> tuple[Tensor, ...]:
-        """One direction of the one-layer RNN, from a zero state: the states ``(B, T, d)`` (and
-        for an LSTM the cells ``(B, T, d)``)."""
-        h0 = inputs.new_zeros(inputs.shape[0], self.hidden_size)  # (B, d)
+    def _direction(self, inputs: Tensor, lengths: Tensor, reverse: bool) -> tuple[Tensor, list[Tensor]]:
+        """One direction of the one-layer RNN over right-padded ``inputs (B, T, E)``, from a zero state: the
+        states ``(B, T, d)`` (past a sequence's end, not its own) and each sequence's final state at its last
+        real token ``(B, d)`` (an LSTM's final state and final cell)."""
+        batch = inputs.shape[0]
+        h0 = inputs.new_zeros(batch, self.hidden_size)  # (B, d)
         weights = layer_parameters(self.rnn, reverse=reverse)
+        if self.cell == "lstm" and not self._lstm_sequence_pays(inputs):
+            return lstm_by_length(inputs, lengths, weights, self.training)
         if self.cell == "lstm":
-            return lstm_sequence(inputs, h0, torch.zeros_like(h0), weights)  # (B, T, d) × 2
-        return (gru_sequence(inputs, h0, weights, self.fast_paths.gru_sequence),)  # (B, T, d)
+            sequences = lstm_sequence(inputs, h0, torch.zeros_like(h0), weights)  # (B, T, d) × 2: states, cells
+        else:
+            sequences = (gru_sequence(inputs, h0, weights, self.fast_paths.gru_sequence),)  # (B, T, d)
+        last = (lengths - 1).view(batch, 1, 1).expand(batch, 1, self.hidden_size)  # (B, 1, d): the last real token
+        return sequences[0], [sequence.gather(1, last).squeeze(1) for sequence in sequences]  # (B, T, d), (B, d) each
 
     def _bridge(self, final: Tensor) -> Tensor:
         """``(L·dirs, B, d)`` → ``(L, B, hidden)``: the decoder's initial state per layer."""
@@ -142,3 +161,32 @@ class RNNEncoder(nn.Module):
         pairs = final.view(self.layers, 2, batch, hidden)  # (L, 2, B, d)
         both = torch.cat([pairs[:, 0], pairs[:, 1]], dim=-1)  # (L, B, 2d)
         return torch.tanh(self.bridge(both))  # (L, B, d_s)
+
+
+def lstm_by_length(
+    inputs: Tensor, lengths: Tensor, weights: tuple[Tensor, Tensor, Tensor, Tensor], training: bool
+) -> tuple[Tensor, list[Tensor]]:
+    """A one-layer, one-direction LSTM (``torch.lstm``, the op ``nn.LSTM`` runs) over right-padded ``inputs
+    (B, T, E)`` from a zero state, one call per distinct length in ``lengths (B,)``, each call starting from the
+    state the previous one ended in: the states ``(B, T, d)`` (past a sequence's end, not its own) and each
+    sequence's final state and cell at its last real token ``(B, d)`` — what packing computes, without packing."""
+    batch, hidden = inputs.shape[0], weights[1].shape[1]
+    bounds = torch.unique(lengths).tolist()  # ascending; the last is T where the batch is as long as its longest
+    state = (inputs.new_zeros(1, batch, hidden), inputs.new_zeros(1, batch, hidden))  # (1, B, d) each: h_0, c_0
+    outputs, ends, start = [], [], 0
+    for stop in bounds:
+        output, h, c = torch.lstm(
+            inputs[:, start:stop], state, list(weights), True, 1, 0.0, training, False, True
+        )  # (B, stop − start, d), (1, B, d) × 2
+        state = (h, c)
+        outputs.append(output)
+        ends.append(torch.cat([h, c]))  # (2, B, d): the state and cell after step ``stop``
+        start = stop
+    states = torch.cat(outputs, dim=1) if len(outputs) > 1 else outputs[0]  # (B, T', d), T' = the longest length
+    if states.shape[1] < inputs.shape[1]:  # the batch is padded past its longest sequence
+        states = torch.cat([states, states.new_zeros(batch, inputs.shape[1] - states.shape[1], hidden)], dim=1)
+    if len(ends) == 1:
+        return states, list(ends[0])  # (B, T, d), [(B, d), (B, d)]
+    which = torch.searchsorted(lengths.new_tensor(bounds), lengths)  # (B,): the call that ends each sequence
+    final = torch.stack(ends)[which, :, torch.arange(batch, device=inputs.device)]  # (B, 2, d)
+    return states, [final[:, 0], final[:, 1]]  # (B, d) each
