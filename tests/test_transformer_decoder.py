@@ -27,11 +27,17 @@ from cli_helpers import (
 )
 from hydra import compose, initialize_config_dir
 from mlflow.tracking import MlflowClient
-from model_checks import assert_same_outputs_and_gradients, forward_and_gradients, hand_self_attention, padded_batch
+from model_checks import (
+    assert_same_outputs_and_gradients,
+    forward_and_gradients,
+    hand_self_attention,
+    outputs_and_gradients,
+    padded_batch,
+)
 from serving_checks import assert_n_best_as_the_library, expected_outputs
 from torch import nn
 
-from attnseq.attention import MultiheadAttention, lengths_to_valid_mask
+from attnseq.attention import SCORERS, MultiheadAttention, lengths_to_valid_mask
 from attnseq.config import validate_translate
 from attnseq.errors import ConfigError
 from attnseq.evaluation.translate import translate
@@ -365,6 +371,37 @@ def test_any_scorer_can_be_the_cross_attention_and_the_counterfactual_swaps_ever
     _, uniform = twin(tgt_in, *reversed(model.encode(src, lengths)))
     valid = lengths_to_valid_mask(lengths)[:, None, None, :].expand_as(uniform)
     torch.testing.assert_close(uniform[valid], (1.0 / lengths.double())[:, None, None, None].expand_as(uniform)[valid])
+
+
+@pytest.mark.parametrize("scorer", [name for name, cls in SCORERS.items() if cls.fused_recurrence == "additive"])
+@pytest.mark.parametrize("encoder", ["gru", "bigru", "transformer"])
+@pytest.mark.parametrize("heads", [1, 2])
+def test_an_additive_cross_attention_through_the_all_steps_kernel_equals_the_scorers_own(
+    monkeypatch, scorer, encoder, heads
+):
+    """``FastPaths.additive_all_steps``: every layer's additive/concat cross-attention of all positions through
+    ``kernels.additive_scores`` — the logits, weights and gradients of the scorer's own score under autograd;
+    a hooked cross-attention (which must see every call) calls the scorer itself."""
+    from attnseq.kernels import FastPaths, additive_scores
+
+    calls = []
+    original = additive_scores.AdditiveScores.apply
+    monkeypatch.setattr(additive_scores.AdditiveScores, "apply", lambda *args: calls.append(1) or original(*args))
+    fast = make_model(encoder, scorer=scorer, heads=heads).train()
+    plain = build_seq2seq(fast.config, FastPaths(additive_all_steps=False)).double().train()
+    plain.load_state_dict(fast.state_dict())
+    src, lengths, tgt_in = padded_batch(V_SRC, V_TGT)
+    reference = outputs_and_gradients(plain, lambda: plain(src, lengths, tgt_in))
+    assert calls == []
+    assert_same_outputs_and_gradients(outputs_and_gradients(fast, lambda: fast(src, lengths, tgt_in)), reference)
+    assert len(calls) == len(fast.decoder.layers)
+    calls.clear()
+    handle = fast.decoder.layers[0].cross_attention.register_forward_hook(lambda *args: None)
+    try:
+        assert_same_outputs_and_gradients(outputs_and_gradients(fast, lambda: fast(src, lengths, tgt_in)), reference)
+    finally:
+        handle.remove()
+    assert len(calls) == len(fast.decoder.layers) - 1
 
 
 @pytest.mark.parametrize("change,key", [

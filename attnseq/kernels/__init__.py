@@ -30,8 +30,8 @@ class FastPaths:
     # source length with the state carried between calls (unpacked, torch's fused CPU LSTM runs; packed, it does
     # not); False = packed sequences
     lstm_by_length: bool = True
-    # Luong without input feeding: the additive/concat score of all steps through kernels.additive_scores;
-    # False = the scorer's own all-steps score under autograd
+    # Luong without input feeding, and the Transformer decoder's cross-attention: the additive/concat score of all
+    # steps through kernels.additive_scores; False = the scorer's own all-steps score under autograd
     additive_all_steps: bool = True
     # Bahdanau, and Luong with input feeding, with a multiplicative score (dot, scaled dot, general): the recurrence
     # with its hand-written backward (kernels.multiplicative_recurrence, kernels.luong_recurrence); False = the

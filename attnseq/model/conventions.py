@@ -141,7 +141,7 @@ class TransformerConvention(DecoderSettings):
         return TransformerDecoder([make_attention() for _ in range(self.layers)], shared["vocab_size"],
                                   shared["embedding_dim"], shared["hidden_size"], heads=self.heads,
                                   ff_dim=self.ff_dim, dropout=shared["dropout"], shown_layer=self.shown_layer,
-                                  tie_output=shared["tie_output"])
+                                  tie_output=shared["tie_output"], fast_paths=shared["fast_paths"])
 
 
 def decoder_convention(name: str) -> type[DecoderSettings]:

@@ -14,7 +14,9 @@ cross-attention over the encoder states and a feed-forward block (Vaswani et al.
   contract (``attention(query, keys, valid_mask, projected_keys=...)``): ``scorer=multihead`` (what
   ``conf/decoder/transformer.yaml`` selects) is Vaswani's, any other scorer reads the source its
   own way. Its context is d_k wide (the keys' size, e.g. 2d for a bidirectional RNN encoder); a
-  learned map takes it to d where d_k ≠ d;
+  learned map takes it to d where d_k ≠ d. An additive or concat score of every position at once goes
+  through ``kernels.additive_scores`` (``FastPaths.additive_all_steps``, as Luong's decoder without input
+  feeding: the same values, without autograd's (B, H, T, T_enc, a) activations);
 - incremental decoding: ``step`` keeps each layer's self-attention keys and values of y_<t in
   ``DecoderState.cache`` ``(B, N, H, t, 2·d_h)``, so a step computes one position, and greedy and
   beam search (which reorders the cache with the rest of the state) give what recomputing the whole
@@ -35,7 +37,9 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from attnseq.attention import MultiheadAttention, masked_softmax
+from attnseq.attention import Attention, MultiheadAttention, masked_softmax
+from attnseq.kernels import DEFAULT_FAST_PATHS, FastPaths
+from attnseq.model import fused_decoders
 from attnseq.model.decoders import SequenceDecoder, StepOutput, output_layer
 from attnseq.model.state import DecoderState, Memory
 from attnseq.model.transformer_encoder import EmbedsWithPositions
@@ -44,8 +48,10 @@ from attnseq.model.transformer_encoder import EmbedsWithPositions
 class TransformerDecoderLayer(nn.Module):
     """One pre-norm decoder layer: states ``(B, T, d)`` of positions ``start`` … → ``(B, T, d)``."""
 
-    def __init__(self, model_dim: int, heads: int, ff_dim: int, dropout: float, cross_attention: nn.Module) -> None:
+    def __init__(self, model_dim: int, heads: int, ff_dim: int, dropout: float, cross_attention: nn.Module,
+                 fast_paths: FastPaths = DEFAULT_FAST_PATHS) -> None:
         super().__init__()
+        self.fast_paths = fast_paths
         self.self_attention_norm = nn.LayerNorm(model_dim)
         self.self_attention = MultiheadAttention(model_dim, model_dim, heads=heads)
         self.cross_attention_norm = nn.LayerNorm(model_dim)
@@ -77,13 +83,26 @@ class TransformerDecoderLayer(nn.Module):
         states = states + self.dropout(attention.average(weights, normed, seen))  # (B, T, d)
 
         normed = self.cross_attention_norm(states)  # (B, T, d)
-        step = {"step": start} if getattr(self.cross_attention, "reads_step", False) else {}
-        context, cross_weights = self.cross_attention(
-            normed, memory.keys, memory.valid_mask, projected_keys=projected_keys, **step
-        )  # (B, T, d_k), (B, H, T, T_enc)
+        attended = None
+        if self.cross_attention_fuses():
+            attended = fused_decoders.additive_all_steps(
+                self.cross_attention, normed, Memory(memory.keys, memory.valid_mask, projected_keys)
+            )  # None but for an additive or concat score
+        if attended is None:
+            step = {"step": start} if getattr(self.cross_attention, "reads_step", False) else {}
+            attended = self.cross_attention(normed, memory.keys, memory.valid_mask, projected_keys=projected_keys,
+                                            **step)
+        context, cross_weights = attended  # (B, T, d_k), (B, H, T, T_enc)
         states = states + self.dropout(self.context_map(context))  # (B, T, d)
         states = states + self.dropout(self.feed_forward(self.feed_forward_norm(states)))  # (B, T, d)
         return states, cross_weights, seen, weights
+
+    def cross_attention_fuses(self) -> bool:
+        """Whether the cross-attention may be computed through its parts (``FastPaths.additive_all_steps``): our
+        own scorer without hooks, declaring it fuses (no local window); a wrapped or hooked one must see every call."""
+        attention = self.cross_attention
+        return (self.fast_paths.additive_all_steps and isinstance(attention, Attention) and attention.fuses
+                and not attention.hooked())
 
 
 class TransformerDecoder(EmbedsWithPositions, SequenceDecoder):
@@ -102,13 +121,15 @@ class TransformerDecoder(EmbedsWithPositions, SequenceDecoder):
         shown_layer: int | None = None,
         padding_idx: int = 0,
         tie_output: bool = False,
+        fast_paths: FastPaths = DEFAULT_FAST_PATHS,
     ) -> None:
         super().__init__()
         self.hidden_size = hidden_size
         self.shown_layer = shown_layer
         self.init_embedding(vocab_size, embedding_dim, hidden_size, dropout, padding_idx)
         self.layers = nn.ModuleList(
-            TransformerDecoderLayer(hidden_size, heads, ff_dim, dropout, cross) for cross in cross_attentions
+            TransformerDecoderLayer(hidden_size, heads, ff_dim, dropout, cross, fast_paths)
+            for cross in cross_attentions
         )
         self.final_norm = nn.LayerNorm(hidden_size)
         self.output = output_layer(hidden_size, vocab_size, self.embedding, tie_output)
