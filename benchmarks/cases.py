@@ -112,6 +112,8 @@ VARIANTS = [
     Variant(KEY_ADDITIVE, "step-by-step decoder loop", "minimal", fast_paths=STEP_BY_STEP),
     Variant(Case("gru", "additive", "luong"), "step-by-step decoder loop", "minimal", fast_paths=STEP_BY_STEP),
     Variant(Case("lstm", "additive", "bahdanau"), "step-by-step decoder loop", "minimal", fast_paths=STEP_BY_STEP),
+    *(Variant(Case(encoder, "multihead", "bahdanau"), "step-by-step decoder loop", "minimal", fast_paths=STEP_BY_STEP)
+      for encoder in ("gru", "lstm", "bigru")),
     Variant(KEY_DOT, "nn.GRU's autograd backward", "minimal", fast_paths=AUTOGRAD_GRU),
     Variant(KEY_ADDITIVE, "Adam's default step, not fused", "minimal", overrides=("+optimizer.fused=false",)),
     Variant(KEY_DOT, "Adam's default step, not fused", "minimal", overrides=("+optimizer.fused=false",)),

@@ -261,8 +261,7 @@ def test_one_layer_teacher_forcing_equals_stepping_values_and_gradients(enc, sco
     """One layer is where every decoder takes its fast path (the fused loops, the additive GRU
     recurrence with its own backward, the RNN over all steps in one call)."""
     model = make_model(enc, scorer, dec, heads, layers=1).train()
-    own_values = scorer in SCORERS and not SCORERS[scorer].values_are_keys  # multihead: Bahdanau steps
-    assert model.decoder.takes_fast_path() != (dec == "bahdanau" and own_values)
+    assert model.decoder.takes_fast_path()  # multihead's values of its own included
     assert_teacher_forcing_equals_stepping(model)
 
 

@@ -11,6 +11,7 @@ from torch import nn
 from attnseq.attention import MultiheadAttention, build_attention, lengths_to_valid_mask
 from attnseq.errors import ConfigError
 from attnseq.faithfulness.counterfactual import CounterfactualAttention
+from attnseq.kernels import FastPaths
 from attnseq.model import ModelConfig, build_seq2seq, greedy_decode
 
 
@@ -145,22 +146,25 @@ def test_other_query_key_and_model_sizes_equal_torch_between_two_fixed_maps(head
 def test_keys_and_values_are_projected_once_per_batch_not_per_step():
     torch.manual_seed(0)
     config = ModelConfig(11, 13, embedding_dim=8, hidden_size=12, scorer="multihead", heads=2, decoder="bahdanau")
-    model = build_seq2seq(config).double().eval()
-    assert not model.decoder.takes_fast_path()  # the fused Bahdanau loop averages the raw keys: multihead steps
-    calls = {"W_K": 0, "W_V": 0, "W_Q": 0}
-
-    def count(name: str):
-        return lambda *_: calls.__setitem__(name, calls[name] + 1)
-
-    for name in calls:
-        getattr(model.attention, name).register_forward_hook(count(name))
     src = torch.tensor([[5, 6, 7, 8], [4, 9, 0, 0]])
     lengths = torch.tensor([4, 2])
     tgt_in = torch.tensor([[1, 5, 6], [1, 7, 8]])
-    model(src, lengths, tgt_in)
-    assert calls == {"W_K": 1, "W_V": 1, "W_Q": 0}  # W_Q is applied through query_weight(), per step
-    greedy_decode(model, src, lengths, max_length=6)
-    assert calls["W_K"] == 2 and calls["W_V"] == 2
+    # the fused Bahdanau loop also takes the values through W_ic once (``values_through``); stepping does not
+    for fast_paths, values in ((FastPaths(), 2), (FastPaths(fused_decoder=False), 1)):
+        model = build_seq2seq(config, fast_paths).double().train()
+        assert model.decoder.takes_fast_path() == fast_paths.fused_decoder
+        calls = {"W_K": 0, "W_V": 0, "W_Q": 0}
+
+        def count(name: str, calls: dict[str, int] = calls):
+            return lambda *_: calls.__setitem__(name, calls[name] + 1)
+
+        for name in calls:
+            getattr(model.attention, name).register_forward_hook(count(name))
+        model(src, lengths, tgt_in)
+        assert calls == {"W_K": 1, "W_V": values, "W_Q": 0}  # W_Q is applied through query_weight(), per step
+        model.eval()
+        greedy_decode(model, src, lengths, max_length=6)
+        assert calls["W_K"] == 2 and calls["W_V"] == values + 1
 
 
 def test_values_through_is_the_context_through_a_matrix():

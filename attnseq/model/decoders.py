@@ -295,8 +295,7 @@ class BahdanauDecoder(Decoder):
         return not self.takes_fast_path() or fused_decoders.recurrence_kind(self, memory.keys) == "additive"
 
     def takes_fast_path(self) -> bool:
-        # the fused loop averages the keys itself: not for a scorer with values of its own (multihead)
-        return super().takes_fast_path() and self.attention_fuses() and self.attention.values_are_keys
+        return super().takes_fast_path() and self.attention_fuses()
 
     def teacher_forced(self, tgt_in: Tensor, state: DecoderState, memory: Memory) -> tuple[Tensor, Tensor]:
         return fused_decoders.bahdanau(self, tgt_in, state, memory)

@@ -183,7 +183,10 @@ def bahdanau(decoder, tgt_in: Tensor, state, memory) -> tuple[Tensor, Tensor]:
     state_weight_t = inputs.state_weight.T  # (d_s, G·d [+ rows of W_q])
     gates = inputs.extra_input_weight.shape[0]  # G·d
     weight_context_t = inputs.extra_input_weight.T  # (d_k, G·d)
-    values = attention.split_heads(memory.keys)  # (B, H, T_enc, d_h)
+    if attention.values_are_keys:
+        values = attention.split_heads(memory.keys)  # (B, H, T_enc, d_h)
+    else:  # values of its own (multihead): each step needs W_ic c_t only; the contexts come after the loop
+        values = attention.values_through(memory.keys, inputs.extra_input_weight)  # (B, H, T_enc, G·d)
     valid = memory.valid_mask[:, None, None, :]  # (B, 1, 1, T_enc)
     current = start
     outputs: list[Tensor] = []
@@ -193,18 +196,23 @@ def bahdanau(decoder, tgt_in: Tensor, state, memory) -> tuple[Tensor, Tensor]:
         projected = torch.addmm(
             inputs.state_bias, current.h, state_weight_t
         )  # (B, G·d [+ rows]): W_hh s_{t-1}, W_q s_{t-1}
-        weights, context = attend(
+        weights, averaged = attend(
             attention, projected, current.h, memory.projected_keys, valid, values, inputs.query_rows
-        )  # (B, H, 1, T_enc), (B, d_k)
-        x_gates = torch.addmm(step_input_gates, context, weight_context_t)  # (B, G·d): + W_ic c_t
+        )  # (B, H, 1, T_enc), (B, d_k) or (B, H·G·d)
+        if attention.values_are_keys:
+            x_gates = torch.addmm(step_input_gates, averaged, weight_context_t)  # (B, G·d): + W_ic c_t
+            contexts.append(averaged)
+        else:
+            x_gates = step_input_gates + averaged.view(-1, attention.heads, gates).sum(1)  # (B, G·d): + W_ic c_t
         current = cell(x_gates, projected[:, :gates], current)
         outputs.append(current.h)
-        contexts.append(context)
         step_weights.append(weights)
-    logits = decoder.read_out(
-        torch.stack(outputs, dim=1), torch.stack(contexts, dim=1), inputs.embedded
-    )  # (B, T_dec, V)
-    return logits, torch.cat(step_weights, dim=2)  # (B, T_dec, V), (B, H, T_dec, T_enc)
+    weights = torch.cat(step_weights, dim=2)  # (B, H, T_dec, T_enc)
+    if attention.values_are_keys:
+        context = torch.stack(contexts, dim=1)  # (B, T_dec, d_k)
+    else:
+        context = attention.average(weights, memory.keys, memory.projected_keys)  # (B, T_dec, d_k): every step's
+    return decoder.read_out(torch.stack(outputs, dim=1), context, inputs.embedded), weights  # (B, T_dec, V)
 
 
 def luong_input_feeding(decoder, tgt_in: Tensor, state, memory) -> tuple[Tensor, Tensor]:

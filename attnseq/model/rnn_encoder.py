@@ -111,7 +111,11 @@ class RNNEncoder(nn.Module):
         return lstm_sequence_pays(embedded, zeros, zeros, layer_parameters(self.rnn))
 
     def _lstm_by_length(self, embedded: Tensor, lengths: Tensor) -> bool:
+        """On CPU, in float32/float64 outside autocast (where torch's fused LSTM serves), up to ``MOST_LSTM_CALLS``
+        distinct lengths."""
         if self.cell != "lstm" or not self.fast_paths.lstm_by_length or embedded.device.type != "cpu":
+            return False
+        if embedded.dtype not in (torch.float32, torch.float64) or torch.is_autocast_enabled("cpu"):
             return False
         return len(torch.unique(lengths)) <= MOST_LSTM_CALLS
 
