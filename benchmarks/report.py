@@ -321,12 +321,12 @@ class Shortfall:
         framework overhead (minimal / real)."""
         return SLOW_FAMILIES_GOAL * (self.minimal / self.real) / self.unfast
 
-    def kind(self, largest: Shortfall) -> str:
+    def kind(self, largest: Shortfall | None) -> str:
         """``unserved``: no fast path changes this case's speed; ``bounded``: it needs more gain than ``largest``
-        (the run's largest) got; ``short``: less than that."""
+        (the largest any other case of the run got) got; ``short``: less than that, or no other case measured."""
         if self.gain < UNSERVED_GAIN:
             return "unserved"
-        return "bounded" if self.needed > largest.gain else "short"
+        return "bounded" if largest is not None and self.needed > largest.gain else "short"
 
 
 def shortfalls(results: Results) -> list[Shortfall]:
@@ -340,16 +340,25 @@ def shortfalls(results: Results) -> list[Shortfall]:
     return out
 
 
-def shortfall_reading(short: Shortfall, largest: Shortfall) -> str:
-    """Why ``short`` misses the goal, in the terms of the table; ``largest``: the largest gain of the run."""
+def shortfall_reading(short: Shortfall, largest: Shortfall | None) -> str:
+    """Why ``short`` misses the goal, in the terms of the table; ``largest``: the largest gain any other case of the
+    run got (None: no other case measured)."""
     needs = f"needs {fmt_ratio(short.needed)} over its loop without them"
     kind = short.kind(largest)
     if kind == "unserved":
         return f"no fast path serves it (gain {fmt_ratio(short.gain)}); {needs}"
     if kind == "bounded":
-        return f"bounded: {needs}, more than the largest gain in this run ({fmt_ratio(largest.gain)}, `{largest.case}`)"
-    return f"short: its fast paths give {fmt_ratio(short.gain)}, it {needs} (the largest gain in this run: " \
-           f"{fmt_ratio(largest.gain)})"
+        return f"bounded: {needs}, more than any other case gets in this run ({fmt_ratio(largest.gain)}, " \
+               f"`{largest.case}`)"
+    beside = "no other case in this run" if largest is None else \
+        f"the largest gain of another case in this run: {fmt_ratio(largest.gain)}"
+    return f"short: its fast paths give {fmt_ratio(short.gain)}, it {needs} ({beside})"
+
+
+def largest_other(entry: Shortfall, measured: list[Shortfall]) -> Shortfall | None:
+    """The case of ``measured`` other than ``entry`` whose fast paths gain the most."""
+    others = [other for other in measured if other is not entry]
+    return max(others, key=lambda other: other.gain) if others else None
 
 
 def short_of_goal_table(results: Results) -> list[str]:
@@ -379,7 +388,8 @@ def short_of_goal_table(results: Results) -> list[str]:
     ]
     for entry in sorted(short, key=lambda entry: entry.needed / entry.gain, reverse=True):
         lines.append(cells(entry.case, fmt_ratio(entry.real), fmt_ratio(entry.minimal), fmt_ratio(entry.unfast),
-                           fmt_ratio(entry.gain), fmt_ratio(entry.needed), shortfall_reading(entry, largest)))
+                           fmt_ratio(entry.gain), fmt_ratio(entry.needed),
+                           shortfall_reading(entry, largest_other(entry, measured))))
     return lines
 
 

@@ -303,6 +303,11 @@ def test_a_shortfall_reads_as_bounded_short_or_unserved(bench):
     assert bounded.needed == pytest.approx(3.96) and short.needed == pytest.approx(1.8)
     assert largest.gain == pytest.approx(3.0)
     assert [entry.kind(largest) for entry in (bounded, short, unserved)] == ["bounded", "short", "unserved"]
+    assert bounded.kind(None) == "short"  # nothing else measured: nothing to be bounded by
+    measured = [largest, bounded, short]
+    assert report_module.largest_other(largest, measured) is bounded  # gain 2.2 over 1.5: never the case itself
+    assert report_module.largest_other(bounded, measured) is largest
+    assert report_module.largest_other(bounded, [bounded]) is None
     assert "3.96×" in report_module.shortfall_reading(bounded, largest)
     assert "1.50×" in report_module.shortfall_reading(short, largest)
 
