@@ -51,3 +51,19 @@ def assert_passes_gradcheck(kernel: Run, cell: str, inputs: dict[str, Tensor], v
         return kernel(cell, dict(zip(names, tensors, strict=True)), valid)
 
     assert torch.autograd.gradcheck(run, leaves)
+
+
+SIGMA_STORES = ["kept", "kept in blocks", "recomputed"]
+"""How the additive recurrences hold σ_t for the backward: every step in one block (the tests' sizes), in
+blocks of three steps (``kernels.buffers``; the last block shorter where the steps are not a multiple), or
+recomputed from q_t (past ``KEEP_SIGMA_BYTES``)."""
+
+
+def store_sigmas(monkeypatch, store: str) -> None:
+    """Make the additive recurrences hold σ_t as ``store`` (one of ``SIGMA_STORES``) says."""
+    from attnseq.kernels import additive_attention_steps, buffers
+
+    if store == "kept in blocks":
+        monkeypatch.setattr(buffers, "steps_per_block", lambda step_bytes: 3)
+    elif store == "recomputed":
+        monkeypatch.setattr(additive_attention_steps, "KEEP_SIGMA_BYTES", 0)

@@ -369,10 +369,10 @@ def additive_formula(query, keys, v):
 @pytest.mark.parametrize("chunk_bytes", [None, 1, 3000])  # default: one chunk; 1: one step per chunk; 3000: uneven
 @pytest.mark.parametrize("heads", [1, 2])
 def test_all_steps_additive_scores_equal_the_formula_values_and_gradients(monkeypatch, chunk_bytes, heads):
-    from attnseq.kernels import additive_scores
+    from attnseq.kernels import additive_scores, buffers
 
     if chunk_bytes is not None:
-        monkeypatch.setattr(additive_scores, "CHUNK_BYTES", chunk_bytes)
+        monkeypatch.setattr(buffers, "BLOCK_BYTES", chunk_bytes)
     gen = torch.Generator().manual_seed(heads)
     query = torch.randn(6, heads, 13, 16, generator=gen).requires_grad_()
     keys = torch.randn(6, heads, 17, 16, generator=gen).requires_grad_()
@@ -389,9 +389,9 @@ def test_all_steps_additive_scores_equal_the_formula_values_and_gradients(monkey
 
 @pytest.mark.parametrize("chunk_bytes", [1, 10**9])
 def test_all_steps_additive_scores_gradcheck_in_float64(monkeypatch, chunk_bytes):
-    from attnseq.kernels import additive_scores
+    from attnseq.kernels import additive_scores, buffers
 
-    monkeypatch.setattr(additive_scores, "CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setattr(buffers, "BLOCK_BYTES", chunk_bytes)
     gen = torch.Generator().manual_seed(0)
     args = [
         torch.randn(2, 2, 3, 4, dtype=torch.float64, generator=gen).requires_grad_(),  # query

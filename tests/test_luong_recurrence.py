@@ -8,10 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 from model_checks import assert_same_outputs_and_gradients, forward_and_gradients, padded_batch
-from recurrence_checks import assert_kernel_equals_loop, assert_passes_gradcheck
+from recurrence_checks import SIGMA_STORES, assert_kernel_equals_loop, assert_passes_gradcheck, store_sigmas
 
 from attnseq.attention import SCORERS, lengths_to_valid_mask
-from attnseq.kernels import additive_attention_steps
 from attnseq.kernels.luong_recurrence import AdditiveLuongRecurrence, MultiplicativeLuongRecurrence
 from attnseq.model import ModelConfig, build_seq2seq
 
@@ -99,15 +98,14 @@ def textbook_luong(cell, inputs, valid, score):
     return torch.stack(feeds, 1), torch.stack(weights, 2)
 
 
-@pytest.mark.parametrize("keep_sigmas", [True, False])
+@pytest.mark.parametrize("sigmas", SIGMA_STORES)
 @pytest.mark.parametrize("used", [(0, 1), (0,), (1,)], ids=["all", "feeds", "weights"])
 @pytest.mark.parametrize("heads", [1, 2])
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
-def test_the_recurrence_equals_a_textbook_loop_values_and_gradients(monkeypatch, cell, heads, used, keep_sigmas):
+def test_the_recurrence_equals_a_textbook_loop_values_and_gradients(monkeypatch, cell, heads, used, sigmas):
     """Both outputs and every input's gradient, whichever outputs the loss reads (the other's
-    gradient arrives as None), with σ_t kept or recomputed."""
-    if not keep_sigmas:
-        monkeypatch.setattr(additive_attention_steps, "KEEP_SIGMA_BYTES", 0)
+    gradient arrives as None), with σ_t kept (in one block or several) or recomputed."""
+    store_sigmas(monkeypatch, sigmas)
     inputs, valid = recurrence_inputs(cell, heads=heads)
     assert_kernel_equals_loop(apply_kernel, textbook_loop, cell, inputs, valid, used, weights_index=1)
 
@@ -127,18 +125,17 @@ def make_model(cell, scorer, heads, bidirectional, seed=0):
     return build_seq2seq(config).double().train()
 
 
-@pytest.mark.parametrize("keep_sigmas", [True, False])
+@pytest.mark.parametrize("sigmas", SIGMA_STORES)
 @pytest.mark.parametrize("bidirectional", [False, True], ids=["uni", "bi"])
 @pytest.mark.parametrize("heads", [1, 2])
 @pytest.mark.parametrize("scorer", ADDITIVE_SCORERS)
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
 def test_a_luong_decoder_with_input_feeding_takes_the_recurrence_and_equals_stepping(
-    monkeypatch, cell, scorer, heads, bidirectional, keep_sigmas
+    monkeypatch, cell, scorer, heads, bidirectional, sigmas
 ):
     """Inside the model (keys padded): logits, weights and every parameter's gradient against
     ``decoder.step`` over the target, float64, through the additive Luong recurrence."""
-    if not keep_sigmas:
-        monkeypatch.setattr(additive_attention_steps, "KEEP_SIGMA_BYTES", 0)
+    store_sigmas(monkeypatch, sigmas)
     model = make_model(cell, scorer, heads, bidirectional)
     fast, reference = forward_and_gradients(model, *padded_batch())
     assert "AdditiveLuongRecurrence" in str(fast[1].grad_fn)

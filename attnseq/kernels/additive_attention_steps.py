@@ -31,15 +31,18 @@ and, after the loop, for all steps at once (v factors out of every sum over step
     δK2   = 2v ⊙ Σ_t δe_t ⊗ σ'_t
     δv    = Σ_{t,i} δe_{t,i} (2σ_{t,i} − 1)
 
-σ_t of every step is either kept by the forward (``sigmas``) or recomputed by the backward from the
-stored q_t into one buffer: kept up to ``KEEP_SIGMA_BYTES`` in all. The σ form of tanh is
-used because ATen's CPU ``tanh`` is slower than its ``sigmoid``.
+σ_t of every step is either kept by the forward (``sigmas``, in blocks of steps below the allocator's
+mmap threshold: ``kernels.buffers``) or recomputed by the backward from the stored q_t into one
+buffer: kept up to ``KEEP_SIGMA_BYTES`` in all. The σ form of tanh is used because ATen's CPU
+``tanh`` is slower than its ``sigmoid``.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from attnseq.kernels.buffers import block_step, step_blocks
 
 KEEP_SIGMA_BYTES = 256 * 2**20
 """Up to this size the σ_t of every step are kept for the backward pass; past it, recomputed. Keeping
@@ -95,13 +98,13 @@ class AdditiveAttentionSteps:
         self.contexts = values.new_empty(steps, batch, groups, d_v)  # c_t
         self.weights = values.new_empty(steps, batch, heads, t_enc)  # α_t
         keep = keeps_sigmas(steps, doubled_keys)
-        self.sigmas = doubled_keys.new_empty(steps, *doubled_keys.shape) if keep else None  # σ_t
+        self.sigmas = step_blocks(steps, doubled_keys) if keep else ()  # σ_t: blocks (k, B, H, T_enc, a)
         self.sigma_buffer = None if keep else torch.empty_like(doubled_keys)  # one for every step
 
     def step(self, t: int, query: Tensor) -> Tensor:
         """Step t from q_t ``(B, H·a)`` → c_t ``(B, M·d_v)``."""
         batch = self.shape[0]
-        sigma = self.sigma_buffer if self.sigmas is None else self.sigmas[t]  # (B, H, T_enc, a): σ_t, written here
+        sigma = block_step(self.sigmas, t) if self.sigmas else self.sigma_buffer  # (B, H, T_enc, a): σ_t, written here
         alpha = additive_weights(self.doubled_keys, query, self.two_v, self.v_sum, self.invalid, sigma)  # (B, H, T_enc)
         self.weights[t] = alpha
         groups = self.values.shape[1]
@@ -130,16 +133,16 @@ class AdditiveAttentionStepGradients:
         doubled_keys: Tensor,
         v: Tensor,
         weights: Tensor,
-        sigmas: Tensor | None,
+        sigmas: tuple[Tensor, ...],
         queries: Tensor,
         grad_contexts: Tensor | None,
         grad_weights: Tensor | None,
         heads_summed: bool = False,
     ):
         """The forward's values, doubled_keys, v, ``heads_summed`` and buffers (weights
-        ``(T, B, H, T_enc)``, sigmas ``(T, B, H, T_enc, a)`` or None, the queries q_t ``(T, B, H·a)``,
-        read to recompute σ_t), and the outputs' gradients as the recurrence got them: contexts
-        ``(B, T_dec, M·d_v)``, weights ``(B, H, T_dec, T_enc)``, either None."""
+        ``(T, B, H, T_enc)``, sigmas: its blocks ``(k, B, H, T_enc, a)``, none where not kept, the
+        queries q_t ``(T, B, H·a)``, read to recompute σ_t), and the outputs' gradients as the
+        recurrence got them: contexts ``(B, T_dec, M·d_v)``, weights ``(B, H, T_dec, T_enc)``, either None."""
         batch, heads, t_enc, a = doubled_keys.shape
         steps = weights.shape[0]
         self.shape = batch, heads, t_enc, a
@@ -154,7 +157,7 @@ class AdditiveAttentionStepGradients:
         self.grad_weights = grad_weights.permute(2, 0, 1, 3) if grad_weights is not None else None  # (T, B, H, T_enc)
         self.d_contexts = values.new_empty(steps, batch, groups, d_v)  # δc_t
         self.sigma_slope = torch.empty_like(doubled_keys)  # (B, H, T_enc, a): σ'_t, one buffer for every step
-        self.sigma_buffer = torch.empty_like(doubled_keys) if sigmas is None else None
+        self.sigma_buffer = None if sigmas else torch.empty_like(doubled_keys)
         self.d_score_slope_sum = torch.zeros_like(doubled_keys)  # Σ_t δe_t ⊗ σ'_t
         self.d_score_sigma_sum = v.new_zeros(heads, a)  # Σ δe σ, accumulated while σ_t is in cache
         self.d_score_sum = v.new_zeros(heads)  # Σ δe
@@ -177,8 +180,8 @@ class AdditiveAttentionStepGradients:
             d_alpha += self.grad_weights[t]
         alpha = self.weights[t]
         d_score = alpha * (d_alpha - (alpha * d_alpha).sum(-1, keepdim=True))  # (B, H, T_enc): δe_t
-        if self.sigmas is not None:
-            sigma = self.sigmas[t]  # (B, H, T_enc, a)
+        if self.sigmas:
+            sigma = block_step(self.sigmas, t)  # (B, H, T_enc, a)
         else:  # recomputed from the stored q_t, into one buffer
             sigma = torch.add(
                 self.doubled_keys, self.queries[t].view(batch, heads, 1, a), alpha=2, out=self.sigma_buffer

@@ -25,9 +25,9 @@ After the loop, every parameter's gradient for all steps at once, as a few large
 (δW_state = Σ_t [δg_t; δq_t]ᵀ s_{t-1}, δb_state = Σ_t [δg_t; δq_t], δW_ic = Σ_t δx_tᵀ c_t, and the
 attention's δkeys, δK2, δv).
 
-The forward keeps σ_t of every step, up to ``additive_attention_steps.KEEP_SIGMA_BYTES`` in all;
-the backward reads them back instead of recomputing them (past that size it recomputes each from
-the stored q_t, into one buffer).
+The forward keeps σ_t of every step, up to ``additive_attention_steps.KEEP_SIGMA_BYTES`` in all
+(in blocks of steps, ``kernels.buffers``); the backward reads them back instead of recomputing
+them (past that size it recomputes each from the stored q_t, into one buffer).
 """
 
 from __future__ import annotations
@@ -89,22 +89,22 @@ class AdditiveGRURecurrence(torch.autograd.Function):
         # ``once_differentiable`` states; saved this way, autograd's saved-tensor hooks see them.
         ctx.save_for_backward(
             s0, keys, doubled_keys, w_state, w_ic, v,
-            states, attention.contexts, attention.weights, projected, attention.sigmas, reset_update, candidate,
+            states, attention.contexts, attention.weights, projected, reset_update, candidate, *attention.sigmas,
         )
         return states.transpose(0, 1), *attention.outputs()  # (B, T_dec, d), (B, T_dec, d_k), (B, H, T_dec, T_enc)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_states, grad_contexts, grad_weights):
-        (s0, keys, doubled_keys, w_state, w_ic, v, states, contexts, weights, projected, sigmas, reset_update,
-         candidate) = ctx.saved_tensors
+        (s0, keys, doubled_keys, w_state, w_ic, v, states, contexts, weights, projected, reset_update, candidate,
+         *sigmas) = ctx.saved_tensors
         steps, batch, d = states.shape
         gates = 3 * d
         grad_states = grad_states.transpose(0, 1) if grad_states is not None else None  # (T, B, d)
         previous = torch.cat([s0.unsqueeze(0), states[:-1]])  # (T, B, d): s_0..s_{T-1}
         partials = gru_partials(reset_update, candidate, projected[..., 2 * d : gates], previous)
         attention = AdditiveAttentionStepGradients(
-            keys_as_values(keys, v.shape[0]), doubled_keys, v, weights, sigmas, projected[..., gates:],
+            keys_as_values(keys, v.shape[0]), doubled_keys, v, weights, tuple(sigmas), projected[..., gates:],
             grad_contexts, grad_weights,
         )
 
@@ -160,7 +160,7 @@ class AdditiveLSTMRecurrence(torch.autograd.Function):
             lstm_cell(pre, cells[t], LSTMActivations(activated[t], cells[t + 1], cell_tanh[t], states[t + 1]))
         ctx.save_for_backward(
             keys, doubled_keys, w_state, w_ic, v,
-            states, cells, activated, cell_tanh, projected, attention.contexts, attention.weights, attention.sigmas,
+            states, cells, activated, cell_tanh, projected, attention.contexts, attention.weights, *attention.sigmas,
         )
         return states[1:].transpose(0, 1), *attention.outputs()  # (B, T_dec, d), (B, T_dec, d_k), (B, H, T, T_enc)
 
@@ -168,13 +168,13 @@ class AdditiveLSTMRecurrence(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_states, grad_contexts, grad_weights):
         (keys, doubled_keys, w_state, w_ic, v, states, cells, activated, cell_tanh, projected, contexts, weights,
-         sigmas) = ctx.saved_tensors
+         *sigmas) = ctx.saved_tensors
         steps, batch, d = cell_tanh.shape
         gates = 4 * d
         grad_states = grad_states.transpose(0, 1) if grad_states is not None else None  # (T, B, d)
         partials = lstm_partials(activated, cell_tanh, cells[:-1])
         attention = AdditiveAttentionStepGradients(
-            keys_as_values(keys, v.shape[0]), doubled_keys, v, weights, sigmas, projected[..., gates:],
+            keys_as_values(keys, v.shape[0]), doubled_keys, v, weights, tuple(sigmas), projected[..., gates:],
             grad_contexts, grad_weights,
         )
 

@@ -10,8 +10,11 @@ and v ``(H, a)``, per head::
 the score materialises tanh(q_t + K_i) for every t and i, keeps it for the backward, and the
 backward makes several more tensors of that size; with a 2d-wide key projection (a bidirectional
 encoder) each is tens of MiB. Here the forward keeps nothing of that size (only q, K and v), and
-the backward recomputes σ, in chunks of steps of at most ``CHUNK_BYTES``, and reads each chunk
-for all three gradients. With δe the incoming gradient and σ' = σ(1 − σ)::
+both passes work through the steps in chunks of at most ``buffers.BLOCK_BYTES`` of σ (the backward
+recomputes σ and reads each chunk for all three gradients): a chunk that size is reused from the
+heap on every call and stays in the caches, where one chunk of all steps would be faulted in afresh
+on every call (measured: ``benchmarks/kernel_blocks.py``). With δe the incoming gradient and
+σ' = σ(1 − σ)::
 
     δq_t = 4 v ⊙ Σ_i δe_{t,i} σ'_{t,i}
     δK_i = 4 v ⊙ Σ_t δe_{t,i} σ'_{t,i}
@@ -26,11 +29,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-CHUNK_BYTES = 256 * 2**20
-"""The most bytes of σ one chunk of steps holds. It bounds the kernel's memory only: at the
-benchmark's sizes every step fits in one chunk, and chunks small enough for the caches (a few
-MiB) measured slower, not faster (per-chunk reductions over short axes cost more than the
-memory traffic they save)."""
+from attnseq.kernels.buffers import steps_per_block
 
 
 def supports(projected_query: Tensor, projected_keys: Tensor, v: Tensor) -> bool:
@@ -51,7 +50,7 @@ def additive_scores(projected_query: Tensor, projected_keys: Tensor, v: Tensor) 
 
 
 def _chunk_steps(batch: int, heads: int, t_enc: int, a: int, element_size: int) -> int:
-    return max(1, CHUNK_BYTES // max(1, batch * heads * t_enc * a * element_size))
+    return steps_per_block(batch * heads * t_enc * a * element_size)
 
 
 def _sigma(doubled_keys: Tensor, query: Tensor, buffer: Tensor) -> Tensor:

@@ -28,7 +28,8 @@ recurrence in reverse, with δ· the loss's gradient; per step t = T..1::
 
 and after the loop δs_0 and δh̃_0, and every parameter's gradient for all steps at once
 (δW_state = Σ_t δp_tᵀ s_t over t = 0..T, δb_state, δW_f = Σ_t δx_tᵀ h̃_{t-1}, the attention's δV,
-δK2, δv). σ_t of every step is kept or recomputed as ``additive_attention_steps.keeps_sigmas`` says.
+δK2, δv). σ_t of every step is kept (in blocks of steps) or recomputed as
+``additive_attention_steps.keeps_sigmas`` says.
 """
 
 from __future__ import annotations
@@ -75,14 +76,15 @@ class AdditiveLuongRecurrence(torch.autograd.Function):
         loop = luong_forward(input_gates, s0, c0, feed0, w_state, b_state, w_f, attention, query_is_state=False)
         # The intermediates (made here, neither inputs nor outputs) rule out double backward, which
         # ``once_differentiable`` states; saved this way, autograd's saved-tensor hooks see them.
-        ctx.save_for_backward(values, doubled_keys, w_state, w_f, v, attention.weights, attention.sigmas, *loop)
-        ctx.lstm = c0 is not None
+        ctx.save_for_backward(values, doubled_keys, w_state, w_f, v, attention.weights, *loop, *attention.sigmas)
+        ctx.lstm, ctx.sigma_blocks = c0 is not None, len(attention.sigmas)
         return loop[1][1:].transpose(0, 1), attention.outputs()[1]  # (B, T_dec, d), (B, H, T_dec, T_enc)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_feeds, grad_weights):
-        values, doubled_keys, w_state, w_f, v, weights, sigmas, *loop = ctx.saved_tensors
+        values, doubled_keys, w_state, w_f, v, weights, *loop = ctx.saved_tensors
+        loop, sigmas = loop[: len(loop) - ctx.sigma_blocks], tuple(loop[len(loop) - ctx.sigma_blocks :])
         gates, d = w_f.shape[0], w_f.shape[1]
         attention = AdditiveAttentionStepGradients(
             values, doubled_keys, v, weights, sigmas, loop[2][1:, :, gates + d :], None, grad_weights,
