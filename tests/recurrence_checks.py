@@ -64,6 +64,6 @@ def store_sigmas(monkeypatch, store: str) -> None:
     from attnseq.kernels import additive_attention_steps, buffers
 
     if store == "kept in blocks":
-        monkeypatch.setattr(buffers, "steps_per_block", lambda step_bytes: 3)
+        monkeypatch.setattr(buffers, "steps_per_block", lambda step_bytes, device: 3)
     elif store == "recomputed":
         monkeypatch.setattr(additive_attention_steps, "KEEP_SIGMA_BYTES", 0)

@@ -10,7 +10,7 @@ and v ``(H, a)``, per head::
 the score materialises tanh(q_t + K_i) for every t and i, keeps it for the backward, and the
 backward makes several more tensors of that size; with a 2d-wide key projection (a bidirectional
 encoder) each is tens of MiB. Here the forward keeps nothing of that size (only q, K and v), and
-both passes work through the steps in chunks of at most ``buffers.BLOCK_BYTES`` of σ (the backward
+both passes work through the steps in chunks of at most ``buffers.BLOCK_BYTES`` of σ on the CPU (the backward
 recomputes σ and reads each chunk for all three gradients): a chunk that size is reused from the
 heap on every call and stays in the caches, where one chunk of all steps would be faulted in afresh
 on every call (measured: ``benchmarks/kernel_blocks.py``). With δe the incoming gradient and
@@ -49,8 +49,9 @@ def additive_scores(projected_query: Tensor, projected_keys: Tensor, v: Tensor) 
     return AdditiveScores.apply(query, projected_keys, v)
 
 
-def _chunk_steps(batch: int, heads: int, t_enc: int, a: int, element_size: int) -> int:
-    return steps_per_block(batch * heads * t_enc * a * element_size)
+def _chunk_steps(query: Tensor, t_enc: int) -> int:
+    batch, heads, _, a = query.shape
+    return steps_per_block(batch * heads * t_enc * a * query.element_size(), query.device)
 
 
 def _sigma(doubled_keys: Tensor, query: Tensor, buffer: Tensor) -> Tensor:
@@ -68,7 +69,7 @@ class AdditiveScores(torch.autograd.Function):
     def forward(ctx, query, keys, v):
         batch, heads, steps, a = query.shape
         t_enc = keys.shape[2]
-        chunk = _chunk_steps(batch, heads, t_enc, a, query.element_size())
+        chunk = _chunk_steps(query, t_enc)
         doubled_keys = 2 * keys  # (B, H, T_enc, a)
         two_v = (2 * v).view(heads, a, 1)  # (H, a, 1)
         scores = query.new_empty(batch, heads, steps, t_enc)
@@ -91,7 +92,7 @@ class AdditiveScores(torch.autograd.Function):
         query, keys, v = ctx.saved_tensors
         batch, heads, steps, a = query.shape
         t_enc = keys.shape[2]
-        chunk = _chunk_steps(batch, heads, t_enc, a, query.element_size())
+        chunk = _chunk_steps(query, t_enc)
         doubled_keys = 2 * keys  # (B, H, T_enc, a)
         sigma_buffer = query.new_empty(batch * heads * min(chunk, steps) * t_enc * a)  # σ of one chunk
         slope_buffer = torch.empty_like(sigma_buffer)  # σ' of one chunk
