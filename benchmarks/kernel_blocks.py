@@ -13,7 +13,8 @@ glibc's mmap threshold (32 MiB at most) a buffer is fresh pages on every call, f
 **Whole training steps**: for each case, two copies of its model (the same weights) train in lock step on the same
 bucketed batches of the benchmark's copy task (lengths 5–40, emb 64 / hidden 128, batch 64, the minimal loop of
 ``bench.py``), one with ``BLOCK_BYTES`` as it is and one with one block of every step (σ of the recurrences and the
-chunks of the all-steps score); the medians of the windows' tokens/s and their ratio. The allocator keeps freed
+chunks of the all-steps score); the medians of the windows' tokens/s and their ratio, and each copy's minor page
+faults per step (a page the allocator handed out fresh, faulted in by its first write). The allocator keeps freed
 memory, as ``train()`` has it.
 """
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import resource
 import statistics
 import sys
 import tempfile
@@ -112,11 +114,15 @@ def measure_steps(cases: list[Case], steps: int, windows: int, workdir: Path) ->
             torch.manual_seed(0)
             loops[way] = Loop(build_seq2seq(model_config(validate_train(cfg), *vocab)), batches, cfg, "cpu")
         sizes = {"blocks": default, "one block": ONE_BLOCK}
+        faults = {way: 0 for way in loops}  # minor page faults in the timed windows
         try:
-            for _ in range(warmup + steps * windows):
+            for step in range(warmup + steps * windows):
                 for way, loop in loops.items():
                     with_blocks(sizes[way])
+                    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
                     loop.step()
+                    if step >= warmup:
+                        faults[way] += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
         finally:
             with_blocks(default)
         last = float(loops["blocks"].losses[-1]), float(loops["one block"].losses[-1])
@@ -128,7 +134,8 @@ def measure_steps(cases: list[Case], steps: int, windows: int, workdir: Path) ->
             for way, loop in loops.items():
                 rates[way].append(sum(loop.tokens[span]) / sum(loop.durations[span]))
         rows.append({"case": name, **{way: statistics.median(values) for way, values in rates.items()},
-                     "ratios": [b / o for b, o in zip(rates["blocks"], rates["one block"], strict=True)]})
+                     "ratios": [b / o for b, o in zip(rates["blocks"], rates["one block"], strict=True)],
+                     "faults": {way: count / (steps * windows) for way, count in faults.items()}})
         print(f"  {name}: {rows[-1]['blocks']:,.0f} against {rows[-1]['one block']:,.0f} tokens/s", file=sys.stderr,
               flush=True)
     return rows
@@ -154,12 +161,14 @@ def render_kernel(rows: list[dict], command: str, threads: int) -> str:
 
 def render_steps(rows: list[dict]) -> str:
     lines = ["Whole training steps in lock step (minimal loop, bucketed batches): tokens/s, medians of the windows; "
-             "blocks / one block per window.", "",
-             "| case | blocks | one block | blocks / one block | per window |", "|---|---:|---:|---:|---|"]
+             "blocks / one block per window; the minor page faults per timed step of each copy (4 KiB each).", "",
+             "| case | blocks | one block | blocks / one block | per window | faults per step, blocks / one block |",
+             "|---|---:|---:|---:|---|---:|"]
     for row in rows:
         windows = ", ".join(f"{ratio:.2f}" for ratio in row["ratios"])
         lines.append(f"| {row['case']} | {row['blocks']:,.0f} | {row['one block']:,.0f} | "
-                     f"{statistics.median(row['ratios']):.2f}× | {windows} |")
+                     f"{statistics.median(row['ratios']):.2f}× | {windows} | "
+                     f"{row['faults']['blocks']:,.0f} / {row['faults']['one block']:,.0f} |")
     return "\n".join(lines) + "\n"
 
 

@@ -26,12 +26,13 @@ def test_every_shape_and_block_size_is_timed_and_both_copies_train_in_lock_step(
         times = [float(cell) for cell in cells.strip(" |").split(" | ")]
         assert len(times) == sizes and all(time > 0 for time in times)
         assert float(ratio) == pytest.approx(times[0] / times[default_column], rel=0.02, abs=0.01)
-    steps = re.findall(r"^\| ([a-z]+/[a-z]+/[a-z-]+) \| ([0-9,]+) \| ([0-9,]+) \| ([0-9.]+)× \| ([0-9., ]+) \|$",
-                       done.stdout, re.M)
+    steps = re.findall(r"^\| ([a-z]+/[a-z]+/[a-z-]+) \| ([0-9,]+) \| ([0-9,]+) \| ([0-9.]+)× \| ([0-9., ]+) \| "
+                       r"([0-9,]+) / ([0-9,]+) \|$", done.stdout, re.M)
     assert [row[0] for row in steps] == ["gru/additive/luong-nofeed", "gru/concat/bahdanau"]
-    for _, blocks, one_block, ratio, windows in steps:
+    for _, blocks, one_block, ratio, windows, *faults in steps:
         assert float(blocks.replace(",", "")) > 0 and float(one_block.replace(",", "")) > 0
         assert len(windows.split(", ")) == 2 and float(ratio) > 0
+        assert all(float(count.replace(",", "")) >= 0 for count in faults)
 
 
 @pytest.mark.parametrize("argument", [["--rounds", "0"], ["--steps", "-1"], ["--case", "gru/additive/nowhere"]])
