@@ -117,17 +117,13 @@ def step_inputs(
 
 def attend(
     attention: Attention,
-    projected: Tensor,
-    h: Tensor,
+    query: Tensor,
     projected_keys: Tensor,
     valid: Tensor,
     values: Tensor,
-    query_rows: int,
 ) -> tuple[Tensor, Tensor]:
-    """One step's scores from the state's projection (its last ``query_rows`` columns are W_q s,
-    else the query is ``h`` itself) → weights ``(B, H, 1, T_enc)`` and ``Σ_i α_i values_i`` per head,
-    concatenated ``(B, H·d_v)``."""
-    query = projected[:, -query_rows:] if query_rows else h  # (B, d_p·H) or (B, d_s)
+    """One step's scores from its query (W_q s ``(B, d_p·H)``, or the state itself ``(B, d_s)``) → weights
+    ``(B, H, 1, T_enc)`` and ``Σ_i α_i values_i`` per head, concatenated ``(B, H·d_v)``."""
     scores = attention.score_projected(attention.split_query(query.unsqueeze(1)), projected_keys)  # (B, H, 1, T_enc)
     weights = masked_softmax(scores, valid)  # (B, H, 1, T_enc)
     averaged = weights @ values  # (B, H, 1, d_v)
@@ -196,15 +192,17 @@ def bahdanau(decoder, tgt_in: Tensor, state, memory) -> tuple[Tensor, Tensor]:
         projected = torch.addmm(
             inputs.state_bias, current.h, state_weight_t
         )  # (B, G·d [+ rows]): W_hh s_{t-1}, W_q s_{t-1}
+        # One split, not slices: each slice's backward fills a zero buffer the size of ``projected``, then summed
+        hidden_gates, query = projected.split([gates, inputs.query_rows], dim=1)  # (B, G·d), (B, rows)
         weights, averaged = attend(
-            attention, projected, current.h, memory.projected_keys, valid, values, inputs.query_rows
+            attention, query if inputs.query_rows else current.h, memory.projected_keys, valid, values
         )  # (B, H, 1, T_enc), (B, d_k) or (B, H·G·d)
         if attention.values_are_keys:
             x_gates = torch.addmm(step_input_gates, averaged, weight_context_t)  # (B, G·d): + W_ic c_t
             contexts.append(averaged)
         else:
             x_gates = step_input_gates + averaged.view(-1, attention.heads, gates).sum(1)  # (B, G·d): + W_ic c_t
-        current = cell(x_gates, projected[:, :gates], current)
+        current = cell(x_gates, hidden_gates, current)
         outputs.append(current.h)
         step_weights.append(weights)
     weights = torch.cat(step_weights, dim=2)  # (B, H, T_dec, T_enc)
@@ -253,13 +251,15 @@ def luong_input_feeding(decoder, tgt_in: Tensor, state, memory) -> tuple[Tensor,
     for step_input_gates in inputs.input_gates.unbind(1):  # (B, G·d) each: W_ie E y_{t-1} + b_ih
         current = cell(torch.addmm(step_input_gates, feed, feed_weight_t), hidden_gates, current)  # s_t
         projected = torch.addmm(inputs.state_bias, current.h, state_weight_t)  # (B, G·d + d_s [+ rows])
-        hidden_gates = projected[:, :gates]  # (B, G·d): W_hh s_t, for the next step
+        hidden_gates, state_part, query = projected.split(
+            [gates, hidden, inputs.query_rows], dim=1
+        )  # (B, G·d): W_hh s_t, for the next step; (B, d_s): W_cs s_t; (B, rows): W_q s_t
         weights, context_part = attend(
-            attention, projected, current.h, memory.projected_keys, valid, through, inputs.query_rows
+            attention, query if inputs.query_rows else current.h, memory.projected_keys, valid, through
         )  # (B, H, 1, T_enc), (B, H·d_s)
         if heads > 1:
             context_part = context_part.view(-1, heads, hidden).sum(1)  # (B, d_s): Σ_h W_cc,h c_t,h
-        feed = torch.tanh(context_part + projected[:, gates : gates + hidden])  # (B, d_s): h̃_t = tanh(W_c [c_t; s_t])
+        feed = torch.tanh(context_part + state_part)  # (B, d_s): h̃_t = tanh(W_c [c_t; s_t])
         step_attentional.append(feed)
         step_weights.append(weights)
     attentional = torch.stack(step_attentional, dim=1)  # (B, T_dec, d_s)
