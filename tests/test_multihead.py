@@ -167,6 +167,51 @@ def test_keys_and_values_are_projected_once_per_batch_not_per_step():
         assert calls["W_K"] == 2 and calls["W_V"] == values + 1
 
 
+def backward_nodes(output: torch.Tensor) -> list[str]:
+    """The names of every node of ``output``'s backward graph, each node once."""
+    seen, names, stack = set(), [], [output.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        names.append(type(node).__name__)
+        stack.extend(parent for parent, _ in node.next_functions)
+    return names
+
+
+@pytest.mark.parametrize("decoder", ["bahdanau", "luong"])
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_the_rearranged_loops_slice_nothing_per_step(cell, decoder):
+    """Teacher forcing through the rearranged loop (``fused_decoders``) under autograd: the keys the scores read
+    are taken out of the projected keys and values once, and each step's state projection split once, so no
+    slice's backward (a zero buffer of the whole tensor) grows with the target's length."""
+    config = ModelConfig(11, 13, embedding_dim=8, hidden_size=12, cell=cell, scorer="multihead", heads=2,
+                         decoder=decoder)
+    torch.manual_seed(0)
+    model = build_seq2seq(config).double().train()
+    assert model.decoder.takes_fast_path()
+    src, lengths = torch.tensor([[5, 6, 7, 8], [4, 9, 0, 0]]), torch.tensor([4, 2])
+    counts = {}
+    for steps in (3, 8):
+        logits, _ = model(src, lengths, torch.randint(3, 13, (2, steps)))
+        nodes = backward_nodes(logits)
+        counts[steps] = nodes.count("SliceBackward0")
+        assert nodes.count("SplitWithSizesBackward0") >= steps  # the per-step split is there
+    assert counts[3] == counts[8]
+
+
+def test_scores_read_the_scoring_keys_alone_or_out_of_the_whole():
+    attention = build_attention("multihead", 12, 8, heads=2).double()
+    query, keys, _ = inputs(3, 4, 5, 12, 8, seed=2)
+    projected = attention.project_keys(keys)  # (B, H, T_enc, 2·d_m/H)
+    projected_query = attention.project_query(query)  # (B, H, T_dec, d_m/H)
+    scoring = attention.scoring_keys(projected)
+    assert scoring.shape[-1] == attention.head_dim
+    torch.testing.assert_close(attention.score_projected(projected_query, scoring),
+                               attention.score_projected(projected_query, projected))
+
+
 def test_values_through_is_the_context_through_a_matrix():
     """What a fused Luong loop reads per step: Σ_h weights_h @ values_through(keys, M)_h = context @ Mᵀ."""
     attention = build_attention("multihead", 6, 8, heads=2, model_dim=4).double()

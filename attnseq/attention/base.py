@@ -168,8 +168,15 @@ class Attention(nn.Module):
         raise NotImplementedError
 
     def score_projected(self, projected_query: Tensor, projected_keys: Tensor) -> Tensor:
-        """Scores ``(B, H, T_dec, T_enc)`` from ``split_query``'s output and ``project_keys``'s."""
+        """Scores ``(B, H, T_dec, T_enc)`` from ``split_query``'s output and ``project_keys``'s (or
+        ``scoring_keys``' part of it)."""
         raise NotImplementedError
+
+    def scoring_keys(self, projected_keys: Tensor) -> Tensor:
+        """The part of ``project_keys``' output that ``score_projected`` reads, which it also takes in place
+        of the whole: taken once before a loop that scores step by step under autograd, where a part taken
+        at every step would backward into a zero buffer of the whole at every step. All of it by default."""
+        return projected_keys
 
     def project_query(self, query: Tensor) -> Tensor:
         """Query ``(B, T_dec, d_q)`` in the scorer's comparison space: ``(B, H or 1, T_dec, d_p)``."""

@@ -58,8 +58,12 @@ class MultiheadAttention(Attention):
         values = self.split_heads(self.W_V(keys))  # (B, H, T_enc, d_m / H)
         return torch.cat([projected_keys, values], dim=-1)  # (B, H, T_enc, 2 · d_m / H)
 
+    def scoring_keys(self, projected_keys: Tensor) -> Tensor:
+        """The projected keys without the values: ``(B, H, T_enc, d_m / H)``."""
+        return projected_keys[..., : self.head_dim]  # (B, H, T_enc, d_m / H)
+
     def score_projected(self, projected_query: Tensor, projected_keys: Tensor) -> Tensor:
-        keys = projected_keys[..., : self.head_dim]  # (B, H, T_enc, d_m / H)
+        keys = projected_keys if projected_keys.shape[-1] == self.head_dim else self.scoring_keys(projected_keys)
         return projected_query @ keys.transpose(-1, -2) / math.sqrt(self.head_dim)  # (B, H, T_dec, T_enc)
 
     def average(self, weights: Tensor, keys: Tensor, projected_keys: Tensor) -> Tensor:

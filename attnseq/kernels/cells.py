@@ -42,12 +42,13 @@ def gru_cell(input_gates: Tensor, hidden_gates: Tensor, h: Tensor, out: GRUActiv
     Without ``out`` it runs under autograd; with it, the activations are written into ``out``'s
     buffers (no autograd: the kernels that pass it compute their own backward)."""
     d = h.shape[-1]
-    reset_update = torch.add(
-        input_gates[:, : 2 * d], hidden_gates[:, : 2 * d], out=None if out is None else out.reset_update
-    ).sigmoid_()  # (B, 2d): r, z
-    reset, update = reset_update[:, :d], reset_update[:, d:]  # (B, d) each
+    # Splits, not slices: under autograd each slice backwards into a zero buffer of the whole, a split once
+    input_rz, input_n = input_gates.split([2 * d, d], dim=1)  # (B, 2d), (B, d)
+    hidden_rz, hidden_n = hidden_gates.split([2 * d, d], dim=1)  # (B, 2d), (B, d)
+    reset_update = torch.add(input_rz, hidden_rz, out=None if out is None else out.reset_update).sigmoid_()  # r, z
+    reset, update = reset_update.split(d, dim=1)  # (B, d) each
     candidate = torch.addcmul(
-        input_gates[:, 2 * d :], reset, hidden_gates[:, 2 * d :], out=None if out is None else out.candidate
+        input_n, reset, hidden_n, out=None if out is None else out.candidate
     ).tanh_()  # (B, d): n
     return torch.addcmul(candidate, update, h - candidate, out=None if out is None else out.state)  # (B, d)
 

@@ -184,6 +184,7 @@ def bahdanau(decoder, tgt_in: Tensor, state, memory) -> tuple[Tensor, Tensor]:
     else:  # values of its own (multihead): each step needs W_ic c_t only; the contexts come after the loop
         values = attention.values_through(memory.keys, inputs.extra_input_weight)  # (B, H, T_enc, G·d)
     valid = memory.valid_mask[:, None, None, :]  # (B, 1, 1, T_enc)
+    scoring_keys = attention.scoring_keys(memory.projected_keys)  # once, not at every step (its docstring)
     current = start
     outputs: list[Tensor] = []
     contexts: list[Tensor] = []
@@ -195,7 +196,7 @@ def bahdanau(decoder, tgt_in: Tensor, state, memory) -> tuple[Tensor, Tensor]:
         # One split, not slices: each slice's backward fills a zero buffer the size of ``projected``, then summed
         hidden_gates, query = projected.split([gates, inputs.query_rows], dim=1)  # (B, G·d), (B, rows)
         weights, averaged = attend(
-            attention, query if inputs.query_rows else current.h, memory.projected_keys, valid, values
+            attention, query if inputs.query_rows else current.h, scoring_keys, valid, values
         )  # (B, H, 1, T_enc), (B, d_k) or (B, H·G·d)
         if attention.values_are_keys:
             x_gates = torch.addmm(step_input_gates, averaged, weight_context_t)  # (B, G·d): + W_ic c_t
@@ -244,6 +245,7 @@ def luong_input_feeding(decoder, tgt_in: Tensor, state, memory) -> tuple[Tensor,
     gates = inputs.extra_input_weight.shape[0]  # G·d
     heads = through.shape[1]
     valid = memory.valid_mask[:, None, None, :]  # (B, 1, 1, T_enc)
+    scoring_keys = attention.scoring_keys(memory.projected_keys)  # once, not at every step (its docstring)
     hidden_gates = torch.addmm(inputs.state_bias[:gates], current.h, state_weight_t[:, :gates])  # (B, G·d): W_hh s_0
     step_attentional: list[Tensor] = []
     step_weights: list[Tensor] = []
@@ -255,7 +257,7 @@ def luong_input_feeding(decoder, tgt_in: Tensor, state, memory) -> tuple[Tensor,
             [gates, hidden, inputs.query_rows], dim=1
         )  # (B, G·d): W_hh s_t, for the next step; (B, d_s): W_cs s_t; (B, rows): W_q s_t
         weights, context_part = attend(
-            attention, query if inputs.query_rows else current.h, memory.projected_keys, valid, through
+            attention, query if inputs.query_rows else current.h, scoring_keys, valid, through
         )  # (B, H, 1, T_enc), (B, H·d_s)
         if heads > 1:
             context_part = context_part.view(-1, heads, hidden).sum(1)  # (B, d_s): Σ_h W_cc,h c_t,h
